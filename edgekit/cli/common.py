@@ -1,0 +1,76 @@
+"""Shared CLI plumbing: error mapping, warning hygiene, rendering helpers."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import warnings
+from typing import Any, Callable
+
+import typer
+
+from edgekit.errors import EXIT_TOOL_ERROR, EdgekitError
+
+
+def debug_enabled() -> bool:
+    return bool(os.environ.get("EDGEKIT_DEBUG"))
+
+
+def report_error(exc: BaseException, code: int, unexpected: bool = False) -> typer.Exit:
+    """Print ``Error: <one line>`` on stderr (traceback only in debug) and return the Exit to raise."""
+    if debug_enabled():
+        import traceback
+
+        traceback.print_exception(exc)
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else type(exc).__name__
+    if unexpected:
+        message = f"internal error ({type(exc).__name__}): {message} (rerun with --debug for the traceback)"
+    typer.echo(f"Error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def handles_errors(func: Callable) -> Callable:
+    """Wrap a command so edgekit errors become one line on stderr and their exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            with warnings.catch_warnings():
+                if not debug_enabled():
+                    # torch.ao / torch.jit / exporter deprecation chatter is ours to handle, not the user's.
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    warnings.simplefilter("ignore", FutureWarning)
+                    warnings.filterwarnings("ignore", module=r"torch\..*")
+                return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except EdgekitError as exc:
+            raise report_error(exc, exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("Error: interrupted", err=True)
+            raise typer.Exit(130) from None
+        except Exception as exc:  # noqa: BLE001 - last line of defence for a CLI command
+            raise report_error(exc, EXIT_TOOL_ERROR, unexpected=True) from None
+
+    return wrapper
+
+
+def echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def progress_enabled() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("EDGEKIT_NO_PROGRESS")
+
+
+def split_csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]

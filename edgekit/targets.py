@@ -1,0 +1,168 @@
+"""Target device profiles, loaded from ``targets/*.toml`` (data, not code)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import InputFileError, unknown_name
+
+ARCHES = ("aarch64", "armv7l", "x86_64")
+ENGINES = ("qnnpack", "x86", "fbgemm", "onednn")
+QUANT_TYPES = ("int8", "uint8")
+BUDGET_KEYS = ("max_size_mb", "max_p50_ms", "max_p99_ms", "max_peak_rss_mb", "max_accuracy_drop")
+
+
+@dataclass(frozen=True)
+class OnnxQuantSettings:
+    activation_type: str = "uint8"
+    weight_type: str = "int8"
+    per_channel: bool = True
+    reduce_range: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    arch: str
+    core: str
+    cores: int
+    ram_mb: int
+    isa: tuple[str, ...]
+    threads: int
+    quantized_engine: str
+    onnx_opset: int
+    python_platform: str
+    onnx_quant: OnnxQuantSettings
+    budgets: dict[str, float] = field(default_factory=dict)
+    max_mhz: int | None = None
+    source: str = ""
+
+    @property
+    def is_arm(self) -> bool:
+        return self.arch in ("aarch64", "armv7l")
+
+    def has_isa(self, flag: str) -> bool:
+        return flag in self.isa
+
+
+def _targets_dirs() -> list[Path]:
+    dirs = []
+    if env := os.environ.get("EDGEKIT_TARGETS_DIR"):
+        dirs.append(Path(env))
+    dirs.append(Path(__file__).resolve().parent.parent / "targets")  # source checkout / editable install
+    packaged = resources.files("edgekit") / "_targets"  # wheel install
+    dirs.append(Path(str(packaged)))
+    return [d for d in dirs if d.is_dir()]
+
+
+def available_targets() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for folder in reversed(_targets_dirs()):  # earlier folders win
+        for path in folder.glob("*.toml"):
+            found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def load_target(name_or_path: str | os.PathLike) -> Target:
+    """Load a target by name (``rpi4``) or from a TOML file path."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or os.sep in text:
+        path = Path(text)
+        if not path.is_file():
+            raise InputFileError(f"target file not found: {path}")
+    else:
+        known = available_targets()
+        if text not in known:
+            raise unknown_name("target", text, known)
+        path = known[text]
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"target file {path} is not valid TOML: {exc}") from None
+    return parse_target(data, str(path))
+
+
+class _Reader:
+    """Typed access to one TOML table that reports unknown keys and wrong types by name."""
+
+    def __init__(self, table: Any, where: str, source: str):
+        if not isinstance(table, dict):
+            raise InputFileError(f"{source}: [{where}] must be a table")
+        self.table, self.where, self.source, self.used = table, where, source, set()
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., choices=None):
+        self.used.add(key)
+        if key not in self.table:
+            if default is ...:
+                raise InputFileError(f"{self.source}: missing key {self.where}.{key}")
+            return default
+        value = self.table[key]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            raise InputFileError(f"{self.source}: {self.where}.{key} must be a number, not a boolean")
+        if not isinstance(value, kind):
+            expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise InputFileError(f"{self.source}: {self.where}.{key} must be {expected}, got {value!r}")
+        if choices is not None and value not in choices:
+            raise InputFileError(
+                f"{self.source}: {self.where}.{key} = {value!r}; allowed: {', '.join(choices)}"
+            )
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            raise InputFileError(f"{self.source}: {self.where}.{key} must be positive, got {value!r}")
+        return value
+
+    def done(self) -> None:
+        extra = sorted(set(self.table) - self.used)
+        if extra:
+            raise InputFileError(f"{self.source}: unknown key(s) in [{self.where}]: {', '.join(extra)}")
+
+
+def parse_target(data: dict, source: str = "<target>") -> Target:
+    top = _Reader(data, "target", source)
+    name = top.get("name", str)
+    description = top.get("description", str, "")
+    cpu = _Reader(top.get("cpu", dict), "cpu", source)
+    runtime = _Reader(top.get("runtime", dict), "runtime", source)
+    oq = _Reader(runtime.get("onnx_quant", dict, {}), "runtime.onnx_quant", source)
+    budgets_raw = _Reader(top.get("budgets", dict, {}), "budgets", source)
+    top.done()
+
+    isa = cpu.get("isa", list, [])
+    if not all(isinstance(flag, str) for flag in isa):
+        raise InputFileError(f"{source}: cpu.isa must be a list of strings")
+    onnx_quant = OnnxQuantSettings(
+        activation_type=oq.get("activation_type", str, "uint8", QUANT_TYPES),
+        weight_type=oq.get("weight_type", str, "int8", QUANT_TYPES),
+        per_channel=oq.get("per_channel", bool, True),
+        reduce_range=oq.get("reduce_range", bool, False),
+    )
+    oq.done()
+    budgets = {key: float(budgets_raw.get(key, (int, float))) for key in BUDGET_KEYS if key in budgets_raw.table}
+    budgets_raw.done()
+    target = Target(
+        name=name,
+        description=description,
+        arch=cpu.get("arch", str, choices=ARCHES),
+        core=cpu.get("core", str, ""),
+        cores=cpu.get("cores", int),
+        ram_mb=cpu.get("ram_mb", int),
+        isa=tuple(isa),
+        max_mhz=cpu.get("max_mhz", int, None),
+        threads=runtime.get("threads", int),
+        quantized_engine=runtime.get("quantized_engine", str, choices=ENGINES),
+        onnx_opset=runtime.get("onnx_opset", int, 17),
+        python_platform=runtime.get("python_platform", str, ""),
+        onnx_quant=onnx_quant,
+        budgets=budgets,
+        source=source,
+    )
+    cpu.done()
+    runtime.done()
+    if not 7 <= target.onnx_opset <= 23:
+        raise InputFileError(f"{source}: runtime.onnx_opset = {target.onnx_opset} is outside 7..23")
+    return target
