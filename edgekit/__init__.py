@@ -14,7 +14,7 @@ _LAZY = {
     "quantize": "edgekit.quantize.api:quantize",
     "export": "edgekit.export.api:export",
     "bench": "edgekit.bench.api:bench",
-    "gate": "edgekit.gates.evaluate:evaluate",
+    "gate": "edgekit.gates.evaluate:gate_results",
     "run_pipeline": "edgekit.pipeline:run_pipeline",
     "load_target": "edgekit.targets:load_target",
     "load_manifest": "edgekit.artifacts:load_manifest",

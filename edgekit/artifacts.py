@@ -27,6 +27,7 @@ class InputSpec:
     shape: tuple[int | None, ...]
     dtype: str = "float32"
     dynamic_axes: dict[int, str] = field(default_factory=dict)
+    value_range: tuple[float, float] | None = None  # [low, high) of valid values, e.g. token ids
 
     def concrete_shape(self, **sizes: int) -> tuple[int, ...]:
         """The shape with each dynamic axis filled from ``sizes`` (by axis name, default 1)."""
@@ -41,6 +42,7 @@ class InputSpec:
             "shape": list(self.shape),
             "dtype": self.dtype,
             "dynamic_axes": {str(k): v for k, v in self.dynamic_axes.items()},
+            "value_range": list(self.value_range) if self.value_range is not None else None,
         }
 
     @classmethod
@@ -48,7 +50,9 @@ class InputSpec:
         try:
             shape = tuple(None if d is None else int(d) for d in data["shape"])
             axes = {int(k): str(v) for k, v in dict(data.get("dynamic_axes", {})).items()}
-            return cls(str(data["name"]), shape, str(data.get("dtype", "float32")), axes)
+            bounds = data.get("value_range")
+            value_range = None if bounds is None else (float(bounds[0]), float(bounds[1]))
+            return cls(str(data["name"]), shape, str(data.get("dtype", "float32")), axes, value_range)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputFileError(f"malformed input spec in manifest: {exc!r}") from None
 

@@ -23,6 +23,12 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it over ``final`` only on success."""
@@ -36,6 +42,7 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp creates 0600; match a normal open()
         os.replace(tmp, final)
         _fsync_dir(parent)
     finally:
@@ -94,6 +101,7 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
     if final.exists() and not overwrite:
         raise EdgekitError(f"output folder {final} already exists")
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_current_umask())
     try:
         yield tmp
         if final.exists():

@@ -32,7 +32,12 @@ def _root(
 ) -> None:
     if debug:
         os.environ["EDGEKIT_DEBUG"] = "1"
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "WARNING"
 
+
+# torch's C++ deprecation warnings (quantized tensors, qnnpack reduce_range) bypass Python's
+# warnings module; keep them out of users' faces unless they ask for debug output.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 for module in (pipeline, train, quantize, export, bench, gate, targets):
     module.register(app)

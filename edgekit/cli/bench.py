@@ -1,2 +1,158 @@
-def register(app):
-    """Placeholder until the command lands."""
+"""``edgekit bench``: time models on this machine; a table, and the bench document with ``--json``."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+
+import typer
+
+from edgekit.cli.common import console, handles_errors, progress_enabled
+
+
+@handles_errors
+def bench_command(
+    artifacts: list[Path] = typer.Argument(
+        ..., metavar="ARTIFACT...", help="Model file (.onnx, TorchScript .pt) or artifact folder holding one model."
+    ),
+    target: str | None = typer.Option(None, "--target", help="Target profile: its threads (capped at this host's cores) and quantized engine."),
+    threads: int | None = typer.Option(None, "--threads", help="Intra-op threads (default: the target's, else all cores)."),
+    warmup: int = typer.Option(10, "--warmup", help="Untimed runs before timing."),
+    min_runs: int = typer.Option(50, "--min-runs", help="At least this many timed runs."),
+    min_time: float = typer.Option(1.0, "--min-time", help="And at least this many seconds of timed runs."),
+    batch: int = typer.Option(1, "--batch", help="Size of dynamic axes (the batch)."),
+    shape: list[str] | None = typer.Option(None, "--shape", help="Input shape NAME=DIMS, e.g. input=1x1x8x8 (repeatable)."),
+    input_file: Path | None = typer.Option(None, "--input", help=".npz of input arrays by input name."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the bench document (JSON) here."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No table."),
+) -> None:
+    """Benchmark models on this machine: latency percentiles, load time, peak memory.
+
+    Each model runs in its own process; several models are interleaved so machine drift hits all alike.
+    """
+    from edgekit.bench.api import bench
+    from edgekit.bench.result import to_document
+    from edgekit.errors import UsageError
+    from edgekit.fileio import ensure_writable_dir, write_json
+
+    shapes = _parse_shapes(shape or [])
+    if json_out is not None:
+        if json_out.is_dir():
+            raise UsageError(f"--json {json_out} is a folder; name a file")
+        ensure_writable_dir(json_out.parent)  # fail now, not after the benchmark
+    names = [_short(p) for p in artifacts]
+    with _progress(names, enabled=not quiet and progress_enabled()) as report:
+        results = bench(
+            artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs,
+            min_time_s=min_time, batch=batch, shapes=shapes or None, input_file=input_file, progress=report,
+        )
+    if json_out is not None:
+        write_json(json_out, to_document(results))
+    if not quiet:
+        out = console()
+        out.print(render_table(results))
+        for line in _footer(results):
+            out.print(line, style="dim")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench_command)
+
+
+def _parse_shapes(texts: list[str]) -> dict[str, list[int]]:
+    from edgekit.bench.stats import parse_shape
+    from edgekit.errors import UsageError
+
+    shapes: dict[str, list[int]] = {}
+    for text in texts:
+        try:
+            name, dims = parse_shape(text)
+        except ValueError as exc:
+            raise UsageError(f"--shape: {exc}") from None
+        if name in shapes:
+            raise UsageError(f"--shape names input {name!r} twice")
+        shapes[name] = list(dims)
+    return shapes
+
+
+@contextlib.contextmanager
+def _progress(names: list[str], enabled: bool):
+    """A status line on stderr, updated at most ten times a second (runners report every block)."""
+    if not enabled:
+        yield None
+        return
+    last = [0.0]
+    with console(stderr=True).status("starting the benchmark runners") as status:
+
+        def report(index: int, runs: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.1:
+                last[0] = now
+                status.update(f"benchmarking {names[index]}: {runs} timed runs")
+
+        yield report
+
+
+def _short(path) -> str:
+    path = Path(path)
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
+def _num(value: float | None) -> str:
+    """Three significant digits, never scientific: 0.00463, 1.23, 12.3, 1234."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if value == 0:
+        return "0"
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def _labels(results) -> list[str]:
+    """File names, with their folder where two results would otherwise look alike."""
+    names = [Path(r.model.path).name for r in results]
+    return [_short(r.model.path) if names.count(n) > 1 else n for r, n in zip(results, names)]
+
+
+def render_table(results):
+    from rich import box
+    from rich.table import Table
+
+    several = len(results) > 1
+    table = Table(title=f"edgekit bench ({results[0].runtime.get('threads')} threads)", box=box.SIMPLE_HEAD,
+                  collapse_padding=True, pad_edge=False)
+    headers = ["model", "format", "precision", "size\nMB", "p50\nms", "p90\nms", "p99\nms", "mean\nms",
+               "throughput\n/s", "load\nms", "peak RSS\nMB", "accuracy"]
+    if several:
+        headers += ["p50 ×\nfirst", "size ×\nfirst"]
+    for header in headers:
+        text = header in ("model", "format", "precision")
+        table.add_column(header, justify="left" if text else "right", no_wrap=True)
+    first = results[0]
+    for label, r in zip(_labels(results), results):
+        t = r.timing
+        row = [
+            label, r.model.format, r.model.precision, _num(r.size_mb), _num(t.p50), _num(t.p90), _num(t.p99),
+            _num(t.mean), f"{r.throughput_per_s:,.0f}", _num(t.load), f"{r.memory.peak_rss:.1f}",
+            "–" if r.model.accuracy is None else f"{r.model.accuracy * 100:.2f}%",
+        ]
+        if several:
+            row.append(f"{t.p50 / first.timing.p50:.2f}×" if first.timing.p50 > 0 else "–")
+            row.append(f"{r.model.bytes / first.model.bytes:.2f}×" if first.model.bytes > 0 else "–")
+        table.add_row(*row)
+    return table
+
+
+def _footer(results) -> list[str]:
+    host = results[0].host
+    cpu = host.get("cpu_model") or "unknown CPU"
+    lines = [f"host: {host.get('machine')}, {cpu}, {host.get('logical_cores')} logical cores"
+             + (" (emulated)" if host.get("emulated") else "")]
+    notes: list[str] = []
+    for r in results:
+        for note in r.notes:
+            if note not in notes:
+                notes.append(note)
+    return lines + [f"note: {n}" for n in notes]

@@ -63,9 +63,13 @@ def echo_json(obj: Any) -> None:
 
 
 def console(stderr: bool = False):
+    """A rich console; wide enough for our tables when output goes to a file or a CI log."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(stderr=stderr, highlight=False, width=140)
+    return out
 
 
 def progress_enabled() -> bool:

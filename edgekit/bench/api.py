@@ -1,0 +1,342 @@
+"""Local benchmarks: each model is timed in its own runner process; several models interleave.
+
+Every model runs in a fresh ``sys.executable`` running the standalone ``runner.py`` (the same
+file that goes to devices), so peak RSS is per model and an ONNX model is timed in a process
+that never imported torch. With several models, all runners start in ``--serve`` mode and this
+process asks them for blocks of timed calls in turn, so drift of the machine (heat, other load)
+hits every model alike.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from edgekit.artifacts import MANIFEST_NAME, ModelFile, load_manifest, model_file_for
+from edgekit.bench import runner as _runner
+from edgekit.bench.result import BenchResult, from_document
+from edgekit.errors import BenchError, EdgekitError, InputFileError, UsageError
+from edgekit.targets import Target, load_target
+
+RUNNER_PATH = Path(_runner.__file__).resolve()
+Progress = Callable[[int, int], None]  # (model index, timed runs done so far)
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """A model file to time, with its manifest entry when it sits in an artifact folder."""
+
+    path: Path
+    format: str  # onnx | torchscript
+    entry: ModelFile | None = None
+
+
+def bench(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    *,
+    target: Target | str | None = None,
+    threads: int | None = None,
+    warmup: int = 10,
+    min_runs: int = 50,
+    min_time_s: float = 1.0,
+    max_runs: int = 100_000,
+    batch: int = 1,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    input_file: str | os.PathLike | None = None,
+    block_size: int = 10,
+    timeout_s: float = 600.0,
+    progress: Progress | None = None,
+) -> list[BenchResult]:
+    """Time each model on this machine; one result per path, in order.
+
+    ``paths`` are model files (.onnx, TorchScript .pt) or artifact folders holding one model.
+    ``threads``: explicit wins; else the target's, capped at this host's usable cores; else all
+    of them. Runs go on until both ``min_runs`` and ``min_time_s`` (summed call time) are reached,
+    or ``max_runs``. With several models they interleave in blocks of ``block_size`` calls.
+    ``timeout_s`` bounds each runner process's life (with several models: the whole session).
+    Raises UsageError for bad settings or inputs the model rejects, BenchError when a runner
+    fails or times out.
+    """
+    models = [resolve_model(p) for p in _as_list(paths)]
+    _check_settings(threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time_s,
+                    max_runs=max_runs, batch=batch, block_size=block_size, timeout_s=timeout_s)
+    shape_args = _shape_args(shapes)
+    if input_file is not None:
+        if shape_args:
+            raise UsageError("give input shapes or an input file, not both (the arrays carry their shapes)")
+        if not Path(input_file).is_file():
+            raise InputFileError(f"input file not found: {input_file}")
+    tgt = load_target(target) if isinstance(target, (str, os.PathLike)) else target
+    n_threads, notes = resolve_threads(threads, tgt)
+    progress = progress or (lambda index, runs: None)
+
+    common = [
+        "--threads", str(n_threads), "--warmup", str(warmup), "--min-runs", str(min_runs),
+        "--min-time", repr(float(min_time_s)), "--max-runs", str(max_runs), "--batch", str(batch),
+    ]
+    for text in shape_args:
+        common += ["--shape", text]
+    if input_file is not None:
+        common += ["--input", str(input_file)]
+    if tgt is not None:
+        common += ["--target", tgt.name]
+    argvs = [_runner_argv(m, common, tgt) for m in models]
+    env = {**os.environ, "OMP_NUM_THREADS": str(n_threads)}
+
+    if len(models) == 1:
+        progress(0, 0)
+        results = [_run_plain(models[0], argvs[0], env, timeout_s)]
+        progress(0, results[0].timing.runs)
+    else:
+        results = _run_interleaved(models, argvs, env, min_runs=min_runs, min_time_s=min_time_s,
+                                   max_runs=max_runs, block_size=block_size, timeout_s=timeout_s,
+                                   progress=progress)
+        others = len(models) - 1
+        notes = notes + [f"interleaved with {others} other model{'s' if others > 1 else ''} in blocks of {block_size} calls"]
+    return [replace(r, notes=tuple(notes) + r.notes) for r in results]
+
+
+def resolve_model(path: str | os.PathLike) -> BenchModel:
+    """A model file (checked against its manifest when it has one) or an artifact folder's one model."""
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"model not found: {path}")
+    entry = None
+    if path.is_dir():
+        folder, _, entry = model_file_for(path)
+        path = folder / entry.path
+    elif (path.parent / MANIFEST_NAME).is_file():
+        folder, manifest = load_manifest(path)  # verifies every listed file's checksum
+        entry = next((f for f in manifest.files if (folder / f.path).resolve() == path.resolve()), None)
+    if entry is not None and entry.format == "checkpoint":
+        raise UsageError(f"{path} is a training checkpoint, not a runnable model; export it first")
+    if entry is not None:
+        return BenchModel(path, entry.format, entry)
+    try:
+        return BenchModel(path, _runner.detect_format(path, None, None))
+    except _runner.RunnerUsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def resolve_threads(threads: int | None, target: Target | None) -> tuple[int, list[str]]:
+    """(threads to use, notes). Explicit wins; a target's count is capped at this host's cores."""
+    host = _runner.usable_cores()
+    if threads is not None:
+        if threads > host:
+            return threads, [f"{threads} threads asked for on a host with {host} usable cores"]
+        return threads, []
+    if target is not None:
+        if target.threads > host:
+            return host, [f"threads capped at this host's {host} usable cores (target {target.name} uses {target.threads})"]
+        return target.threads, []
+    return host, []
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_list(paths) -> list:
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise UsageError("no models to benchmark")
+    return items
+
+
+def _check_settings(**values) -> None:
+    minimum = {"threads": 1, "warmup": 0, "min_runs": 1, "max_runs": 1, "batch": 1, "block_size": 1}
+    for name, low in minimum.items():
+        value = values[name]
+        if value is None and name == "threads":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise UsageError(f"{name.replace('_', '-')} must be an integer of at least {low}, got {value!r}")
+    for name in ("min_time_s", "timeout_s"):
+        value = values[name]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise UsageError(f"{name.replace('_', '-')} must be a number of seconds, 0 or more, got {value!r}")
+    if values["timeout_s"] == 0:
+        raise UsageError("timeout-s must be more than 0")
+    if values["max_runs"] < values["min_runs"]:
+        raise UsageError(f"max-runs ({values['max_runs']}) must be at least min-runs ({values['min_runs']})")
+
+
+def _shape_args(shapes: Mapping[str, Sequence[int]] | None) -> list[str]:
+    out = []
+    for name, dims in (shapes or {}).items():
+        try:
+            dims = [int(d) for d in dims]
+        except (TypeError, ValueError):
+            raise UsageError(f"shape of input {name!r} must be a list of integers, got {dims!r}") from None
+        if not name or not dims or any(d <= 0 for d in dims):
+            raise UsageError(f"shape of input {name!r} must be positive dimensions, got {dims!r}")
+        out.append(f"{name}={'x'.join(str(d) for d in dims)}")
+    return out
+
+
+def _runner_argv(model: BenchModel, common: list[str], target: Target | None) -> list[str]:
+    # -P: do not put edgekit/bench on the runner's sys.path (it must see only what a device has).
+    argv = [sys.executable, "-P", str(RUNNER_PATH), str(model.path), "--format", model.format, *common]
+    if model.format == "torchscript" and target is not None:
+        details = model.entry.details if model.entry else {}
+        quantized = model.entry is None or model.entry.precision == "int8"
+        if quantized and not details.get("quantized_engine"):
+            argv += ["--engine", target.quantized_engine]  # the manifest's engine, when set, stays in charge
+    return argv
+
+
+def _failure(model: BenchModel, returncode: int, stderr: str) -> EdgekitError:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if lines:
+        last = lines[-1].removeprefix("Error: ")
+    else:
+        last = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    if returncode == _runner.EXIT_USAGE:
+        return UsageError(f"{model.path}: {last}")
+    return BenchError(f"benchmark of {model.path} failed: {last}")
+
+
+def _to_result(model: BenchModel, raw) -> BenchResult:
+    try:
+        return from_document(raw, f"runner output for {model.path}")[0]
+    except InputFileError as exc:
+        raise BenchError(str(exc)) from None
+
+
+def _run_plain(model: BenchModel, argv: list[str], env: dict, timeout_s: float) -> BenchResult:
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:  # run() has killed the runner
+        raise BenchError(f"benchmark of {model.path} timed out after {timeout_s:g} s; the runner was stopped") from None
+    except OSError as exc:
+        raise BenchError(f"cannot start the benchmark runner: {exc}") from None
+    if proc.returncode != 0:
+        raise _failure(model, proc.returncode, proc.stderr)
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise BenchError(f"benchmark of {model.path}: the runner wrote no valid JSON") from None
+    return _to_result(model, doc)
+
+
+class _Served:
+    """One runner in ``--serve`` mode, spoken to in JSON lines (protocol: runner.py docstring)."""
+
+    def __init__(self, model: BenchModel, argv: list[str], env: dict, timeout_s: float):
+        self.model, self.timeout_s = model, timeout_s
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
+        except OSError as exc:
+            raise BenchError(f"cannot start the benchmark runner: {exc}") from None
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: collections.deque = collections.deque(maxlen=50)
+        self.readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put, True), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append, False), daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _pump(stream, sink, mark_end: bool) -> None:
+        for line in stream:
+            sink(line)
+        if mark_end:
+            sink(None)
+
+    def ask(self, command: dict | None, deadline: float) -> dict:
+        """Send ``command`` (None: just read the next line) and return the runner's reply."""
+        if command is not None:
+            try:
+                self.proc.stdin.write(json.dumps(command) + "\n")
+                self.proc.stdin.flush()
+            except OSError:
+                raise self._died() from None
+        try:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise BenchError(f"benchmark of {self.model.path} timed out after {self.timeout_s:g} s; the runners were stopped") from None
+        if line is None:
+            raise self._died()
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            raise BenchError(f"benchmark of {self.model.path}: unexpected runner output {line.strip()[:80]!r}") from None
+        if not isinstance(reply, dict) or reply.get("ok") is False:
+            error = reply.get("error") if isinstance(reply, dict) else reply
+            raise BenchError(f"benchmark of {self.model.path} failed: {error}")
+        return reply
+
+    def _died(self) -> EdgekitError:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.readers[1].join(timeout=5)
+        return _failure(self.model, code, "".join(self.stderr))
+
+    def close(self, kill: bool) -> None:
+        """Stop the runner: end of input lets it exit by itself; ``kill`` does not wait."""
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for reader in self.readers:
+            reader.join(timeout=5)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
+
+
+def _run_interleaved(models, argvs, env, *, min_runs, min_time_s, max_runs, block_size, timeout_s,
+                     progress: Progress) -> list[BenchResult]:
+    deadline = time.monotonic() + timeout_s
+    min_ns = min_time_s * 1e9
+    served: list[_Served] = []
+    finished = False
+    try:
+        for index, (model, argv) in enumerate(zip(models, argvs)):
+            runner = _Served(model, [*argv, "--serve"], env, timeout_s)  # loads one at a time: load times stay clean
+            served.append(runner)
+            if runner.ask(None, deadline).get("event") != "ready":
+                raise BenchError(f"benchmark of {model.path}: the runner did not report ready")
+            progress(index, 0)
+        runs, total = [0] * len(served), [0] * len(served)
+        done = [False] * len(served)
+        while not all(done):
+            for index, runner in enumerate(served):
+                if done[index]:
+                    continue
+                block = runner.ask({"cmd": "run", "n": min(block_size, max_runs - runs[index])}, deadline)
+                samples = block.get("ns")
+                if not isinstance(samples, list) or not samples:
+                    raise BenchError(f"benchmark of {runner.model.path}: the runner sent no timings")
+                runs[index] += len(samples)
+                total[index] += sum(samples)
+                done[index] = runs[index] >= max_runs or (runs[index] >= min_runs and total[index] >= min_ns)
+                progress(index, runs[index])
+        raws = [runner.ask({"cmd": "finish"}, deadline).get("result") for runner in served]
+        finished = True
+    finally:
+        for runner in served:
+            runner.close(kill=not finished)
+    return [_to_result(m, {"schema": _runner.BENCH_SCHEMA, "schema_version": _runner.BENCH_SCHEMA_VERSION,
+                           "results": [raw]}) for m, raw in zip(models, raws)]

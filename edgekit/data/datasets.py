@@ -1,0 +1,43 @@
+"""Datasets by name, so a manifest's ``task.dataset`` leads back to its held-out split."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from edgekit.errors import unknown_name
+
+
+def _digits(split: str):
+    from edgekit.data import digits
+
+    return digits.load_split(split)
+
+
+def _pydoc_topics(split: str):
+    from edgekit.data import text
+
+    return text.topic_split(split)
+
+
+def _pydoc_text(split: str):
+    from edgekit.data import text
+
+    return text.lm_windows(split)
+
+
+_LOADERS: dict[str, Callable] = {
+    "digits": _digits,
+    "pydoc-topics": _pydoc_topics,  # classification: inputs (N, 64) token ids, labels (N,)
+    "pydoc-text": _pydoc_text,  # language modelling: inputs (N, 128) token ids, labels = next tokens
+}
+
+
+def dataset_names() -> list[str]:
+    return sorted(_LOADERS)
+
+
+def load_split(dataset: str, split: str):
+    """An ``ArraySplit`` (inputs, labels) of a named dataset."""
+    if dataset not in _LOADERS:
+        raise unknown_name("dataset", dataset, _LOADERS)
+    return _LOADERS[dataset](split)

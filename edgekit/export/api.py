@@ -1,0 +1,142 @@
+"""``export``: checkpoint or quantized artifact -> verified TorchScript / ONNX files with provenance."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from edgekit.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
+from edgekit.errors import UsageError
+from edgekit.fileio import atomic_dir
+from edgekit.targets import Target, load_target
+
+FORMATS = ("torchscript", "onnx")
+FILE_NAMES = {"torchscript": "model.pt", "onnx": "model.onnx"}
+
+
+def export(
+    source: str | Path,
+    out: str | Path,
+    formats: tuple[str, ...] = FORMATS,
+    target: str | Target | None = None,
+    opset: int | None = None,
+    onnx_route: str = "torchscript",
+) -> tuple[Path, Manifest]:
+    """Export ``formats`` from an artifact into ``out``; every file is reloaded and checked."""
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(FORMATS)}")
+    if not formats:
+        raise UsageError("no format given; choose from: torchscript, onnx")
+    folder, manifest = load_manifest(source)
+    if manifest.kind == "export":
+        raise UsageError(f"{folder} is already an export; export a checkpoint or quantized artifact")
+    target_name = target.name if isinstance(target, Target) else target or manifest.target or "rpi4"
+    target = target if isinstance(target, Target) else load_target(target_name)
+    opset = opset or target.onnx_opset
+
+    with atomic_dir(out) as work:
+        if manifest.kind == "checkpoint":
+            files = _export_float(folder, manifest, work, formats, target, opset, onnx_route)
+        else:
+            files = _export_quantized(folder, manifest, work, formats, target)
+        result = Manifest(
+            kind="export",
+            model=manifest.model,
+            inputs=manifest.inputs,
+            outputs=manifest.outputs,
+            files=tuple(files),
+            task=manifest.task,
+            quantization=manifest.quantization,
+            metrics=manifest.metrics,
+            parent=parent_ref(folder, manifest),
+            target=target.name,
+        )
+        result = finalize(result, work)
+    return Path(out), result
+
+
+def _provenance(manifest: Manifest, target: Target, **extra) -> dict:
+    from edgekit import __version__
+
+    return {
+        "edgekit_version": __version__,
+        "model": manifest.model["name"],
+        "target": target.name,
+        "recipe": (manifest.quantization or {}).get("method", "fp32"),
+        "inputs": [spec.to_dict() for spec in manifest.inputs],
+        **extra,
+    }
+
+
+def _export_float(folder, manifest, work, formats, target, opset, route) -> list[ModelFile]:
+    from edgekit.evaluation import task_accuracy
+    from edgekit.export import onnx_export, torchscript_backend
+    from edgekit.export.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
+    from edgekit.export.verify import check_parity, predictor_for
+    from edgekit.train.checkpoint import load_model_from_artifact
+
+    model = load_model_from_artifact(folder, manifest)
+    write_reference(work / REFERENCE_FILE, model, manifest.inputs, manifest.task)
+    cases = read_reference(work / REFERENCE_FILE)
+    examples = example_tensors(manifest.inputs)
+    float_accuracy = manifest.metrics.get("accuracy")
+    files = []
+    for fmt in formats:
+        path = work / FILE_NAMES[fmt]
+        if fmt == "torchscript":
+            details = {"variant": "fp32-torchscript", "torchscript_mode": "trace+freeze"}
+            torchscript_backend.save(
+                torchscript_backend.trace(model, examples), path, _provenance(manifest, target, **details)
+            )
+        else:
+            details = {"variant": "fp32-onnx", "onnx_exporter": route, "opset": opset}
+            onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route)
+            onnx_export.add_metadata(path, _provenance(manifest, target, **details))
+            onnx_export.check_model(path)
+        predict = predictor_for(path, fmt, details)
+        parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")
+        metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
+        files.append(describe_file(work, path.name, fmt, precision="fp32", metrics=metrics, details=details))
+    return files
+
+
+def _export_quantized(folder, manifest, work, formats, target) -> list[ModelFile]:
+    from edgekit.errors import ParityError
+    from edgekit.evaluation import task_accuracy
+    from edgekit.export import onnx_export, torchscript_backend
+    from edgekit.export.reference import REFERENCE_FILE, read_reference
+    from edgekit.export.verify import check_parity, predictor_for
+
+    if manifest.target and manifest.target != target.name:
+        raise UsageError(
+            f"{folder} was quantized for target {manifest.target!r}, not {target.name!r}; "
+            "quantize again for this target"
+        )
+    shutil.copyfile(folder / REFERENCE_FILE, work / REFERENCE_FILE)
+    cases = read_reference(work / REFERENCE_FILE)
+    files = []
+    for fmt in formats:
+        entry = manifest.file(fmt)
+        path = work / FILE_NAMES[fmt]
+        details = dict(entry.details)
+        provenance = _provenance(manifest, target, **details)
+        if fmt == "onnx":
+            shutil.copyfile(folder / entry.path, path)
+            onnx_export.add_metadata(path, provenance)
+            onnx_export.check_model(path)
+        else:
+            engine = details.get("quantized_engine")
+            module = torchscript_backend.load_torchscript(folder / entry.path, engine)
+            torchscript_backend.save(module, path, provenance)
+        predict = predictor_for(path, fmt, details)
+        parity = check_parity(predict, cases, "int8", f"int8 {fmt} export")
+        accuracy = task_accuracy(manifest.task, predict)
+        recorded = entry.metrics.get("accuracy")
+        if recorded is not None and accuracy is not None and abs(accuracy - recorded) > 1e-9:
+            raise ParityError(
+                f"int8 {fmt} export: accuracy {accuracy:.4f} differs from the {recorded:.4f} recorded at quantization"
+            )
+        metrics = {**entry.metrics, "accuracy": accuracy, "parity": parity}
+        files.append(describe_file(work, path.name, fmt, precision="int8", metrics=metrics, details=details))
+    return files

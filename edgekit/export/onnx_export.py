@@ -1,0 +1,106 @@
+"""Float model -> ONNX, with dynamic axes and provenance in ``metadata_props``.
+
+Two exporter routes exist in torch: the TorchScript-based one (``dynamo=False``) and the
+torch.export-based one (``dynamo=True``). The TorchScript route is the default here: it is fast,
+keeps LSTM weights as plain initializers that ONNX Runtime's quantizer can reach, and handles the
+zoo models; the route used is recorded in the artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+from edgekit.artifacts import InputSpec
+from edgekit.errors import UsageError
+
+ROUTES = ("torchscript", "dynamo")
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def export_onnx(
+    model,
+    example_inputs: tuple,
+    inputs: tuple[InputSpec, ...],
+    outputs: tuple[str, ...],
+    path: Path,
+    opset: int,
+    route: str = "torchscript",
+) -> None:
+    import torch
+
+    if route not in ROUTES:
+        raise UsageError(f"unknown ONNX exporter route {route!r}; choose one of: {', '.join(ROUTES)}")
+    names = [spec.name for spec in inputs]
+    with quiet(), torch.no_grad():
+        if route == "torchscript":
+            dynamic_axes = {spec.name: dict(spec.dynamic_axes) for spec in inputs if spec.dynamic_axes}
+            for out in outputs:
+                dynamic_axes[out] = {0: "batch"}
+            torch.onnx.export(
+                model.eval(),
+                example_inputs,
+                str(path),
+                input_names=names,
+                output_names=list(outputs),
+                dynamic_axes=dynamic_axes,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        else:
+            dims = {}
+            for spec in inputs:
+                dims[spec.name] = {axis: torch.export.Dim(label) for axis, label in spec.dynamic_axes.items()}
+            program = torch.onnx.export(
+                model.eval(),
+                example_inputs,
+                input_names=names,
+                output_names=list(outputs),
+                dynamic_shapes=dims,
+                opset_version=opset,
+                dynamo=True,
+            )
+            program.save(str(path))
+
+
+def add_metadata(path: Path, provenance: dict) -> None:
+    """Embed provenance in the model's metadata_props (rewrites the file in place)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    stamp_metadata(model, provenance)
+    onnx.save(model, str(path))
+
+
+def stamp_metadata(model, provenance: dict) -> None:
+    existing = {prop.key: prop for prop in model.metadata_props}
+    for key, value in provenance.items():
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        prop = existing.get(f"edgekit.{key}")
+        if prop is None:
+            prop = model.metadata_props.add()
+            prop.key = f"edgekit.{key}"
+        prop.value = text
+
+
+def check_model(path: Path) -> None:
+    """onnx.checker and shape inference must pass on every exported model."""
+    import onnx
+
+    from edgekit.errors import InputFileError
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        raise InputFileError(f"{path} fails the ONNX checker: {str(exc).splitlines()[0]}") from None

@@ -1,0 +1,87 @@
+"""Fixed inputs and the float model's outputs on them: the yardstick every artifact is held to.
+
+Stored beside each exported model as ``reference.npz`` so parity can be re-checked anywhere
+(another machine, the device bundle, an emulated board) without the float model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.artifacts import InputSpec
+from edgekit.fileio import atomic_path
+
+REFERENCE_FILE = "reference.npz"
+BATCH_SIZES = (1, 7)  # two sizes, so a dynamic batch axis is really exercised
+SEED = 1234
+
+
+def fixed_inputs(specs: tuple[InputSpec, ...], batch: int, task: dict | None = None) -> dict[str, np.ndarray]:
+    """Deterministic inputs: held-out samples when the task has a dataset, else seeded random data."""
+    task = task or {}
+    if task.get("type") == "classification" and task.get("dataset") and len(specs) == 1:
+        from edgekit.data.datasets import load_split
+
+        data = load_split(task["dataset"], "test").inputs
+        if len(data) >= batch:
+            return {specs[0].name: np.ascontiguousarray(data[:batch])}
+    rng = np.random.default_rng(SEED + batch)
+    arrays = {}
+    for spec in specs:
+        shape = spec.concrete_shape(batch=batch, sequence=16)
+        if np.dtype(spec.dtype).kind in "iu":
+            low, high = spec.value_range or (0, 2)
+            arrays[spec.name] = rng.integers(int(low), int(high), size=shape).astype(spec.dtype)
+        else:
+            arrays[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+    return arrays
+
+
+def example_tensors(specs: tuple[InputSpec, ...], batch: int = 2) -> tuple:
+    import torch
+
+    return tuple(torch.from_numpy(a) for a in fixed_inputs(specs, batch).values())
+
+
+def float_outputs(model, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        out = model(*(torch.from_numpy(a) for a in inputs.values()))
+    return (out[0] if isinstance(out, (tuple, list)) else out).float().numpy()
+
+
+def write_reference(path: Path, model, specs: tuple[InputSpec, ...], task: dict) -> None:
+    arrays = {}
+    for batch in BATCH_SIZES:
+        inputs = fixed_inputs(specs, batch, task)
+        for name, value in inputs.items():
+            arrays[f"b{batch}/input/{name}"] = value
+        arrays[f"b{batch}/output"] = float_outputs(model, inputs)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+
+def read_reference(path: Path) -> dict[int, tuple[dict[str, np.ndarray], np.ndarray]]:
+    """{batch: (inputs by name, float outputs)}."""
+    from edgekit.errors import InputFileError
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            items = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise InputFileError(f"cannot read reference data {path}: {exc}") from None
+    cases: dict[int, tuple[dict, np.ndarray]] = {}
+    for key, value in items.items():
+        batch_text, kind, *rest = key.split("/")
+        batch = int(batch_text[1:])
+        inputs, output = cases.get(batch, ({}, None))
+        if kind == "input":
+            inputs[rest[0]] = value
+        else:
+            output = value
+        cases[batch] = (inputs, output)
+    return cases

@@ -1,0 +1,77 @@
+"""The one module that talks to ``torch.jit`` (deprecated in favour of torch.export).
+
+Trace/freeze/save/load live here so a torch.export/ExecuTorch backend can replace them later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+PROVENANCE_KEY = "edgekit.json"
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            from torch.jit import TracerWarning
+
+            warnings.simplefilter("ignore", TracerWarning)
+        except ImportError:  # pragma: no cover - older/newer torch
+            pass
+        yield
+
+
+def trace(model, example_inputs: tuple, freeze: bool = True):
+    import torch
+
+    with quiet(), torch.no_grad():
+        traced = torch.jit.trace(model.eval(), example_inputs, check_trace=False)
+        return torch.jit.freeze(traced) if freeze else traced
+
+
+def script(model, freeze: bool = True):
+    import torch
+
+    with quiet():
+        scripted = torch.jit.script(model.eval())
+        return torch.jit.freeze(scripted) if freeze else scripted
+
+
+def save(module, path: Path, provenance: dict) -> None:
+    import torch
+
+    with quiet():
+        torch.jit.save(module, str(path), _extra_files={PROVENANCE_KEY: json.dumps(provenance, sort_keys=True)})
+
+
+def load_torchscript(path, engine: str | None = None):
+    """Load a TorchScript file on CPU; ``engine`` must be set before int8 weights are unpacked."""
+    import torch
+
+    from edgekit.errors import InputFileError
+
+    if engine:
+        torch.backends.quantized.engine = engine
+    try:
+        with quiet():
+            module = torch.jit.load(str(path), map_location="cpu")
+    except (RuntimeError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(f"{path} is not a loadable TorchScript model ({first})") from None
+    return module.eval()
+
+
+def read_provenance(path) -> dict:
+    import torch
+
+    extra = {PROVENANCE_KEY: ""}
+    with quiet():
+        torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+    return json.loads(extra[PROVENANCE_KEY] or "{}")

@@ -1,0 +1,404 @@
+"""Evaluate bench results against budgets (and optionally a baseline): pure functions, no I/O.
+
+Rules, in one place:
+
+* A check **passes** when ``measured <= limit`` (with a 1e-9 relative tolerance, so float
+  round-off at exactly the limit, e.g. an accuracy drop of 1.0000000000000009 pt against 1 pt,
+  does not fail).
+* A check is **skipped** when it cannot be measured: an accuracy-drop budget for a result with
+  no recorded accuracy (or float accuracy), a regression check for a result with no baseline
+  match. A skipped check does not fail the gate, but it is never reported as passed: every
+  report shows it as "skipped" with the reason, and counts it apart.
+* A measured value that is not a finite number, or an accuracy outside 0..1, **fails**.
+* **Regression gate** (``baseline`` + ``max_regression``): results are matched to baseline results
+  by variant when both record one, else by model file name. ``regression = (p50_new - p50_base)
+  / p50_base``. The check fails only when the regression is above ``max_regression`` *and* the
+  difference is larger than the measurement noise: ``p50_new - p50_base > 3 * sqrt(se_new**2 +
+  se_base**2)``, where each run's standard error of the median is ``se = 1.2533 * sigma /
+  sqrt(runs)`` and ``sigma = min(std, (p90 - p50) / 1.2816)`` (two estimates of per-inference
+  jitter; taking the smaller keeps a few outliers, which inflate std, or a long tail, which
+  inflates p90, from widening the band). A regression above the limit but inside the band is
+  reported as passing "within noise". Getting faster always passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from edgekit.errors import UsageError
+from edgekit.gates.budgets import (
+    NO_BUDGET_HELP,
+    Budget,
+    Budgets,
+    parse_regression,
+    resolve_budgets,
+    result_names,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import os
+
+    from edgekit.bench.result import BenchResult, Timing
+    from edgekit.targets import Target
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+STATUSES = (PASS, FAIL, SKIP)
+REGRESSION_METRIC = "p50_regression"
+REGRESSION_LABEL = "p50 regression"
+
+REL_TOL = 1e-9
+NOISE_K = 3.0
+Z90 = 1.2815515655446004  # p90 of the standard normal: p90 - p50 = 1.2816 sigma
+MEDIAN_SE = math.sqrt(math.pi / 2)  # standard error of a sample median = 1.2533 sigma / sqrt(n)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """The result a group of checks belongs to."""
+
+    name: str  # unique display name: variant, else file name (with " #2" on a clash)
+    path: str
+    variant: str
+    format: str
+    precision: str
+    target: str | None
+    mode: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """One (result, budget) comparison. ``measured`` and ``limit`` are in ``unit``."""
+
+    model: str
+    metric: str  # size | p50 | p99 | peak_rss | accuracy_drop | p50_regression
+    label: str
+    measured: float | None
+    limit: float | None
+    unit: str
+    status: str  # pass | fail | skip
+    source: str
+    message: str
+    detail: str = ""  # short qualifier shown next to the status: "within noise", "no accuracy recorded"
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"check status {self.status!r}; allowed: {', '.join(STATUSES)}")
+
+    @property
+    def passed(self) -> bool:
+        """Verified to be within budget (a skipped check is not)."""
+        return self.status == PASS
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIP
+
+
+@dataclass(frozen=True)
+class GateReport:
+    checks: tuple[Check, ...]
+    models: tuple[ModelRef, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """True when no check failed (skipped checks do not fail the gate)."""
+        return not any(c.failed for c in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.failed)
+
+    @property
+    def skipped(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.skipped)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "checks": len(self.checks),
+            "passed": sum(c.passed for c in self.checks),
+            "failed": sum(c.failed for c in self.checks),
+            "skipped": sum(c.skipped for c in self.checks),
+        }
+
+    def checks_for(self, model: str) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.model == model)
+
+
+# -- formatting shared with the reports -------------------------------------------------------------
+
+
+def fmt_number(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    size = abs(value)
+    if size == 0:
+        return "0"
+    if size >= 100:
+        return f"{value:.1f}"
+    if size >= 0.1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def fmt_value(value: float | None, unit: str, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    text = fmt_number(value)
+    if signed and math.isfinite(value) and value > 0:
+        text = "+" + text
+    return f"{text}%" if unit == "%" else f"{text} {unit}"
+
+
+def fmt_limit(check: Check) -> str:
+    if check.limit is None:
+        return "—"
+    return "≤ " + fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
+
+
+def fmt_measured(check: Check) -> str:
+    return fmt_value(check.measured, check.unit, signed=check.metric == REGRESSION_METRIC)
+
+
+def _within(measured: float, limit: float) -> bool:
+    return measured <= limit + REL_TOL * max(abs(limit), 1.0)
+
+
+# -- budgets ----------------------------------------------------------------------------------------
+
+
+def model_names(results: Iterable["BenchResult"]) -> list[str]:
+    """One unique display name per result: variant, else model file name; clashes get " #2", ..."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for i, r in enumerate(results):
+        base = r.model.variant or PurePath(r.model.path.replace("\\", "/")).name or f"result {i + 1}"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base} #{seen[base]}")
+    return names
+
+
+def _accuracy_measure(result: "BenchResult", unit: str) -> tuple[float | None, str, str]:
+    """(drop in ``unit`` or None, skip reason / failure text, context) for an accuracy budget."""
+    acc, ref = result.model.accuracy, result.model.float_accuracy
+    if acc is None:
+        return None, "no accuracy recorded", ""
+    if ref is None:
+        return None, "no float accuracy recorded", ""
+    for value in (acc, ref):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+            return math.nan, f"accuracy {acc!r} / float accuracy {ref!r} are not fractions in 0..1", ""
+    context = f"accuracy {acc * 100:.2f}% vs float {ref * 100:.2f}%"
+    if unit == "pt":
+        return (ref - acc) * 100.0, "", context
+    if ref == 0:
+        return None, "float accuracy is 0; a relative drop is undefined", context
+    return (ref - acc) / ref * 100.0, "", context
+
+
+def check_budget(name: str, result: "BenchResult", budget: Budget) -> Check:
+    """Compare one result with one budget."""
+    label = budget.spec.label + (" (relative)" if budget.metric == "accuracy_drop" and budget.unit == "%" else "")
+    context = problem = ""
+    if budget.metric == "accuracy_drop":
+        measured, problem, context = _accuracy_measure(result, budget.unit)
+    else:
+        measured = {
+            "size": lambda: result.size_mb,
+            "p50": lambda: result.timing.p50,
+            "p99": lambda: result.timing.p99,
+            "peak_rss": lambda: result.memory.peak_rss,
+        }[budget.metric]()
+
+    def make(status: str, message: str, detail: str = "", value: float | None = measured) -> Check:
+        return Check(name, budget.metric, label, value, budget.limit, budget.unit, status, budget.source, message, detail)
+
+    limit_text = fmt_value(budget.limit, budget.unit)
+    if measured is None:
+        return make(SKIP, f"skipped ({problem})", problem)
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not math.isfinite(measured):
+        reason = problem or f"measured {label} is {measured!r}, not a finite number"
+        return make(FAIL, reason, "not measurable", value=None)
+    measured = float(measured)
+    shown = fmt_value(measured, budget.unit)
+    suffix = f" ({context})" if context else ""
+    if _within(measured, budget.limit):
+        return make(PASS, f"{label} {shown} ≤ {limit_text}{suffix}", value=measured)
+    over = measured - budget.limit
+    share = f", {over / budget.limit * 100:.1f}% over" if budget.limit > 0 else ""
+    return make(
+        FAIL,
+        f"{label} {shown} > {limit_text} (by {fmt_value(over, budget.unit)}{share}){suffix}",
+        value=measured,
+    )
+
+
+# -- regression -------------------------------------------------------------------------------------
+
+
+def match_baseline(result: "BenchResult", baseline: Iterable["BenchResult"]) -> "BenchResult | None":
+    """The baseline result for ``result``: same variant when both record one, else same file name."""
+    name = PurePath(result.model.path.replace("\\", "/")).name
+    for base in baseline:
+        if result.model.variant and base.model.variant:
+            if result.model.variant == base.model.variant:
+                return base
+        elif name and PurePath(base.model.path.replace("\\", "/")).name == name:
+            return base
+    return None
+
+
+def timing_sigma(timing: "Timing") -> float:
+    """Per-inference jitter of one run: min(std, (p90 - p50) / 1.2816), never negative."""
+    robust = max(timing.p90 - timing.p50, 0.0) / Z90
+    return max(min(timing.std, robust), 0.0)
+
+
+def noise_band(new: "Timing", base: "Timing", k: float = NOISE_K) -> float:
+    """Milliseconds: a p50 difference up to this is indistinguishable from run-to-run noise."""
+    se_new = MEDIAN_SE * timing_sigma(new) / math.sqrt(max(new.runs, 1))
+    se_base = MEDIAN_SE * timing_sigma(base) / math.sqrt(max(base.runs, 1))
+    return k * math.hypot(se_new, se_base)
+
+
+def check_regression(
+    name: str, result: "BenchResult", base: "BenchResult | None", max_regression: float, source: str = "baseline"
+) -> Check:
+    limit = max_regression * 100.0
+
+    def make(status: str, message: str, detail: str = "", measured: float | None = None) -> Check:
+        return Check(name, REGRESSION_METRIC, REGRESSION_LABEL, measured, limit, "%", status, source, message, detail)
+
+    if base is None:
+        return make(SKIP, f"skipped (no result for {name!r} in the baseline)", "no baseline match")
+    new_p50, base_p50 = result.timing.p50, base.timing.p50
+    values = (new_p50, base_p50, result.timing.std, base.timing.std, result.timing.p90, base.timing.p90)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        return make(FAIL, f"p50 {new_p50!r} / baseline p50 {base_p50!r} timings are not finite numbers", "not measurable")
+    if base_p50 <= 0:
+        return make(SKIP, f"skipped (baseline p50 is {base_p50!r} ms; a relative change is undefined)", "baseline p50 is 0")
+    delta = new_p50 - base_p50
+    regression = delta / base_p50 * 100.0
+    band = noise_band(result.timing, base.timing)
+    head = (
+        f"p50 {fmt_value(new_p50, 'ms')} vs {fmt_value(base_p50, 'ms')} in the baseline: "
+        f"{fmt_value(regression, '%', signed=True)} (limit {fmt_value(limit, '%', signed=True)}, noise ±{fmt_value(band, 'ms')})"
+    )
+    if _within(regression, limit):
+        return make(PASS, head + ("; faster than the baseline" if delta < 0 else ""), measured=regression)
+    if delta <= band:
+        return make(PASS, head + "; within noise", "within noise", measured=regression)
+    return make(FAIL, head, measured=regression)
+
+
+# -- the gate ---------------------------------------------------------------------------------------
+
+
+def evaluate(
+    results: "list[BenchResult]",
+    budgets: Budgets | Iterable[Budget],
+    baseline: "list[BenchResult] | None" = None,
+    max_regression: float | str | None = None,
+    *,
+    baseline_source: str = "baseline",
+) -> GateReport:
+    """Check every result against the budgets in force for it (and the baseline, when given).
+
+    ``max_regression`` is a fraction (0.10) or a percentage string ("10%"); it and ``baseline``
+    come together. Raises UsageError when there is nothing to gate or nothing to gate against.
+    """
+    results = list(results)
+    if not results:
+        raise UsageError("no bench results to gate")
+    budgets = budgets if isinstance(budgets, Budgets) else Budgets(tuple(budgets))
+    if baseline is not None and max_regression is None:
+        raise UsageError("a baseline needs a regression limit: give --max-regression (e.g. 10%)")
+    if max_regression is not None and baseline is None:
+        raise UsageError("--max-regression needs a baseline bench result (--baseline main.json)")
+    regression = parse_regression(max_regression) if max_regression is not None else None
+    if not budgets and baseline is None:
+        raise UsageError(NO_BUDGET_HELP)
+
+    names = model_names(results)
+    checks: list[Check] = []
+    models: list[ModelRef] = []
+    notes: list[str] = []
+    used_scopes: set[str] = set()
+    targets = {b.source[len("target "):] for b in budgets if b.origin == "target"}
+    for name, result in zip(names, results):
+        model = result.model
+        models.append(ModelRef(name, model.path, model.variant, model.format, model.precision, result.target, result.mode))
+        aliases = result_names(model.path, model.variant)
+        used_scopes.update(a for a in aliases if a in budgets.scopes)
+        in_force = budgets.for_model(aliases)
+        if budgets and not in_force:
+            notes.append(f"no budget applies to {name}")
+        checks.extend(check_budget(name, result, budget) for budget in in_force)
+        if baseline is not None and regression is not None:
+            checks.append(check_regression(name, result, match_baseline(result, baseline), regression, baseline_source))
+        if result.target and targets and result.target not in targets:
+            notes.append(
+                f"{name} was measured for target {result.target} but is gated with the budgets of target "
+                f"{', '.join(sorted(targets))}"
+            )
+    for scope in budgets.scopes:
+        if scope not in used_scopes:
+            source = next(b.source for b in budgets if b.model == scope)
+            notes.append(f"{source} matches no result (results are named by variant, file name, stem or path)")
+    return GateReport(tuple(checks), tuple(models), tuple(notes))
+
+
+def gate_results(
+    results: "list[BenchResult]",
+    target: "str | os.PathLike | Target | None" = None,
+    overrides: Mapping[str, str | float | None] | None = None,
+    config_path: "str | os.PathLike | None" = None,
+    *,
+    baseline: "list[BenchResult] | None" = None,
+    max_regression: float | str | None = None,
+    search_dir: "str | os.PathLike | None" = None,
+) -> GateReport:
+    """Resolve budgets (flags/``overrides`` > project file > target) and evaluate ``results``.
+
+    ``overrides`` maps budget keys (``max_size_mb``, ...) to values as the CLI flags take them
+    (``"4MB"``, ``20``); ``None`` values are ignored. Without ``config_path`` the project file is
+    looked for in ``search_dir`` (default: the current directory). Does not raise on a failing
+    gate: check ``report.passed`` (or call ``raise_for_status``).
+    """
+    budgets = resolve_budgets(target, config_path, overrides, search_dir=search_dir)
+    return evaluate(results, budgets, baseline, max_regression)
+
+
+def raise_for_status(report: GateReport) -> GateReport:
+    """Raise GateFailed (exit code 3) when a check failed; return the report otherwise."""
+    from edgekit.errors import GateFailed
+    from edgekit.gates.report import verdict
+
+    if not report.passed:
+        raise GateFailed(verdict(report))
+    return report
+
+
+__all__ = [
+    "FAIL",
+    "PASS",
+    "SKIP",
+    "Check",
+    "GateReport",
+    "ModelRef",
+    "check_budget",
+    "check_regression",
+    "evaluate",
+    "gate_results",
+    "match_baseline",
+    "noise_band",
+    "raise_for_status",
+]

@@ -1,0 +1,206 @@
+"""``run_pipeline``: train -> quantize -> export -> bench -> gate, every stage through files on disk.
+
+Layout of the output folder::
+
+    checkpoint/                 float checkpoint artifact (edgekit train)
+    quantized/<method>/         int8 artifacts (edgekit quantize)
+    export/fp32/, export/int8-<method>/   verified model files (edgekit export)
+    bench.json                  bench document (one result per variant)
+    gate.json, gate.md, junit.xml
+    pipeline.json, pipeline.md  the summary table
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edgekit.errors import UsageError
+from edgekit.fileio import ensure_writable_dir, write_json, write_text
+
+Progress = Callable[[str], None]
+QUANT_METHODS = ("dynamic", "static")
+FORMATS = ("torchscript", "onnx")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    target: str = "rpi4"
+    model: str = "digits-cnn"
+    out: Path = Path("runs/pipeline")
+    epochs: int = 20
+    seed: int = 0
+    calib: Path = Path("calib_data/digits")
+    methods: tuple[str, ...] = QUANT_METHODS
+    formats: tuple[str, ...] = FORMATS
+    threads: int | None = None
+    warmup: int = 10
+    min_runs: int = 50
+    min_time_s: float = 0.5
+    batch: int = 1
+    budget_overrides: dict[str, str | float | None] = field(default_factory=dict)
+    config_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        for method in self.methods:
+            if method not in QUANT_METHODS:
+                raise UsageError(f"unknown method {method!r}; choose from: {', '.join(QUANT_METHODS)}")
+        for fmt in self.formats:
+            if fmt not in FORMATS:
+                raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(FORMATS)}")
+        if not self.formats:
+            raise UsageError("no format given; choose from: torchscript, onnx")
+        if "static" in self.methods and not Path(self.calib).exists():
+            raise UsageError(
+                f"calibration data {self.calib} not found (run from the edgekit checkout, or pass --calib)"
+            )
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    variant: str
+    format: str
+    path: str
+    size_bytes: int
+    accuracy: float | None
+    p50_ms: float
+    p99_ms: float
+    peak_rss_mb: float
+    gate: str  # pass | fail | skip
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    out: Path
+    rows: tuple[VariantRow, ...]
+    gate_report: object  # edgekit.gates.evaluate.GateReport
+    float_accuracy: float | None
+
+    @property
+    def passed(self) -> bool:
+        return self.gate_report.passed
+
+
+def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
+    from edgekit.bench.api import bench
+    from edgekit.bench.result import to_document
+    from edgekit.export.api import export
+    from edgekit.quantize.api import quantize
+    from edgekit.targets import load_target
+    from edgekit.train.config import TrainConfig
+    from edgekit.train.loop import train
+
+    say = progress or (lambda message: None)
+    target = load_target(config.target)
+    out = ensure_writable_dir(config.out)
+
+    say(f"train {config.model} ({config.epochs} epochs)")
+    checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed), out / "checkpoint")
+    say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
+
+    exports = []
+    say("export fp32")
+    exports.append(export(checkpoint, out / "export" / "fp32", config.formats, target))
+    for method in config.methods:
+        say(f"quantize int8 {method}")
+        options = {"calib": config.calib} if method == "static" else {}
+        quantized, _ = quantize(checkpoint, method, out / "quantized" / method, target, formats=config.formats, **options)
+        say(f"export int8 {method}")
+        exports.append(export(quantized, out / "export" / f"int8-{method}", config.formats, target))
+
+    model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
+    say(f"bench {len(model_paths)} variants on this machine (interleaved)")
+    results = bench(
+        model_paths,
+        target=target,
+        threads=config.threads,
+        warmup=config.warmup,
+        min_runs=config.min_runs,
+        min_time_s=config.min_time_s,
+        batch=config.batch,
+    )
+    write_json(out / "bench.json", to_document(results))
+
+    say(f"gate against {target.name} budgets")
+    report = _gate(results, target, config)
+    rows = _rows(exports, results, report)
+    result = PipelineResult(out, tuple(rows), report, trained.metrics.get("accuracy"))
+    _write_summary(result, config, target)
+    return result
+
+
+def _gate(results, target, config: PipelineConfig):
+    from edgekit.gates.evaluate import gate_results
+    from edgekit.gates.report import to_json, to_junit_xml, to_markdown
+
+    report = gate_results(results, target, config.budget_overrides, config.config_path)
+    write_json(config.out / "gate.json", to_json(report))
+    write_text(config.out / "gate.md", to_markdown(report))
+    write_text(config.out / "junit.xml", to_junit_xml(report))
+    return report
+
+
+def _rows(exports, results, report) -> list[VariantRow]:
+    rows = []
+    pairs = [(folder, entry) for folder, manifest in exports for entry in manifest.files]
+    for (folder, entry), res, ref in zip(pairs, results, report.models):
+        statuses = {c.status for c in report.checks_for(ref.name)}
+        gate = "fail" if "fail" in statuses else "pass" if "pass" in statuses else "skip"
+        rows.append(
+            VariantRow(
+                variant=entry.details.get("variant", entry.path),
+                format=entry.format,
+                path=str(folder / entry.path),
+                size_bytes=entry.bytes,
+                accuracy=entry.metrics.get("accuracy"),
+                p50_ms=res.timing.p50,
+                p99_ms=res.timing.p99,
+                peak_rss_mb=res.memory.peak_rss,
+                gate=gate,
+            )
+        )
+    return rows
+
+
+def summary_markdown(result: PipelineResult, target_name: str) -> str:
+    base = result.rows[0] if result.rows else None
+    lines = [
+        f"# edgekit pipeline: {target_name}",
+        "",
+        f"Float model test accuracy: {_pct(result.float_accuracy)}. Benchmarked on this machine; "
+        f"ratios are against `{base.variant if base else '-'}` from the same run.",
+        "",
+        "| variant | format | size | accuracy | p50 ms | p99 ms | peak RSS | gate |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in result.rows:
+        size_ratio = f" ({row.size_bytes / base.size_bytes:.2f}x)" if base else ""
+        p50_ratio = f" ({row.p50_ms / base.p50_ms:.2f}x)" if base and base.p50_ms > 0 else ""
+        lines.append(
+            f"| {row.variant} | {row.format} | {row.size_bytes / 1024:.1f} KB{size_ratio} | {_pct(row.accuracy)} "
+            f"| {row.p50_ms:.3f}{p50_ratio} | {row.p99_ms:.3f} | {row.peak_rss_mb:.0f} MB | {row.gate} |"
+        )
+    lines += ["", f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _write_summary(result: PipelineResult, config: PipelineConfig, target) -> None:
+    doc = {
+        "schema": "edgekit.pipeline",
+        "schema_version": 1,
+        "target": target.name,
+        "model": config.model,
+        "float_accuracy": result.float_accuracy,
+        "passed": result.passed,
+        "variants": [row.to_dict() for row in result.rows],
+    }
+    write_json(result.out / "pipeline.json", doc)
+    write_text(result.out / "pipeline.md", summary_markdown(result, target.name))

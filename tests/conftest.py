@@ -1,0 +1,42 @@
+"""Shared fixtures: a trained digits checkpoint and its quantized/exported artifacts, built once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CALIB_DIGITS = REPO / "calib_data" / "digits"
+
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+os.environ.setdefault("EDGEKIT_NO_PROGRESS", "1")
+
+
+@pytest.fixture(scope="session")
+def digits_checkpoint(tmp_path_factory) -> Path:
+    from edgekit.train.config import TrainConfig
+    from edgekit.train.loop import train
+
+    out = tmp_path_factory.mktemp("digits") / "checkpoint"
+    train(TrainConfig(epochs=8, seed=0), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def digits_static(digits_checkpoint, tmp_path_factory) -> Path:
+    from edgekit.quantize.api import quantize
+
+    out = tmp_path_factory.mktemp("digits-static") / "q"
+    quantize(digits_checkpoint, "static", out, "rpi4", calib=CALIB_DIGITS)
+    return out
+
+
+@pytest.fixture(scope="session")
+def digits_fp32_export(digits_checkpoint, tmp_path_factory) -> Path:
+    from edgekit.export.api import export
+
+    out = tmp_path_factory.mktemp("digits-export") / "fp32"
+    export(digits_checkpoint, out, target="rpi4")
+    return out

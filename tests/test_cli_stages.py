@@ -1,0 +1,83 @@
+"""train / quantize / export through the CLI, chained through files on disk, with exit codes."""
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli.app import app
+
+runner = CliRunner()
+
+
+def test_stages_chain_through_files(tmp_path):
+    from conftest import CALIB_DIGITS
+
+    ckpt, q, dist = tmp_path / "runs/digits", tmp_path / "runs/digits-int8", tmp_path / "dist"
+    result = runner.invoke(app, ["train", "--model", "digits-cnn", "--out", str(ckpt), "--epochs", "6"])
+    assert result.exit_code == 0, result.output
+    assert (ckpt / "checkpoint.pt").is_file() and (ckpt / "manifest.json").is_file()
+    result = runner.invoke(
+        app, ["quantize", str(ckpt), "--method", "static", "--calib", str(CALIB_DIGITS), "--target", "rpi4", "--out", str(q)]
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["export", str(q), "--format", "onnx,torchscript", "--out", str(dist)])
+    assert result.exit_code == 0, result.output
+    assert (dist / "model.onnx").is_file() and (dist / "model.pt").is_file()
+    assert "int8" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["train", "--model", "resnet9000", "--out", "{tmp}/x"], 2, "unknown model 'resnet9000'; choose one of: digits-cnn"),
+        (["train", "--epochs", "0", "--out", "{tmp}/x"], 2, "epochs must be a positive integer"),
+        (["quantize", "{tmp}/missing", "--out", "{tmp}/q"], 2, "artifact not found"),
+        (["quantize", "{ckpt}", "--method", "int3", "--out", "{tmp}/q"], 2, "unknown quantization method 'int3'"),
+        (["quantize", "{ckpt}", "--target", "rpi9", "--out", "{tmp}/q"], 2, "unknown target 'rpi9'"),
+        (["quantize", "{ckpt}", "--method", "static", "--calib", "{tmp}/nocalib", "--out", "{tmp}/q"], 2, "calibration data not found"),
+        (["export", "{ckpt}", "--format", "tflite", "--out", "{tmp}/d"], 2, "unknown format 'tflite'"),
+        (["export", "{ckpt}", "--out", "{blocked}/d"], 1, "cannot create output folder"),
+    ],
+)
+def test_bad_input_one_line_errors(digits_checkpoint, tmp_path, args, code, message):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    args = [a.format(tmp=tmp_path, ckpt=digits_checkpoint, blocked=blocked) for a in args]
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith("Error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "q").exists() and not (tmp_path / "d").exists()
+
+
+def test_debug_switch_shows_traceback(tmp_path):
+    result = runner.invoke(app, ["--debug", "quantize", str(tmp_path / "missing"), "--out", str(tmp_path / "q")])
+    assert result.exit_code == 2 and "Traceback" in result.stderr
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_import_and_help_stay_light():
+    heavy = _run(
+        "import sys, edgekit; from edgekit.cli.app import app;"
+        "print(' '.join(m for m in ('torch', 'onnxruntime', 'onnx', 'numpy') if m in sys.modules))"
+    )
+    assert heavy.strip() == ""
+    proc = subprocess.run([sys.executable, "-m", "edgekit", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "pipeline" in proc.stdout and "quantize" in proc.stdout
+    heavy = _run(
+        "import sys; sys.argv=['edgekit', '--help'];\n"
+        "from edgekit.cli.app import app\n"
+        "try: app()\nexcept SystemExit: pass\n"
+        "print('LOADED', ' '.join(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
+    )
+    assert heavy.strip().endswith("LOADED")
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.startswith("edgekit ")

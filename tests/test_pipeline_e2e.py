@@ -1,0 +1,85 @@
+"""The whole journey through the CLI: `edgekit pipeline`, then `edgekit gate` on its bench.json."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli.app import app
+
+runner = CliRunner()
+VARIANTS = {
+    "fp32-torchscript", "fp32-onnx",
+    "int8-dynamic-torchscript", "int8-dynamic-onnx",
+    "int8-static-torchscript", "int8-static-onnx",
+}
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory):
+    from conftest import CALIB_DIGITS
+
+    out = tmp_path_factory.mktemp("pipeline") / "out"
+    # Generous latency/RSS budgets: this test checks the hand-offs, not this machine's speed.
+    args = [
+        "pipeline", "--target", "rpi4", "--out", str(out), "--epochs", "8", "--calib", str(CALIB_DIGITS),
+        "--min-runs", "5", "--min-time", "0.05", "--max-p99-ms", "10s", "--max-peak-rss-mb", "8GiB",
+    ]
+    result = runner.invoke(app, args)
+    return out, result
+
+
+@pytest.mark.slow
+def test_pipeline_runs_every_stage_and_passes(pipeline_run):
+    out, result = pipeline_run
+    assert result.exit_code == 0, result.output + result.stderr
+    summary = json.loads((out / "pipeline.json").read_text())
+    assert {row["variant"] for row in summary["variants"]} == VARIANTS
+    assert summary["passed"] is True
+    for row in summary["variants"]:
+        assert row["accuracy"] >= summary["float_accuracy"] - 0.01
+        assert row["p50_ms"] > 0 and row["p99_ms"] >= row["p50_ms"] and row["peak_rss_mb"] > 0
+        assert row["gate"] == "pass"
+    for name in ("bench.json", "gate.json", "gate.md", "junit.xml", "pipeline.md"):
+        assert (out / name).is_file(), name
+    for stage in ("checkpoint", "quantized/dynamic", "quantized/static", "export/fp32", "export/int8-static"):
+        assert (out / stage / "manifest.json").is_file(), stage
+    for variant in VARIANTS:
+        assert variant in result.stdout
+    sizes = {row["variant"]: row["size_bytes"] for row in summary["variants"]}
+    assert sizes["int8-static-onnx"] < 0.45 * sizes["fp32-onnx"]
+    assert sizes["int8-static-torchscript"] < 0.45 * sizes["fp32-torchscript"]
+    # the sizes in the table are the files on disk
+    assert sizes["fp32-onnx"] == (out / "export/fp32/model.onnx").stat().st_size
+    bench = json.loads((out / "bench.json").read_text())
+    onnx_result = next(r for r in bench["results"] if r["model"]["variant"] == "int8-static-onnx")
+    assert onnx_result["runtime"]["torch_imported"] is False  # timed like on a device without torch
+
+
+@pytest.mark.slow
+def test_gate_on_pipeline_output_fails_with_exit_3(pipeline_run, tmp_path):
+    out, _ = pipeline_run
+    junit = tmp_path / "junit.xml"
+    # 50 KB: the fp32 files (~97 KB) break it, and so does dynamic int8 TorchScript (torch's dynamic
+    # path quantizes only the Linear head, so the convs stay fp32); the other int8 files (~33 KB) pass.
+    result = runner.invoke(app, ["gate", str(out / "bench.json"), "--max-size-mb", "50KB", "--junit", str(junit)])
+    assert result.exit_code == 3, result.output + result.stderr
+    import xml.etree.ElementTree as ET
+
+    failed = {
+        suite.get("name")
+        for suite in ET.parse(junit).iter("testsuite")
+        for case in suite.iter("testcase")
+        if case.find("failure") is not None
+    }
+    assert failed == {"fp32-torchscript", "fp32-onnx", "int8-dynamic-torchscript"}
+    result = runner.invoke(app, ["gate", str(out / "bench.json"), "--max-size-mb", "1", "--max-accuracy-drop", "1"])
+    assert result.exit_code == 0, result.output + result.stderr
+
+
+def test_pipeline_bad_target_and_calib(tmp_path):
+    result = runner.invoke(app, ["pipeline", "--target", "rpi9", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "unknown target 'rpi9'" in result.stderr
+    result = runner.invoke(app, ["pipeline", "--calib", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "calibration data" in result.stderr
+    assert not (tmp_path / "o").exists()
