@@ -21,6 +21,7 @@ from edgekit.fileio import ensure_writable_dir, write_json, write_text
 
 Progress = Callable[[str], None]
 QUANT_METHODS = ("dynamic", "static")
+SLOWER_THAN_FP32 = 1.10  # p50 ratio past which an int8 variant is flagged as slower than fp32
 FORMATS = ("torchscript", "onnx")
 
 
@@ -41,6 +42,7 @@ class PipelineConfig:
     batch: int = 1
     budget_overrides: dict[str, str | float | None] = field(default_factory=dict)
     config_path: Path | None = None
+    checkpoint: Path | None = None  # start from this checkpoint artifact instead of training
 
     def __post_init__(self) -> None:
         for method in self.methods:
@@ -68,6 +70,8 @@ class VariantRow:
     p99_ms: float
     peak_rss_mb: float
     gate: str  # pass | fail | skip
+    size_ratio: float | None = None  # vs the fp32 variant of the same format, same run
+    p50_ratio: float | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -84,8 +88,19 @@ class PipelineResult:
     def passed(self) -> bool:
         return self.gate_report.passed
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """int8 variants that are slower than their fp32 counterpart: the problem users hit most."""
+        return tuple(
+            f"{row.variant} is {row.p50_ratio:.2f}x the p50 of fp32 {row.format} on this machine: "
+            "int8 is not paying off here; prefer another int8 variant or check the target's recipe"
+            for row in self.rows
+            if row.variant.startswith("int8") and row.p50_ratio is not None and row.p50_ratio > SLOWER_THAN_FP32
+        )
+
 
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
+    from edgekit.artifacts import load_manifest
     from edgekit.bench.api import bench
     from edgekit.bench.result import to_document
     from edgekit.export.api import export
@@ -98,9 +113,15 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> Pi
     target = load_target(config.target)
     out = ensure_writable_dir(config.out)
 
-    say(f"train {config.model} ({config.epochs} epochs)")
-    checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed), out / "checkpoint")
-    say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
+    if config.checkpoint is not None:
+        checkpoint, trained = load_manifest(config.checkpoint)
+        if trained.kind != "checkpoint":
+            raise UsageError(f"{checkpoint} is a {trained.kind} artifact; --checkpoint takes a float checkpoint")
+        say(f"using checkpoint {checkpoint} ({trained.model['name']}, test accuracy {trained.metrics.get('accuracy', float('nan')):.4f})")
+    else:
+        say(f"train {config.model} ({config.epochs} epochs)")
+        checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed), out / "checkpoint")
+        say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
 
     exports = []
     say("export fp32")
@@ -163,28 +184,52 @@ def _rows(exports, results, report) -> list[VariantRow]:
                 gate=gate,
             )
         )
-    return rows
+    return _with_ratios(rows)
+
+
+def _with_ratios(rows: list[VariantRow]) -> list[VariantRow]:
+    """Size and p50 of each variant relative to the fp32 variant of the same format."""
+    from dataclasses import replace
+
+    fp32 = {row.format: row for row in rows if row.variant.startswith("fp32")}
+    out = []
+    for row in rows:
+        base = fp32.get(row.format)
+        if base is None:
+            out.append(row)
+            continue
+        out.append(
+            replace(
+                row,
+                size_ratio=row.size_bytes / base.size_bytes,
+                p50_ratio=row.p50_ms / base.p50_ms if base.p50_ms > 0 else None,
+            )
+        )
+    return out
+
+
+def ratio(value: float | None) -> str:
+    return "" if value is None else f" ({value:.2f}x)"
 
 
 def summary_markdown(result: PipelineResult, target_name: str) -> str:
-    base = result.rows[0] if result.rows else None
     lines = [
         f"# edgekit pipeline: {target_name}",
         "",
         f"Float model test accuracy: {_pct(result.float_accuracy)}. Benchmarked on this machine; "
-        f"ratios are against `{base.variant if base else '-'}` from the same run.",
+        "ratios are against the fp32 variant of the same format, measured in the same run.",
         "",
         "| variant | format | size | accuracy | p50 ms | p99 ms | peak RSS | gate |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for row in result.rows:
-        size_ratio = f" ({row.size_bytes / base.size_bytes:.2f}x)" if base else ""
-        p50_ratio = f" ({row.p50_ms / base.p50_ms:.2f}x)" if base and base.p50_ms > 0 else ""
         lines.append(
-            f"| {row.variant} | {row.format} | {row.size_bytes / 1024:.1f} KB{size_ratio} | {_pct(row.accuracy)} "
-            f"| {row.p50_ms:.3f}{p50_ratio} | {row.p99_ms:.3f} | {row.peak_rss_mb:.0f} MB | {row.gate} |"
+            f"| {row.variant} | {row.format} | {row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)} "
+            f"| {_pct(row.accuracy)} | {row.p50_ms:.3f}{ratio(row.p50_ratio)} | {row.p99_ms:.3f} "
+            f"| {row.peak_rss_mb:.0f} MB | {row.gate} |"
         )
     lines += ["", f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
+    lines += [f"- Warning: {warning}" for warning in result.warnings]
     return "\n".join(lines)
 
 
@@ -201,6 +246,7 @@ def _write_summary(result: PipelineResult, config: PipelineConfig, target) -> No
         "float_accuracy": result.float_accuracy,
         "passed": result.passed,
         "variants": [row.to_dict() for row in result.rows],
+        "warnings": list(result.warnings),
     }
     write_json(result.out / "pipeline.json", doc)
     write_text(result.out / "pipeline.md", summary_markdown(result, target.name))

@@ -29,6 +29,9 @@ from edgekit.errors import BenchError, EdgekitError, InputFileError, UsageError
 from edgekit.targets import Target, load_target
 
 RUNNER_PATH = Path(_runner.__file__).resolve()
+# An interleaved turn lasts at least this long (and at least ``block_size`` calls): each hand-over
+# costs the runner's settle wait (worker threads stop spinning, up to ~30 ms) plus one re-warm call.
+MIN_BLOCK_S = 0.05
 Progress = Callable[[int, int], None]  # (model index, timed runs done so far)
 
 
@@ -62,14 +65,16 @@ def bench(
     ``paths`` are model files (.onnx, TorchScript .pt) or artifact folders holding one model.
     ``threads``: explicit wins; else the target's, capped at this host's usable cores; else all
     of them. Runs go on until both ``min_runs`` and ``min_time_s`` (summed call time) are reached,
-    or ``max_runs``. With several models they interleave in blocks of ``block_size`` calls.
+    or ``max_runs``. With several models they interleave in turns of at least ``block_size`` calls
+    and MIN_BLOCK_S seconds; each turn starts with one untimed call, and a runner hands over only
+    once its worker threads stop spinning, so no model is timed beside another's busy threads.
     ``timeout_s`` bounds each runner process's life (with several models: the whole session).
     Raises UsageError for bad settings or inputs the model rejects, BenchError when a runner
     fails or times out.
     """
-    models = [resolve_model(p) for p in _as_list(paths)]
     _check_settings(threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time_s,
                     max_runs=max_runs, batch=batch, block_size=block_size, timeout_s=timeout_s)
+    models = [resolve_model(p) for p in _as_list(paths)]
     shape_args = _shape_args(shapes)
     if input_file is not None:
         if shape_args:
@@ -102,7 +107,8 @@ def bench(
                                    max_runs=max_runs, block_size=block_size, timeout_s=timeout_s,
                                    progress=progress)
         others = len(models) - 1
-        notes = notes + [f"interleaved with {others} other model{'s' if others > 1 else ''} in blocks of {block_size} calls"]
+        notes = notes + [f"interleaved with {others} other model{'s' if others > 1 else ''} in turns of "
+                         f">= {block_size} calls and >= {MIN_BLOCK_S * 1000:g} ms"]
     return [replace(r, notes=tuple(notes) + r.notes) for r in results]
 
 
@@ -325,7 +331,11 @@ def _run_interleaved(models, argvs, env, *, min_runs, min_time_s, max_runs, bloc
             for index, runner in enumerate(served):
                 if done[index]:
                     continue
-                block = runner.ask({"cmd": "run", "n": min(block_size, max_runs - runs[index])}, deadline)
+                n = block_size
+                if runs[index]:  # enough calls to fill MIN_BLOCK_S at this model's mean so far
+                    n = max(n, math.ceil(MIN_BLOCK_S * 1e9 * runs[index] / max(total[index], 1)))
+                n = min(n, max_runs - runs[index], _runner.MAX_BLOCK)
+                block = runner.ask({"cmd": "run", "n": n, "warm": 1}, deadline)
                 samples = block.get("ns")
                 if not isinstance(samples, list) or not samples:
                     raise BenchError(f"benchmark of {runner.model.path}: the runner sent no timings")

@@ -1,4 +1,4 @@
-"""``edgekit bench``: time models on this machine; a table, and the bench document with ``--json``."""
+"""``edgekit bench``: time models here or on a board over SSH; a table, and the bench document with ``--json``."""
 
 from __future__ import annotations
 
@@ -22,13 +22,22 @@ def bench_command(
     warmup: int = typer.Option(10, "--warmup", help="Untimed runs before timing."),
     min_runs: int = typer.Option(50, "--min-runs", help="At least this many timed runs."),
     min_time: float = typer.Option(1.0, "--min-time", help="And at least this many seconds of timed runs."),
+    max_runs: int = typer.Option(100_000, "--max-runs", help="Safety cap on timed runs."),
     batch: int = typer.Option(1, "--batch", help="Size of dynamic axes (the batch)."),
     shape: list[str] | None = typer.Option(None, "--shape", help="Input shape NAME=DIMS, e.g. input=1x1x8x8 (repeatable)."),
     input_file: Path | None = typer.Option(None, "--input", help=".npz of input arrays by input name."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the bench document (JSON) here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table."),
+    # --- remote benchmark over SSH (edgekit.remote) ---
+    host: str | None = typer.Option(None, "--host", help="Run on a board over SSH: HOST or USER@HOST. Takes one bundle or export folder; copies it once, re-uses it while unchanged."),
+    port: int | None = typer.Option(None, "--port", help="With --host: SSH port."),
+    identity: Path | None = typer.Option(None, "--identity", help="With --host: SSH private key file."),
+    ssh_option: list[str] | None = typer.Option(None, "--ssh-option", help="With --host: ssh -o KEY=VALUE (repeatable)."),
+    remote_dir: str | None = typer.Option(None, "--remote-dir", help="With --host: folder for bundles on the board (default ~/.cache/edgekit)."),
+    remote_python: str | None = typer.Option(None, "--remote-python", help="With --host: python on the board with numpy + the runtime (default python3)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --host: stop the runner on the board after this many seconds (default 600)."),
 ) -> None:
-    """Benchmark models on this machine: latency percentiles, load time, peak memory.
+    """Benchmark models on this machine, or on a board over SSH with --host: latency percentiles, load time, peak memory.
 
     Each model runs in its own process; several models are interleaved so machine drift hits all alike.
     """
@@ -42,12 +51,23 @@ def bench_command(
         if json_out.is_dir():
             raise UsageError(f"--json {json_out} is a folder; name a file")
         ensure_writable_dir(json_out.parent)  # fail now, not after the benchmark
-    names = [_short(p) for p in artifacts]
-    with _progress(names, enabled=not quiet and progress_enabled()) as report:
-        results = bench(
-            artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs,
-            min_time_s=min_time, batch=batch, shapes=shapes or None, input_file=input_file, progress=report,
+    # --- remote benchmark over SSH (edgekit.remote) ---
+    from edgekit.remote.options import RemoteOptions
+
+    remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout)
+    if remote.wanted():
+        results = remote.bench(
+            artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time,
+            batch=batch, shapes=shapes or None, input_file=input_file,
+            on_line=None if quiet else lambda line: typer.echo(line, err=True),
         )
+    else:  # --- end remote ---
+        names = [_short(p) for p in artifacts]
+        with _progress(names, enabled=not quiet and progress_enabled()) as report:
+            results = bench(
+                artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs,
+                min_time_s=min_time, max_runs=max_runs, batch=batch, shapes=shapes or None, input_file=input_file, progress=report,
+            )
     if json_out is not None:
         write_json(json_out, to_document(results))
     if not quiet:

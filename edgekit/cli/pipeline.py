@@ -30,6 +30,7 @@ def pipeline_command(
     max_peak_rss_mb: Optional[str] = typer.Option(None, "--max-peak-rss-mb", help="Override the peak RSS budget."),
     max_accuracy_drop: Optional[str] = typer.Option(None, "--max-accuracy-drop", help="Override the accuracy-drop budget: points (1, 1pt) or relative (0.5%)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Project budget file (edgekit.toml / pyproject.toml)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Start from this checkpoint artifact (from `edgekit train`) instead of training."),
 ) -> None:
     """Train, quantize (dynamic + static int8), export, benchmark every variant and gate on budgets.
 
@@ -38,7 +39,7 @@ def pipeline_command(
     from rich.markup import escape
     from rich.table import Table
 
-    from edgekit.pipeline import PipelineConfig, run_pipeline
+    from edgekit.pipeline import PipelineConfig, ratio, run_pipeline
 
     overrides = {
         "max_size_mb": max_size_mb,
@@ -61,28 +62,30 @@ def pipeline_command(
         min_time_s=min_time,
         budget_overrides={k: v for k, v in overrides.items() if v is not None},
         config_path=config,
+        checkpoint=checkpoint,
     )
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))
 
-    base = result.rows[0]
     table = Table(
         "variant", "format", "size", "accuracy", "p50 ms", "p99 ms", "peak RSS", "gate",
-        title=f"edgekit pipeline: {model} for {target} (ratios vs {base.variant})",
+        title=f"edgekit pipeline: {model} for {target} (ratios vs fp32 of the same format, same run)",
     )
     for row in result.rows:
         table.add_row(
             row.variant,
             row.format,
-            f"{row.size_bytes / 1024:.1f} KB ({row.size_bytes / base.size_bytes:.2f}x)",
+            f"{row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)}",
             "-" if row.accuracy is None else f"{100 * row.accuracy:.2f}%",
-            f"{row.p50_ms:.3f} ({row.p50_ms / base.p50_ms:.2f}x)",
+            f"{row.p50_ms:.3f}{ratio(row.p50_ratio)}",
             f"{row.p99_ms:.3f}",
             f"{row.peak_rss_mb:.0f} MB",
             {"pass": "[green]pass[/green]", "fail": "[red]FAIL[/red]"}.get(row.gate, row.gate),
         )
     out_console = console()
     out_console.print(table)
+    for warning in result.warnings:
+        out_console.print(f"[yellow]Warning:[/yellow] {escape(warning)}")
     for check in result.gate_report.failures:
         out_console.print(f"[red]FAIL[/red] {escape(check.model)}: {escape(check.message)}")
     out_console.print(f"Results: {out / 'pipeline.md'}, {out / 'pipeline.json'}, {out / 'gate.md'}, {out / 'junit.xml'}")

@@ -1,0 +1,201 @@
+"""``build_bundle``: an export folder -> a self-contained device bundle folder + ``.tar.gz``.
+
+The layout is described in ``edgekit.bundle``. The folder is built under a temporary name and
+swapped in; the archive beside it is written the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from edgekit import __version__
+from edgekit.artifacts import Manifest, ModelFile, load_manifest
+from edgekit.bundle import layout
+from edgekit.bundle.compat import check_target
+from edgekit.bundle.readme import readme_text
+from edgekit.bundle.requirements import Pins, download_wheels, pin
+from edgekit.bundle.tarball import write_tarball
+from edgekit.bundle.verify import write_checksums
+from edgekit.errors import EdgekitError, InputFileError, UsageError
+from edgekit.fileio import atomic_dir, sha256_file, write_json, write_text
+from edgekit.targets import Target, load_target
+
+HOST_CHECK_TIMEOUT_S = 600.0
+
+
+def runner_source() -> Path:
+    """edgekit/bench/runner.py, the file a bundle carries byte for byte."""
+    import edgekit.bench
+
+    return Path(edgekit.bench.__file__).resolve().parent / "runner.py"
+
+
+def check_outputs_source() -> Path:
+    return Path(__file__).resolve().parent / layout.CHECK_OUTPUTS
+
+
+def tarball_path(out: str | Path) -> Path:
+    """``dist/rpi4`` -> ``dist/rpi4.tar.gz``."""
+    out = Path(out)
+    return out.parent / f"{out.name}.tar.gz"
+
+
+def build_bundle(
+    export_dir: str | Path,
+    target: str | Target | None,
+    out: str | Path,
+    *,
+    fmt: str | None = None,
+    wheels: bool = False,
+    force: bool = False,
+    platform: str | None = None,
+    python_version: str = layout.DEFAULT_PYTHON_VERSION,
+    created: str | None = None,
+    archive: bool = True,
+) -> Path:
+    """Bundle one model of the export at ``export_dir`` for ``target`` into the folder ``out``.
+
+    ``target`` None means the export's own target (else rpi4).
+    ``fmt`` picks the model (default: onnx when the export has it, else torchscript). A model
+    made for another target (its manifest's target, TorchScript quantized engine or ONNX
+    quantization settings) is refused unless ``force``, which records the override in
+    bundle.json. ``wheels`` downloads the target platform's wheels (network). ``platform``
+    overrides the target's python platform tag; ``created`` pins the timestamp (a bundle built
+    twice from the same export with the same ``created`` is byte-identical). Returns ``out``;
+    the archive is ``tarball_path(out)`` (not written when ``archive`` is False).
+    """
+    folder, manifest = load_manifest(export_dir)
+    if manifest.kind != "export":
+        raise UsageError(f"{folder} is a {manifest.kind} artifact; export it first (edgekit export {folder})")
+    tgt = target if isinstance(target, Target) else load_target(target or manifest.target or "rpi4")
+    entry = _pick(manifest, fmt)
+    reference = folder / layout.REFERENCE
+    if not reference.is_file():
+        raise InputFileError(f"{reference} is missing; export the model again to create it")
+    mismatches = check_target(folder, manifest, entry, tgt, force)
+    out = _check_out(Path(out), folder)
+    pins = pin(entry.format, platform or tgt.python_platform, python_version)
+    created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    mtime = _epoch(created)
+    model_name = layout.MODEL_FILES[entry.format]
+
+    with atomic_dir(out) as work:
+        shutil.copyfile(folder / entry.path, work / model_name)
+        bundled = replace(manifest, files=(replace(entry, path=model_name),))
+        write_json(work / layout.MANIFEST, bundled.to_dict())
+        shutil.copyfile(reference, work / layout.REFERENCE)
+        shutil.copyfile(runner_source(), work / layout.RUNNER)
+        shutil.copyfile(check_outputs_source(), work / layout.CHECK_OUTPUTS)
+        for script in layout.SCRIPTS:
+            os.chmod(work / script, 0o755)
+        write_text(work / layout.REQUIREMENTS, pins.text())
+        wheel_names = []
+        if wheels:
+            wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
+                                          pins.platform, pins.python_version)
+        info = _bundle_info(folder, manifest, entry, tgt, pins, model_name, wheel_names, mismatches, created)
+        info["host_check"] = host_check(work, model_name, entry.format)
+        write_json(work / layout.BUNDLE_JSON, info)
+        write_text(work / layout.README, readme_text(info, out.name, tgt.description))
+        write_checksums(work)
+        if archive:
+            write_tarball(work, tarball_path(out), out.name, mtime=mtime)
+    return out
+
+
+def _pick(manifest: Manifest, fmt: str | None) -> ModelFile:
+    if fmt is not None:
+        if fmt not in layout.MODEL_FILES:
+            raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(layout.MODEL_FILES)}")
+        return manifest.file(fmt)
+    for candidate in ("onnx", "torchscript"):
+        if candidate in manifest.formats():
+            return manifest.file(candidate)
+    raise InputFileError(f"the export holds no onnx or torchscript model (it has: {', '.join(manifest.formats()) or 'none'})")
+
+
+def _check_out(out: Path, source: Path) -> Path:
+    """Refuse an output folder that would swallow the export or someone else's files."""
+    if not out.name or out.name in (".", ".."):
+        raise UsageError(f"--out {out} must name a folder for the bundle, e.g. dist/rpi4")
+    resolved, src = out.resolve(), source.resolve()
+    if resolved == src or src.is_relative_to(resolved):
+        raise UsageError(f"--out {out} would replace the export folder {source}; choose another folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not layout.is_bundle(out):
+        raise UsageError(f"--out {out} exists and is not an edgekit bundle; choose another folder or remove it")
+    archive = tarball_path(out)
+    if archive.exists() and not archive.is_file():
+        raise UsageError(f"{archive} exists and is not a file; remove it or choose another --out")
+    return out
+
+
+def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_names, mismatches, created) -> dict:
+    details = entry.details or {}
+    engine = None
+    if entry.format == "torchscript":
+        engine = details.get("quantized_engine") or (tgt.quantized_engine if entry.precision == "int8" else None)
+    return {
+        "schema": layout.BUNDLE_SCHEMA,
+        "schema_version": layout.BUNDLE_SCHEMA_VERSION,
+        "target": tgt.name,
+        "arch": tgt.arch,
+        "threads": tgt.threads,
+        "python_platform": pins.platform,
+        "python_version": pins.python_version,
+        "model": model_name,
+        "model_sha256": entry.sha256,
+        "model_bytes": entry.bytes,
+        "format": entry.format,
+        "precision": entry.precision,
+        "variant": details.get("variant", ""),
+        "runtime": pins.runtime,
+        "quantized_engine": engine,
+        "requirements": list(pins.requirements),
+        "wheels": wheel_names,
+        "override": {"forced": True, "made_for": manifest.target, "mismatches": mismatches} if mismatches else None,
+        "source": {"path": str(folder.resolve()), "model": entry.path,
+                   "manifest_sha256": sha256_file(folder / layout.MANIFEST)},
+        "edgekit_version": __version__,
+        "created": created,
+    }
+
+
+def host_check(work: Path, model_name: str, fmt: str) -> dict:
+    """Run the bundle's check_outputs.py here, as a board would: the host's figures to compare with."""
+    work = work.resolve()
+    argv = [sys.executable, "-P", str(work / layout.CHECK_OUTPUTS), "--model", str(work / model_name), "--format", fmt]
+    env = {**os.environ, "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=HOST_CHECK_TIMEOUT_S, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise EdgekitError(f"the output check of {model_name} did not finish within {HOST_CHECK_TIMEOUT_S:g} s") from None
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    if proc.returncode != 0:
+        last = lines[-1].removeprefix("Error: ") if lines else f"exit status {proc.returncode}"
+        raise EdgekitError(f"the bundled {model_name} fails its output check on this host: {last}")
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise EdgekitError(f"the output check of {model_name} printed no JSON") from None
+    return {key: doc[key] for key in ("machine", "runtime", "batches", "max_abs", "cosine", "top1_agreement",
+                                      "outputs_sha256") if key in doc}
+
+
+def _epoch(created: str) -> int:
+    try:
+        stamp = _dt.datetime.fromisoformat(created)
+    except ValueError:
+        raise UsageError(f"created {created!r} is not an ISO 8601 time") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=_dt.timezone.utc)
+    return max(0, int(stamp.timestamp()))

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""edgekit output check: run a bundle's model on reference.npz's inputs, compare with the float model.
+
+STANDALONE. Copied into device bundles and run on boards (or emulators) that have only python +
+numpy + onnxruntime (or torch): standard library at module level, never edgekit.
+
+    python3 check_outputs.py [--model FILE] [--format onnx|torchscript] [--reference FILE]
+        [--engine ENGINE] [--threads N] [--min-cosine X] [--min-top1 X] [--max-abs X] [--json OUT]
+
+Without --model it reads bundle.json (else manifest.json) beside this script. Prints one JSON
+document to stdout (or writes --json):
+
+    {"schema": "edgekit.check_outputs", "schema_version": 1, "model": {path, format, sha256},
+     "runtime": {name, version, threads, engine}, "machine": "aarch64", "python": "3.11.2",
+     "batches": {"1": {"max_abs", "cosine", "top1_agreement", "outputs_sha256", "shape"}, "7": ...},
+     "max_abs": worst, "cosine": worst, "top1_agreement": worst, "outputs_sha256": all batches,
+     "ok": bool, "failures": [..]}
+
+``outputs_sha256`` hashes the model's float32 outputs (little-endian, C order): equal hashes on
+host and board mean bit-identical results; different CPUs may legitimately differ in the last
+bits, which ``max_abs``/``cosine`` against the float reference measure. Exit codes: 0 ok (or no
+limits given), 1 a limit broken or the model failed, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+SCHEMA = "edgekit.check_outputs"
+SCHEMA_VERSION = 1
+HERE = Path(__file__).resolve().parent
+FORMATS = ("onnx", "torchscript")
+
+
+class UsageProblem(Exception):
+    pass
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageProblem(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageProblem(f"{path} must hold a JSON object")
+    return data
+
+
+def describe(folder: Path, model: str | None, fmt: str | None) -> tuple[Path, str, dict, list[str]]:
+    """(model path, format, the manifest's entry for it, the manifest's input names in order)."""
+    manifest = _load_json(folder / "manifest.json") if (folder / "manifest.json").is_file() else {}
+    entries = [e for e in manifest.get("files") or [] if isinstance(e, dict)]
+    if model is not None:  # from the command line: relative to the working folder
+        path = Path(model).resolve()
+    elif (folder / "bundle.json").is_file():
+        bundle = _load_json(folder / "bundle.json")
+        path, fmt = folder / str(bundle.get("model")), fmt or bundle.get("format")
+    elif len(entries) == 1:
+        path = folder / str(entries[0].get("path"))
+    else:
+        raise UsageProblem(f"no bundle.json in {folder} and its manifest does not list exactly one model; pass --model")
+    if not path.is_file():
+        raise UsageProblem(f"model file not found: {path}")
+    entry = next((e for e in entries if (folder / str(e.get("path", ""))).resolve() == path.resolve()), {})
+    fmt = fmt or entry.get("format") or ("onnx" if path.suffix == ".onnx" else "torchscript")
+    if fmt not in FORMATS:
+        raise UsageProblem(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    inputs = [str(spec.get("name")) for spec in manifest.get("inputs") or [] if isinstance(spec, dict)]
+    return path, fmt, entry, inputs
+
+
+def read_reference(path: Path) -> dict[int, tuple[dict, object]]:
+    """{batch: ({input name: array}, float output)} from reference.npz."""
+    import numpy as np
+
+    if not path.is_file():
+        raise UsageProblem(f"reference data not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            items = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise UsageProblem(f"cannot read {path}: {exc}") from None
+    cases: dict[int, tuple[dict, object]] = {}
+    for key, value in items.items():
+        parts = key.split("/")
+        if len(parts) < 2 or not parts[0].startswith("b") or not parts[0][1:].isdigit():
+            raise UsageProblem(f"{path}: unexpected array {key!r}")
+        batch = int(parts[0][1:])
+        inputs, output = cases.get(batch, ({}, None))
+        if parts[1] == "input" and len(parts) == 3:
+            inputs[parts[2]] = value
+        elif parts[1] == "output":
+            output = value
+        else:
+            raise UsageProblem(f"{path}: unexpected array {key!r}")
+        cases[batch] = (inputs, output)
+    if not cases or any(out is None or not ins for ins, out in cases.values()):
+        raise UsageProblem(f"{path} lacks inputs or outputs for some batch")
+    return dict(sorted(cases.items()))
+
+
+def onnx_predictor(path: Path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+    def predict(inputs: dict, order: list[str]):
+        return session.run(None, dict(inputs))[0]
+
+    return predict, {"name": "onnxruntime", "version": ort.__version__, "threads": threads, "engine": None}
+
+
+def torchscript_predictor(path: Path, threads: int, engine: str | None):
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # quantized-tensor deprecation chatter
+    import torch
+
+    if engine:
+        if engine not in torch.backends.quantized.supported_engines:
+            raise RuntimeError(f"quantized engine {engine!r} is not available in this torch")
+        torch.backends.quantized.engine = engine
+    torch.set_num_threads(threads)
+    module = torch.jit.load(str(path), map_location="cpu").eval()
+
+    def predict(inputs: dict, order: list[str]):
+        names = [n for n in order if n in inputs] or list(inputs)
+        with torch.inference_mode():
+            out = module(*(torch.from_numpy(inputs[n]) for n in names))
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return out.float().numpy()
+
+    return predict, {"name": "torch", "version": torch.__version__, "threads": threads,
+                     "engine": torch.backends.quantized.engine}
+
+
+def compare(got, want) -> dict:
+    import numpy as np
+
+    got = np.ascontiguousarray(np.asarray(got, dtype="<f4"))
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        raise RuntimeError(f"output shape {list(got.shape)} differs from the reference's {list(want.shape)}")
+    a, b = got.astype(np.float64).ravel(), want.ravel()
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    cosine = float(a @ b / norms) if norms > 0 else (1.0 if not a.any() and not b.any() else 0.0)
+    top1 = None
+    if got.ndim >= 2 and got.shape[-1] > 1:
+        top1 = float(np.mean(np.argmax(got, axis=-1) == np.argmax(want, axis=-1)))
+    return {
+        "max_abs": float(np.max(np.abs(a - b))) if a.size else 0.0,
+        "cosine": cosine,
+        "top1_agreement": top1,
+        "outputs_sha256": hashlib.sha256(got.tobytes()).hexdigest(),
+        "shape": [int(d) for d in got.shape],
+    }
+
+
+def check(args) -> dict:
+    folder = Path(args.model).resolve().parent if args.model else HERE
+    model, fmt, entry, order = describe(folder, args.model, args.format)
+    reference = Path(args.reference) if args.reference else folder / "reference.npz"
+    cases = read_reference(reference)
+    engine = args.engine or (entry.get("details") or {}).get("quantized_engine")
+    if fmt == "onnx":
+        predict, runtime = onnx_predictor(model, args.threads)
+    else:
+        predict, runtime = torchscript_predictor(model, args.threads, engine)
+    digest = hashlib.sha256()
+    with open(model, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    batches, all_outputs = {}, hashlib.sha256()
+    for batch, (inputs, want) in cases.items():
+        result = compare(predict(inputs, order), want)
+        batches[str(batch)] = result
+        all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
+    top1s = [b["top1_agreement"] for b in batches.values() if b["top1_agreement"] is not None]
+    doc = {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "model": {"path": model.name, "format": fmt, "sha256": digest.hexdigest()},
+        "runtime": runtime, "machine": platform.machine(), "python": platform.python_version(),
+        "batches": batches,
+        "max_abs": max(b["max_abs"] for b in batches.values()),
+        "cosine": min(b["cosine"] for b in batches.values()),
+        "top1_agreement": min(top1s) if top1s else None,
+        "outputs_sha256": all_outputs.hexdigest(),
+    }
+    failures = []
+    if args.max_abs is not None and not doc["max_abs"] <= args.max_abs:
+        failures.append(f"max_abs {doc['max_abs']:.6g} > {args.max_abs:g}")
+    if args.min_cosine is not None and not doc["cosine"] >= args.min_cosine:
+        failures.append(f"cosine {doc['cosine']:.6f} < {args.min_cosine:g}")
+    if args.min_top1 is not None and doc["top1_agreement"] is not None and doc["top1_agreement"] < args.min_top1:
+        failures.append(f"top1_agreement {doc['top1_agreement']:.4f} < {args.min_top1:g}")
+    doc["ok"], doc["failures"] = not failures, failures
+    return doc
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageProblem(message)
+
+
+def parse_args(argv):
+    p = _Parser(prog="check_outputs.py", description="Compare a bundle's model outputs with the float reference.")
+    p.add_argument("--model", help="model file (default: bundle.json's, beside this script)")
+    p.add_argument("--format", choices=FORMATS, help="runtime (default: from the manifest or the file name)")
+    p.add_argument("--reference", help="reference .npz (default: reference.npz beside the model)")
+    p.add_argument("--engine", help="torch quantized engine (default: the manifest's)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    p.add_argument("--max-abs", type=float, help="fail when the largest absolute difference is above this")
+    p.add_argument("--min-cosine", type=float, help="fail when the cosine similarity is below this")
+    p.add_argument("--min-top1", type=float, help="fail when top-1 agreement (0..1) is below this")
+    p.add_argument("--json", help="write the JSON here instead of stdout")
+    args = p.parse_args(argv)
+    if args.threads < 1:
+        raise UsageProblem(f"--threads must be at least 1, got {args.threads}")
+    return args
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        doc = check(args)
+    except UsageProblem as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback, on a board
+        if os.environ.get("EDGEKIT_DEBUG"):
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"Error: {type(exc).__name__}: {text[0] if text else ''}", file=sys.stderr)
+        return 1
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if args.json:
+        tmp = f"{args.json}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, args.json)
+    else:
+        sys.stdout.write(text)
+    if not doc["ok"]:
+        print("Error: outputs differ from the reference: " + "; ".join(doc["failures"]), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Names inside a bundle folder (the layout is described in ``edgekit.bundle``), and bundle.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.errors import InputFileError
+from edgekit.fileio import read_json
+
+BUNDLE_SCHEMA = "edgekit.bundle"
+BUNDLE_SCHEMA_VERSION = 1
+
+BUNDLE_JSON = "bundle.json"
+MANIFEST = "manifest.json"
+REFERENCE = "reference.npz"
+RUNNER = "runner.py"
+CHECK_OUTPUTS = "check_outputs.py"
+REQUIREMENTS = "requirements.txt"
+README = "README.txt"
+CHECKSUMS = "SHA256SUMS"
+WHEELS_DIR = "wheels"
+MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt"}
+SCRIPTS = (RUNNER, CHECK_OUTPUTS)  # made executable (they carry a python3 shebang)
+
+DEFAULT_PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
+
+
+def is_bundle(folder: str | Path) -> bool:
+    return (Path(folder) / BUNDLE_JSON).is_file()
+
+
+def read_bundle_json(folder: str | Path) -> dict:
+    """bundle.json of ``folder``, checked for schema, version and the fields edgekit relies on."""
+    folder = Path(folder)
+    info = read_json(folder / BUNDLE_JSON, "bundle description")
+    where = folder / BUNDLE_JSON
+    if info.get("schema") != BUNDLE_SCHEMA:
+        raise InputFileError(f"{where} is not an edgekit bundle description")
+    if info.get("schema_version") != BUNDLE_SCHEMA_VERSION:
+        raise InputFileError(
+            f"{where} has bundle schema version {info.get('schema_version')!r}; "
+            f"this edgekit reads version {BUNDLE_SCHEMA_VERSION}"
+        )
+    for key, kind in (("model", str), ("format", str), ("target", str), ("model_sha256", str)):
+        if not isinstance(info.get(key), kind):
+            raise InputFileError(f"{where} is malformed: {key!r} missing or not a {kind.__name__}")
+    model = Path(info["model"])
+    if model.is_absolute() or len(model.parts) != 1 or info["model"] in ("", ".", ".."):
+        raise InputFileError(f"{where} is malformed: model {info['model']!r} must be a file name in the bundle")
+    if info["format"] not in MODEL_FILES:
+        raise InputFileError(f"{where} is malformed: format {info['format']!r} not in {', '.join(MODEL_FILES)}")
+    return info

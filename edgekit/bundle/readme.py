@@ -1,0 +1,52 @@
+"""README.txt of a bundle: how to install the runtime on the board, check the model, time it."""
+
+from __future__ import annotations
+
+from edgekit.bundle.layout import CHECK_OUTPUTS, CHECKSUMS, REQUIREMENTS, RUNNER, WHEELS_DIR
+
+VENV = "~/edgekit-venv"
+
+
+def readme_text(info: dict, bundle_name: str, description: str = "") -> str:
+    """The README for a bundle described by ``info`` (the content of bundle.json)."""
+    model, target, threads = info["model"], info["target"], info.get("threads")
+    runtime = info["runtime"]
+    title = f"edgekit bundle: {info.get('variant') or model} for {target}"
+    offline = f"pip install --no-index --find-links {WHEELS_DIR} -r {REQUIREMENTS}"
+    if info.get("wheels"):
+        wheels_note = (f"   This bundle carries the wheels ({WHEELS_DIR}/, for {info['python_platform']}, "
+                       f"Python {info['python_version']}), so the board needs no network:\n     {offline}\n")
+    else:
+        wheels_note = (f"   With network access:\n     pip install -r {REQUIREMENTS}\n"
+                       f"   For an offline board, rebuild the bundle with `edgekit bundle --wheels`, then:\n"
+                       f"     {offline}\n")
+    thread_flag = f" --threads {threads}" if threads else ""
+    lines = [
+        title,
+        "=" * len(title),
+        *([description] if description else []),
+        f"model: {model} ({info['format']}, {info.get('precision', 'fp32')}), "
+        f"runtime: {runtime['name']} {runtime['version']}, numpy: see {REQUIREMENTS}",
+        f"made by edgekit {info.get('edgekit_version', '?')} at {info.get('created', '?')}",
+        "",
+        "1. Check that every file arrived intact:",
+        f"     sha256sum -c {CHECKSUMS}",
+        "",
+        "2. Install the runtime into a virtual environment (Raspberry Pi OS refuses",
+        "   system-wide pip installs):",
+        f"     python3 -m venv {VENV}",
+        f"     . {VENV}/bin/activate",
+        wheels_note.rstrip("\n"),
+        "",
+        "3. Check that the model computes what the host computed (max_abs, cosine and top-1",
+        "   agreement against the float reference; the host's figures are in bundle.json,",
+        "   \"host_check\"):",
+        f"     python3 {CHECK_OUTPUTS}",
+        "",
+        "4. Benchmark (prints the edgekit bench JSON document):",
+        f"     python3 {RUNNER} {model} --target {target}{thread_flag}",
+        f"   or, from the host, beside the {bundle_name}/ folder:",
+        f"     edgekit bench {bundle_name} --host pi@raspberrypi.local --remote-python {VENV}/bin/python",
+        "",
+    ]
+    return "\n".join(lines)
