@@ -75,7 +75,7 @@ def test_bundle_layout(onnx_bundle, int8_export):
 
     info = layout.read_bundle_json(onnx_bundle)
     assert info["schema"] == "edgekit.bundle" and info["schema_version"] == 1
-    assert (info["target"], info["arch"], info["python_platform"]) == ("rpi4", "aarch64", "manylinux2014_aarch64")
+    assert (info["target"], info["arch"], info["python_platform"]) == ("rpi4", "aarch64", "manylinux_2_28_aarch64")
     assert (info["model"], info["format"], info["precision"], info["variant"]) == (
         "model.onnx", "onnx", "int8", "int8-static-onnx")
     assert info["runtime"] == {"name": "onnxruntime", "version": _host_version("onnxruntime")}
@@ -83,7 +83,7 @@ def test_bundle_layout(onnx_bundle, int8_export):
     assert info["override"] is None and info["wheels"] == [] and info["edgekit_version"] and info["created"]
 
     requirements = (onnx_bundle / "requirements.txt").read_text()
-    assert "# platform: manylinux2014_aarch64" in requirements
+    assert "# platform: manylinux_2_28_aarch64" in requirements
     pins = [line for line in requirements.splitlines() if line and not line.startswith("#")]
     assert pins == [f"numpy=={_host_version('numpy')}", f"onnxruntime=={_host_version('onnxruntime')}"]
 
@@ -200,7 +200,12 @@ def test_torchscript_bundle(int8_export, tmp_path):
     assert info["runtime"] == {"name": "torch", "version": _host_version("torch")}
     assert "+" not in info["runtime"]["version"]  # a local label (+cpu) is not on PyPI for aarch64
     pins = [line for line in (out / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
-    assert pins == [f"numpy=={_host_version('numpy')}", f"torch=={_host_version('torch')}"]
+    # CPU-only torch for the board: PyPI's aarch64 torch wheels pull CUDA libraries.
+    assert pins == [
+        "--index-url https://download.pytorch.org/whl/cpu",
+        f"numpy=={_host_version('numpy')}",
+        f"torch=={_host_version('torch')}",
+    ]
     assert info["host_check"]["runtime"]["name"] == "torch" and info["host_check"]["cosine"] > 0.99
     assert not (out / "model.onnx").exists()
     verify_checksums(out)
@@ -302,7 +307,7 @@ def test_wheels_without_network_fail_with_one_line_and_leave_nothing(int8_export
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(EdgekitError, match="not reachable") as caught:
         build_bundle(int8_export, "rpi4", tmp_path / "rpi4", wheels=True)
-    assert "manylinux2014_aarch64" in str(caught.value)
+    assert "manylinux_2_28_aarch64" in str(caught.value)
     assert not (tmp_path / "rpi4").exists() and not (tmp_path / "rpi4.tar.gz").exists()
     assert [p.name for p in tmp_path.iterdir()] == []  # no temporary folder left behind either
 

@@ -7,7 +7,6 @@ The standalone runner (``edgekit/bench/runner.py``) writes exactly this document
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,11 +130,6 @@ def from_document(doc: Any, where: str = "bench document") -> list[BenchResult]:
 
 
 def load_results(path: str | Path) -> list[BenchResult]:
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(f"bench result file not found: {path}")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputFileError(f"bench result file {path} is not valid JSON ({exc})") from None
-    return from_document(doc, str(path))
+    from edgekit.fileio import read_json
+
+    return from_document(read_json(path, "bench result file"), str(path))

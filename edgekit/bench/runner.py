@@ -253,14 +253,18 @@ def _number(text: str | None, scale: float) -> float | None:
 
 
 def host_facts(emulated: bool = False) -> dict:
-    """What shapes a timing on this machine. No hostname (privacy); unknown facts are None."""
-    info = _cpuinfo()
+    """What shapes a timing on this machine. No hostname (privacy); unknown facts are None.
+
+    Under user-mode emulation /proc and /sys describe the emulating host, not the emulated CPU,
+    so those facts are left out (None) rather than reported wrongly.
+    """
+    info = {} if emulated else _cpuinfo()
     flags = set((info.get("flags") or info.get("Features") or "").split())
-    board = _read_text("/proc/device-tree/model") or info.get("Model")
+    board = None if emulated else _read_text("/proc/device-tree/model") or info.get("Model")
     return {
         "machine": platform.machine() or None,
         "cpu_model": info.get("model name") or info.get("Model") or info.get("Hardware")
-        or platform.processor() or None,
+        or (None if emulated else platform.processor() or None),
         "board": board,
         "logical_cores": os.cpu_count(),
         "usable_cores": usable_cores(),
@@ -268,10 +272,10 @@ def host_facts(emulated: bool = False) -> dict:
         "os": platform.platform(),
         "python": platform.python_version(),
         "runtimes": {name: _dist_version(name) for name in ("numpy", "onnxruntime", "torch")},
-        "cpufreq_governor": _read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-        "cpu_max_mhz": _number(_read_text("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"), 1000),
-        "soc_temp_c": _number(_read_text("/sys/class/thermal/thermal_zone0/temp"), 1000),
-        "throttled": _pi_throttled(),
+        "cpufreq_governor": None if emulated else _read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "cpu_max_mhz": None if emulated else _number(_read_text("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"), 1000),
+        "soc_temp_c": None if emulated else _number(_read_text("/sys/class/thermal/thermal_zone0/temp"), 1000),
+        "throttled": None if emulated else _pi_throttled(),
         "emulated": bool(emulated),
     }
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from edgekit.errors import EdgekitError, UsageError
 
 RUNTIME_DISTS = {"onnx": "onnxruntime", "torchscript": "torch"}
+# PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
+# PyTorch's CPU index carries CPU-only builds of the same versions (and numpy).
+INDEX_URLS = {"torchscript": "https://download.pytorch.org/whl/cpu"}
 DOWNLOAD_TIMEOUT_S = 3600.0
 _PLATFORM = re.compile(r"^[a-z0-9_]+$")
 _PYTHON_VERSION = re.compile(r"^3\.\d{1,2}$")
@@ -34,6 +37,7 @@ class Pins:
     runtime: dict  # {"name": ..., "version": ...}
     platform: str
     python_version: str
+    index_url: str | None = None
 
     def text(self) -> str:
         return "".join([
@@ -42,6 +46,7 @@ class Pins:
             f"# python: {self.python_version}\n",
             "# online:  python3 -m pip install -r requirements.txt\n",
             "# offline: python3 -m pip install --no-index --find-links wheels -r requirements.txt\n",
+            *([f"--index-url {self.index_url}\n"] if self.index_url else []),
             *(f"{line}\n" for line in self.requirements),
         ])
 
@@ -68,6 +73,7 @@ def pin(fmt: str, platform: str, python_version: str) -> Pins:
         runtime={"name": runtime, "version": versions[runtime]},
         platform=platform,
         python_version=python_version,
+        index_url=INDEX_URLS.get(fmt),
     )
 
 

@@ -7,7 +7,7 @@ import os
 import typer
 
 from edgekit import __version__
-from edgekit.cli import bench, export, gate, pipeline, quantize, targets, train
+from edgekit.cli import bench, bundle, export, gate, generate, pipeline, quantize, targets, train, verify
 
 app = typer.Typer(
     name="edgekit",
@@ -39,7 +39,7 @@ def _root(
 # warnings module; keep them out of users' faces unless they ask for debug output.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-for module in (pipeline, train, quantize, export, bench, gate, targets):
+for module in (pipeline, train, generate, quantize, export, bundle, verify, bench, gate, targets):
     module.register(app)
 
 

@@ -320,7 +320,11 @@ def _topic_windows() -> tuple[Tokenizer, dict[str, tuple[list[str], list[int]]]]
         text = " ".join(topics[topic].split())  # collapse layout whitespace
         windows = [text[i : i + TOPIC_WINDOW] for i in range(0, len(text) - TOPIC_WINDOW + 1, TOPIC_WINDOW)]
         n_val = n_test = max(1, len(windows) // 10)
-        cut = {"train": windows[: -n_val - n_test], "val": windows[-n_val - n_test : -n_test], "test": windows[-n_test:]}
+        cut = {
+            "train": windows[: -n_val - n_test],
+            "val": windows[-n_val - n_test : -n_test],
+            "test": windows[-n_test:],
+        }
         for name, chunk in cut.items():
             parts[name][0].extend(chunk)
             parts[name][1].extend([label] * len(chunk))

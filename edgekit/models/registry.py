@@ -10,7 +10,12 @@ from edgekit.artifacts import InputSpec
 from edgekit.errors import UsageError, unknown_name
 
 # Modules that register zoo models on import; listed so `model_names()` needs no torch import.
-_ZOO_MODULES = {"digits-cnn": "edgekit.models.digits_cnn"}
+_ZOO_MODULES = {
+    "digits-cnn": "edgekit.models.digits_cnn",
+    "transformer-lm": "edgekit.models.transformer",
+    "transformer-classifier": "edgekit.models.transformer",
+    "lstm-lm": "edgekit.models.lstm_lm",
+}
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,7 @@ class ModelSpec:
     outputs: tuple[str, ...]
     task: dict[str, Any] = field(default_factory=dict)  # e.g. {"type": "classification", "dataset": "digits"}
     description: str = ""
+    recurrent: bool = False  # recurrent models train in fp32 unless a precision is asked for
 
     def config(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         merged = dict(self.default_config)

@@ -53,6 +53,7 @@ class TextTransformer(nn.Module):
         window: int = 32,
         dropout: float = 0.1,
         num_classes: int = 0,
+        attn_dropout: float = 0.0,
     ):
         super().__init__()
         self.name = "transformer-classifier" if num_classes else "transformer-lm"
@@ -64,7 +65,9 @@ class TextTransformer(nn.Module):
         nn.init.normal_(self.pos, std=0.02)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, build_attention(attention, d_model, n_heads, causal, dropout, window), dropout=dropout)
+            TransformerBlock(
+                d_model, build_attention(attention, d_model, n_heads, causal, attn_dropout, window), dropout=dropout
+            )
             for _ in range(n_layers)
         )
         self.norm = nn.LayerNorm(d_model)
@@ -99,7 +102,16 @@ def _token_input(cfg) -> tuple[InputSpec, ...]:
     return (InputSpec("tokens", (None, None), "int64", {0: "batch", 1: "sequence"}),)
 
 
-_COMMON = {"d_model": 128, "n_heads": 4, "n_layers": 2, "max_len": 128, "attention": "full", "window": 32, "dropout": 0.1}
+_COMMON = {
+    "d_model": 128,
+    "n_heads": 4,
+    "n_layers": 2,
+    "max_len": 128,
+    "attention": "full",  # full | local | linear (edgekit.models.attention)
+    "window": 32,  # local attention: how many positions each token sees
+    "dropout": 0.1,
+    "attn_dropout": 0.0,
+}
 
 register_model(
     ModelSpec(

@@ -9,7 +9,8 @@ from typing import Any
 from edgekit.errors import InputFileError
 from edgekit.fileio import atomic_path
 
-CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FILE = "checkpoint.pt"  # the model: best weights by validation metric + config
+STATE_FILE = "last.pt"  # everything a resumed run needs: model, optimizer, scaler, step, RNG
 
 
 def save_checkpoint(path: Path, state_dict: dict, meta: dict[str, Any]) -> None:
@@ -20,8 +21,8 @@ def save_checkpoint(path: Path, state_dict: dict, meta: dict[str, Any]) -> None:
         torch.save(payload, tmp)
 
 
-def load_checkpoint(path: Path) -> tuple[dict, dict[str, Any]]:
-    """Load a checkpoint safely. Anything that needs code objects to unpickle is refused."""
+def _load_payload(path: Path) -> dict:
+    """``torch.load(weights_only=True)`` with edgekit's errors for missing, hostile or cut files."""
     import pickle
 
     import torch
@@ -40,10 +41,70 @@ def load_checkpoint(path: Path) -> tuple[dict, dict[str, Any]]:
     if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
         raise InputFileError(f"checkpoint {path} does not hold an edgekit model state")
     try:
-        meta = json.loads(payload.get("meta", "{}"))
+        payload["meta"] = json.loads(payload.get("meta", "{}"))
     except (TypeError, json.JSONDecodeError):
         raise InputFileError(f"checkpoint {path} has malformed metadata") from None
-    return payload["model"], meta
+    return payload
+
+
+def load_checkpoint(path: Path) -> tuple[dict, dict[str, Any]]:
+    """Load a checkpoint safely. Anything that needs code objects to unpickle is refused."""
+    payload = _load_payload(path)
+    return payload["model"], payload["meta"]
+
+
+def save_train_state(
+    path: Path, model_state: dict, optimizer_state: dict, rng: dict, meta: dict[str, Any]
+) -> None:
+    """Write the resumable state atomically: tensors as tensors, everything else as JSON.
+
+    The optimizer's per-parameter tensors go under ``optimizer``; its param groups and any
+    non-tensor per-parameter values go into the JSON ``meta``.
+    """
+    import torch
+
+    tensors: dict[str, dict] = {}
+    scalars: dict[str, dict] = {}
+    for key, values in optimizer_state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors.setdefault(str(key), {})[name] = value.detach().cpu()
+            else:
+                scalars.setdefault(str(key), {})[name] = value
+    meta = {
+        **meta,
+        "optimizer": {
+            "param_groups": optimizer_state["param_groups"],
+            "scalars": scalars,
+            "keys": [str(k) for k in optimizer_state["state"]],
+            "int_keys": all(isinstance(k, int) for k in optimizer_state["state"]),
+        },
+    }
+    payload = {
+        "model": {k: v.detach().cpu() for k, v in model_state.items()},
+        "optimizer": tensors,
+        "rng": {k: v.cpu() for k, v in rng.items()},
+        "meta": json.dumps(meta),
+    }
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_train_state(path: Path) -> dict[str, Any]:
+    """The inverse of ``save_train_state``: model, optimizer (a ``state_dict``), rng, meta."""
+    payload = _load_payload(path)
+    meta = payload["meta"]
+    try:
+        info = meta.pop("optimizer")
+        convert = int if info["int_keys"] else str
+        state = {}
+        for key in info["keys"]:
+            state[convert(key)] = {**payload["optimizer"].get(key, {}), **info["scalars"].get(key, {})}
+        optimizer = {"state": state, "param_groups": info["param_groups"]}
+        rng = dict(payload["rng"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise InputFileError(f"{path} is not an edgekit training state (no optimizer/RNG state)") from None
+    return {"model": payload["model"], "optimizer": optimizer, "rng": rng, "meta": meta}
 
 
 def load_model_from_artifact(folder: Path, manifest) -> Any:

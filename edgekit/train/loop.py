@@ -1,136 +1,379 @@
-"""A plain training loop you can read top to bottom: train, validate, keep the best weights."""
+"""The training loop, readable top to bottom (after nanoGPT).
+
+Setup: process group and device, data, model, optimizer, schedule, scaler, resume. Then for each
+optimizer step: ``grad_accum`` micro-batches under autocast (gradient all-reduce only on the
+last), a non-finite check, unscale + clip, step, schedule. Every ``log_every`` steps a progress
+record; every ``eval_every`` steps validation and, when it improves, ``checkpoint.pt``; every
+``save_every`` steps ``last.pt``, from which ``resume`` continues exactly. At the end the best
+weights are measured on the test split and ``manifest.json`` is written.
+
+Files in the run folder ``out/`` (rank 0 writes them, each atomically):
+``checkpoint.pt`` best weights + config · ``last.pt`` resumable state · ``metrics.jsonl`` ·
+``tokenizer.json`` (text models) · ``profile/`` (``profile=True``) · ``manifest.json`` last.
+"""
 
 from __future__ import annotations
 
-import copy
-import json
+import contextlib
+import math
 import time
 from pathlib import Path
-from typing import Callable
 
-from edgekit.artifacts import Manifest, describe_file, finalize
-from edgekit.errors import UsageError
-from edgekit.fileio import atomic_dir
-from edgekit.train.checkpoint import CHECKPOINT_FILE, save_checkpoint
-from edgekit.train.config import TrainConfig
+from edgekit.artifacts import Manifest
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.fileio import write_json
+from edgekit.train import distributed, precision
+from edgekit.train.artifact import finish, prepare_folder
+from edgekit.train.batches import eval_batches, to_device, train_loader
+from edgekit.train.checkpoint import CHECKPOINT_FILE, STATE_FILE, load_train_state, save_checkpoint, save_train_state
+from edgekit.train.config import RESUME_LOCKED, TrainConfig
+from edgekit.train.distributed import select_device  # noqa: F401  (kept importable from here)
+from edgekit.train.reporting import Meter, Progress, RunLog
+from edgekit.train.schedule import WarmupCosine, default_warmup
+from edgekit.train.tasks import evaluate
 
-Progress = Callable[[dict], None]
-
-
-def select_device(requested: str = "auto"):
-    import torch
-
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"device {requested!r} requested but CUDA is not available")
-    if requested == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("device 'mps' requested but Apple MPS is not available")
-    return torch.device(requested)
-
-
-def _evaluate(model, inputs, labels, device, batch_size: int = 256) -> tuple[float, float]:
-    import torch
-    import torch.nn.functional as F
-
-    model.eval()
-    loss_sum, correct = 0.0, 0
-    with torch.inference_mode():
-        for start in range(0, len(labels), batch_size):
-            x = inputs[start : start + batch_size].to(device)
-            y = labels[start : start + batch_size].to(device)
-            logits = model(x)
-            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(1) == y).sum().item()
-    return loss_sum / len(labels), correct / len(labels)
+PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
 
 def train(config: TrainConfig, out: str | Path, progress: Progress | None = None) -> tuple[Path, Manifest]:
-    """Train ``config.model`` on its dataset and write a checkpoint artifact to ``out``."""
-    import torch
-    import torch.nn.functional as F
+    """Train ``config.model`` on its task's data and leave a checkpoint artifact in ``out``.
 
-    from edgekit.data.datasets import load_split
+    Under torchrun every process calls this; rank 0 reports and writes. Returns the folder and
+    its manifest (read back from disk on the other ranks).
+    """
+    import torch
+
+    runtime = distributed.setup(config)
+    threads = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        return _train(config, Path(out), progress, runtime)
+    finally:
+        torch.set_num_threads(threads)
+        distributed.teardown(runtime)
+
+
+def _train(config: TrainConfig, out: Path, progress: Progress | None, rt) -> tuple[Path, Manifest]:
+    import torch
+
     from edgekit.models import build_model, get_spec
+    from edgekit.train.tasks import task_for
 
     spec = get_spec(config.model)
-    model_config = spec.config(config.model_config)
-    device = select_device(config.device)
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
+    task = task_for(spec)
+    if rt.is_main:
+        prepare_folder(out, config.resume)
+    rt.barrier()
+    log = RunLog(out, progress, enabled=rt.is_main)
 
-    dataset = spec.task["dataset"]
-    splits = {name: load_split(dataset, name) for name in ("train", "val", "test")}
-    tensors = {
-        name: (torch.from_numpy(s.inputs), torch.from_numpy(s.labels)) for name, s in splits.items()
-    }
-    x_train, y_train = tensors["train"]
+    # ---- data, and the model settings it decides (vocabulary size, classes)
+    requested = spec.config(config.model_config)
+    with rt.main_first():
+        data = task.prepare(config, requested)
+    for key, value in data.model_config.items():
+        if key in config.model_config and config.model_config[key] != value:
+            raise UsageError(f"model config {key}={config.model_config[key]!r} does not match the data ({value!r})")
+    model_config = spec.config({**config.model_config, **data.model_config})
+    task_info = {**spec.task, **data.task}
+    if rt.is_main and "tokenizer" in data.meta:
+        write_json(out / "tokenizer.json", data.meta["tokenizer"])
 
-    model = build_model(config.model, model_config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = -(-len(y_train) // config.batch_size)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=config.lr, total_steps=config.epochs * steps_per_epoch, pct_start=0.15
+    # ---- model, precision, optimizer
+    torch.manual_seed(config.seed)  # same initial weights on every rank
+    device = rt.device
+    amp_dtype = precision.resolve_precision(config.precision, device, spec.recurrent)
+    raw = build_model(config.model, model_config).to(device)
+    if config.grad_checkpoint:
+        if not hasattr(raw, "set_grad_checkpointing"):
+            raise UsageError(
+                f"model {config.model!r} has no blocks to checkpoint; --grad-checkpoint suits transformer-*"
+            )
+        raw.set_grad_checkpointing(True)
+    task.bind(raw)
+    torch.manual_seed(config.seed + rt.rank)  # per-rank randomness (dropout) from here on
+    model, state_model = distributed.wrap(raw, rt, config)
+    optimizer = _optimizer(raw, config, device, rt)
+    scaler = precision.make_scaler(device, amp_dtype)
+    scale_watch = precision.LossScaleWatch()
+    autocast = precision.autocast(device, amp_dtype)
+
+    # ---- batches: every rank sees its own slice of the same shuffled order
+    loader, batches = train_loader(data.train, config, rt)
+    micro_per_epoch = len(batches.batch_sampler())
+    accum = config.grad_accum
+    steps_per_epoch = math.ceil(micro_per_epoch / accum)
+    total_steps = config.epochs * steps_per_epoch
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    warmup = config.warmup_steps if config.warmup_steps is not None else default_warmup(total_steps)
+    schedule = WarmupCosine(config.lr, total_steps, min(warmup, total_steps), config.min_lr)
+    eval_every = config.eval_every or steps_per_epoch
+    save_every = config.save_every or eval_every
+    val_batches = eval_batches(data.val, max(config.batch_size, 64))
+
+    step, best = 0, {"value": -math.inf, "step": None, "metrics": None}
+    nonfinite_streak = 0
+    if config.resume:
+        saved = load_train_state(out / STATE_FILE)
+        step, best, nonfinite_streak = _restore(saved, config, rt, state_model, optimizer, scaler, scale_watch, log)
+        distributed.restore_rng(saved["rng"], rt)
+        del saved
+    base_meta = {"model": config.model, "model_config": model_config, "train_config": config.to_dict(), **data.meta}
+
+    def save_best(metrics: dict) -> None:
+        state = distributed.model_state(state_model, rt)
+        if rt.is_main:
+            save_checkpoint(out / CHECKPOINT_FILE, state, {**base_meta, "step": step, "val": metrics})
+            log.emit("checkpoint", kind="best", step=step, path=str(out / CHECKPOINT_FILE))
+
+    def save_state() -> None:
+        model_sd = distributed.model_state(state_model, rt)
+        optim_sd = distributed.optimizer_state(state_model, optimizer, rt)
+        rng = distributed.rng_states(rt)
+        if rt.is_main:
+            meta = {
+                **base_meta,
+                "step": step,
+                "world_size": rt.world_size,
+                "best": {**best, "value": best["value"] if math.isfinite(best["value"]) else None},
+                "nonfinite_streak": nonfinite_streak,
+                "schedule": schedule.state_dict(),
+                "scaler": scaler.state_dict(),
+                "loss_scale_watch": scale_watch.state_dict(),
+            }
+            save_train_state(out / STATE_FILE, model_sd, optim_sd, rng, meta)
+            log.emit("checkpoint", kind="last", step=step, path=str(out / STATE_FILE))
+
+    unit = task.unit
+    global_batch = config.batch_size * accum * rt.world_size
+    log.emit(
+        "start",
+        step=step,
+        model=config.model,
+        device=str(device),
+        precision=amp_dtype,
+        strategy=rt.strategy,
+        world_size=rt.world_size,
+        total_steps=total_steps,
+        steps_per_epoch=steps_per_epoch,
+        epochs=config.epochs,
+        global_batch=global_batch,
+        parameters=sum(p.numel() for p in raw.parameters()),
+        threads=torch.get_num_threads(),
+        unit=unit,
+        resumed=config.resume,
     )
-
-    best = {"val_accuracy": -1.0}
-    best_state = None
-    history = []
+    meter = Meter(total_steps, step)
     started = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        order = torch.randperm(len(y_train), generator=generator)
-        train_loss = 0.0
-        for start in range(0, len(order), config.batch_size):
-            idx = order[start : start + config.batch_size]
-            x, y = x_train[idx].to(device), y_train[idx].to(device)
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            train_loss += loss.item() * len(idx)
-        val_loss, val_acc = _evaluate(model, *tensors["val"], device)
-        record = {
-            "epoch": epoch,
-            "train_loss": train_loss / len(order),
-            "val_loss": val_loss,
-            "val_accuracy": val_acc,
-            "elapsed_s": round(time.perf_counter() - started, 3),
-        }
-        history.append(record)
-        if val_acc > best["val_accuracy"]:
-            best = {"epoch": epoch, "val_accuracy": val_acc}
-            best_state = copy.deepcopy(model.state_dict())
-        if progress:
-            progress({**record, "epochs": config.epochs, "best_val_accuracy": best["val_accuracy"]})
+    window = [0.0, 0, 0]  # since the last progress record: loss sum, optimizer steps, samples/tokens
+    eval_loss = [0.0, 0]
+    grad_norm = None
+    profiler = _profiler(out, device) if config.profile and rt.is_main else contextlib.nullcontext()
 
-    model.load_state_dict(best_state)
-    _, test_acc = _evaluate(model, *tensors["test"], device)
-    meta = {"model": config.model, "model_config": model_config, "train_config": config.to_dict()}
-    with atomic_dir(out) as tmp:
-        save_checkpoint(tmp / CHECKPOINT_FILE, model.state_dict(), meta)
-        (tmp / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
-        manifest = Manifest(
-            kind="checkpoint",
-            model={"name": config.model, "config": model_config},
-            inputs=spec.input_spec(model_config),
-            outputs=spec.outputs,
-            files=(describe_file(tmp, CHECKPOINT_FILE, "checkpoint", metrics={"accuracy": test_acc}),),
-            task=dict(spec.task),
-            metrics={
-                "accuracy": test_acc,
-                "best_epoch": best["epoch"],
-                "val_accuracy": best["val_accuracy"],
-                "train_seconds": round(time.perf_counter() - started, 3),
-            },
-            quantization=None,
-            parent=None,
+    def evaluate_and_checkpoint() -> None:
+        nonlocal best
+        paused = time.perf_counter()
+        metrics = evaluate(task, state_model if rt.strategy == "fsdp" else raw, val_batches, device, autocast)
+        improved = rt.broadcast_flag(metrics[task.metric] > best["value"])
+        if improved:
+            best = {"value": metrics[task.metric], "step": step, "metrics": metrics}
+            save_best(metrics)
+        log.emit(
+            "eval",
+            step=step,
+            epoch=math.ceil(step / steps_per_epoch),
+            epochs=config.epochs,
+            train_loss=eval_loss[0] / max(eval_loss[1], 1),
+            **{f"val_{k}": v for k, v in metrics.items()},
+            **{f"best_val_{task.metric}": best["value"] if math.isfinite(best["value"]) else None},
+            improved=improved,
+            elapsed_s=round(time.perf_counter() - started, 3),
         )
-        manifest = finalize(manifest, tmp)
-        _ = manifest.to_dict()  # fail before the swap if anything is not serialisable
-    return Path(out), manifest
+        eval_loss[:] = [0.0, 0]
+        meter.exclude(time.perf_counter() - paused)
+
+    try:
+        with profiler as prof:
+            while step < total_steps:
+                epoch = step // steps_per_epoch
+                first_micro = (step % steps_per_epoch) * accum
+                batches.set_epoch(epoch, skip=first_micro)
+                model.train()
+                group = []  # this optimizer step's micro-batch losses (detached, on the device)
+                for micro, batch in enumerate(loader, start=first_micro):
+                    group_start = micro - micro % accum
+                    group_size = min(accum, micro_per_epoch - group_start)
+                    last = micro - group_start == group_size - 1
+                    window[2] += task.units(batch)
+                    batch = to_device(batch, device)
+                    with distributed.grad_sync(model, rt, sync=last):
+                        with autocast:
+                            loss = task.loss(model, batch)
+                        scaler.scale(loss / group_size if group_size > 1 else loss).backward()
+                    group.append(loss.detach())
+                    if not last:
+                        continue
+
+                    # ---- one optimizer step; one host sync reads the loss and checks it is finite
+                    group_loss = (torch.stack(group).float().mean() if len(group) > 1 else group[0]).item()
+                    group = []
+                    lr = schedule.apply(optimizer, step)
+                    if rt.any_true(not math.isfinite(group_loss)):
+                        optimizer.zero_grad(set_to_none=True)
+                        nonfinite_streak += 1
+                        log.warn(
+                            f"non-finite loss at step {step + 1}: step skipped "
+                            f"({nonfinite_streak}/{config.max_nonfinite} in a row)",
+                            step=step + 1,
+                        )
+                        if nonfinite_streak >= config.max_nonfinite:
+                            raise EdgekitError(
+                                f"loss was non-finite for {nonfinite_streak} steps in a row (last at step {step + 1}); "
+                                "lower --lr, set --clip-grad-norm, or train in --precision bf16/fp32"
+                            )
+                    else:
+                        nonfinite_streak = 0
+                        if config.clip_grad_norm is not None:
+                            scaler.unscale_(optimizer)
+                            grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), config.clip_grad_norm)
+                        scaler.step(optimizer)
+                        scaler.update()
+                        optimizer.zero_grad(set_to_none=True)
+                        window[0] += group_loss
+                        window[1] += 1
+                    step += 1
+                    if amp_dtype == "fp16":
+                        warning = scale_watch.update(scaler.get_scale())
+                        if warning:
+                            log.warn(warning, step=step)
+                    if prof is not None:
+                        prof.step()
+
+                    if step % config.log_every == 0 or step == total_steps:
+                        loss_sum, groups, units_all = rt.sum(window)
+                        window = [0.0, 0, 0]
+                        mean = loss_sum / groups if groups else float("nan")
+                        eval_loss[0] += loss_sum
+                        eval_loss[1] += groups
+                        record = {
+                            "step": step,
+                            "total_steps": total_steps,
+                            "epoch": round(step / steps_per_epoch, 3),
+                            "loss": mean,
+                            "lr": lr,
+                            "unit": unit,
+                            **meter.snapshot(step, units_all),
+                        }
+                        if amp_dtype == "fp16":
+                            record["loss_scale"] = scaler.get_scale()
+                        if grad_norm is not None:
+                            record["grad_norm"] = float(_full(grad_norm))
+                        log.emit("step", **record)
+                    if step % eval_every == 0 or step == total_steps:
+                        evaluate_and_checkpoint()
+                    if step % save_every == 0 or step == total_steps:
+                        paused = time.perf_counter()
+                        save_state()
+                        meter.exclude(time.perf_counter() - paused)
+                    if step >= total_steps:
+                        break
+    except torch.cuda.OutOfMemoryError:  # torch.OutOfMemoryError in torch >= 2.5
+        raise EdgekitError(_oom_message(device, config, step)) from None
+
+    train_seconds = round(time.perf_counter() - started, 3)
+    if best["step"] is None:  # validation never produced a finite metric: keep the final weights
+        save_best({})
+    rt.barrier()
+    manifest = None
+    if rt.is_main:
+        manifest = finish(
+            out, spec, model_config, task, task_info, data, device, best, step, steps_per_epoch, train_seconds
+        )
+        log.emit("end", step=step, elapsed_s=train_seconds, **manifest.metrics)
+    rt.barrier()
+    if manifest is None:
+        from edgekit.artifacts import load_manifest
+
+        _, manifest = load_manifest(out, verify=False)
+    return out, manifest
+
+
+# --------------------------------------------------------------------------- setup helpers
+
+
+def _optimizer(model, config: TrainConfig, device, rt):
+    """AdamW (fused on CUDA). Weight decay on tensors of 2+ dims (weights, embeddings), none on
+    biases and norm scales (nanoGPT's rule)."""
+    import torch
+
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    fused = device.type == "cuda" and rt.strategy != "fsdp"
+    return torch.optim.AdamW(groups, lr=config.lr, fused=fused or None)
+
+
+def _full(tensor):
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def _profiler(out: Path, device):
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    folder = out / "profile"
+    folder.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+
+    def write(prof) -> None:
+        prof.export_chrome_trace(str(folder / f"trace_step{prof.step_num}.json"))
+
+    return profile(activities=activities, schedule=schedule(**PROFILE_SCHEDULE), on_trace_ready=write)
+
+
+def _restore(saved, config: TrainConfig, rt, state_model, optimizer, scaler, scale_watch, log):
+    """Load a ``last.pt`` into the live objects; refuse one from a different run."""
+    meta = saved["meta"]
+    previous = meta.get("train_config", {})
+    changed = [k for k in RESUME_LOCKED if k in previous and previous[k] != getattr(config, k)]
+    if changed:
+        detail = ", ".join(f"{k}: {previous[k]!r} -> {getattr(config, k)!r}" for k in changed)
+        raise UsageError(f"cannot resume with different settings ({detail}); use the original ones")
+    if meta.get("world_size") != rt.world_size:
+        raise UsageError(
+            f"the run was saved with {meta.get('world_size')} process(es), this one has {rt.world_size}; "
+            "resume with the same number so every rank continues its own data order"
+        )
+    if any(previous.get(k) != getattr(config, k) for k in ("epochs", "max_steps")):
+        log.warn("epochs/max_steps changed on resume: the learning-rate schedule follows the new length")
+    distributed.load_model_state(state_model, saved["model"], rt)
+    distributed.load_optimizer_state(state_model, optimizer, saved["optimizer"], rt)
+    if meta.get("scaler"):
+        scaler.load_state_dict(meta["scaler"])
+    scale_watch.load_state_dict(meta["loss_scale_watch"])
+    log.truncate_after(meta["step"])
+    best = dict(meta["best"])
+    if best.get("value") is None:
+        best["value"] = -math.inf
+    return meta["step"], best, meta["nonfinite_streak"]
+
+
+def _oom_message(device, config: TrainConfig, step: int) -> str:
+    import torch
+
+    memory = ""
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+        total = torch.cuda.get_device_properties(device).total_memory / 2**30
+        memory = f" (peak allocated {peak:.2f} GiB of {total:.2f} GiB)"
+    half = max(1, config.batch_size // 2)
+    return (
+        f"{device.type.upper()} out of memory at step {step + 1}{memory} with --batch-size {config.batch_size}; "
+        f"keep the global batch with --batch-size {half} --grad-accum {config.grad_accum * 2}, "
+        "or save memory with --grad-checkpoint / --precision bf16"
+    )

@@ -1,0 +1,38 @@
+"""``edgekit generate``: continue a prompt with a trained language model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from edgekit.cli.common import console, echo_json, handles_errors
+
+
+@handles_errors
+def generate_command(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint artifact folder of a language model."),
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue."),
+    max_tokens: int = typer.Option(100, "--max-tokens", help="Tokens to generate."),
+    temperature: float = typer.Option(0.8, help="Sampling temperature (0: greedy)."),
+    top_k: int = typer.Option(20, "--top-k", help="Sample among the k most likely tokens (0: all)."),
+    seed: Optional[int] = typer.Option(None, help="Random seed for reproducible samples."),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps or auto."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Generate text from a transformer-lm or lstm-lm checkpoint."""
+    from edgekit.models.generation import generate_text
+
+    result = generate_text(checkpoint, prompt, max_tokens, temperature, top_k, seed, device)
+    if as_json:
+        echo_json(
+            {"prompt": result.prompt, "text": result.text, "tokens": result.tokens, "tokens_per_s": result.tokens_per_s}
+        )
+        return
+    console().print(result.prompt + result.text, markup=False)
+    console(stderr=True).print(f"{result.tokens} tokens, {result.tokens_per_s:,.0f} tokens/s", style="dim")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate_command)

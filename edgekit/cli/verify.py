@@ -1,0 +1,138 @@
+"""``edgekit verify``: check a device bundle; with ``--emulate``, run it on an emulated aarch64 board."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from edgekit.cli.common import console, handles_errors
+
+
+@handles_errors
+def verify_command(
+    bundle: Path = typer.Argument(..., help="Bundle folder (from: edgekit bundle EXPORT_DIR --target rpi4 --out dist/rpi4)."),
+    emulate: bool = typer.Option(
+        False, "--emulate",
+        help="Run the bundle on an aarch64 Debian userland under QEMU user-mode emulation and compare its outputs with this host's (needs root).",
+    ),
+    rootfs_cache: Path | None = typer.Option(
+        None, "--rootfs-cache", help="Folder of cached rootfs builds (default: $XDG_CACHE_HOME/edgekit/rootfs, else ~/.cache/edgekit/rootfs)."
+    ),
+    debian_release: str = typer.Option("bookworm", "--debian-release", help="Debian release of the emulated userland."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build the rootfs again even when one is cached."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Limit in seconds for each long step (rootfs build, install, each emulated run)."),
+    atol: float = typer.Option(1e-3, "--atol", help="Max abs difference allowed between emulated and host outputs (int8: at least 1% of the output range)."),
+    no_bench: bool = typer.Option(False, "--no-bench", help="Skip the functional run of the bundle's runner.py under emulation."),
+    mirror: str | None = typer.Option(None, "--mirror", help="Debian mirror for debootstrap (default: http://deb.debian.org/debian)."),
+    launcher: str = typer.Option("auto", "--launcher", help="auto | binfmt | interpreter (qemu-aarch64-static named as the command; needs a cached rootfs)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the verification report (JSON) here."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines and no table."),
+) -> None:
+    """Check a bundle's checksums; with --emulate, prove it on an emulated aarch64 board.
+
+    Emulated timings are a functional check only, never device latency.
+    """
+    from edgekit.errors import ParityError, UsageError
+    from edgekit.fileio import ensure_writable_dir, write_json
+
+    if json_out is not None:
+        if json_out.is_dir():
+            raise UsageError(f"--json {json_out} is a folder; name a file")
+        ensure_writable_dir(json_out.parent)
+    if not emulate:
+        from edgekit.emulate.bundle import open_bundle
+
+        opened = open_bundle(bundle)
+        if not quiet:
+            typer.echo(f"bundle OK: {opened.checked_files} files match SHA256SUMS ({opened.model.name}, {opened.precision}, "
+                       f"for {opened.target}); add --emulate to run it on an emulated {opened.arch} board")
+        return
+
+    from edgekit.emulate.verify import verify_emulated
+
+    options = {"mirror": mirror} if mirror else {}
+    report = verify_emulated(
+        bundle, release=debian_release, cache_dir=rootfs_cache, rebuild=rebuild, timeout_s=timeout, atol=atol,
+        bench=not no_bench, launcher=launcher, progress=None if quiet else _progress(), **options,
+    )
+    if json_out is not None:
+        write_json(json_out, report.to_dict())
+    if not quiet:
+        out = console()
+        out.print(render_table(report))
+        for line in footer(report):
+            out.print(line)
+    if not report.passed:
+        raise ParityError(report.failure())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify_command)
+
+
+def _progress():
+    """Progress lines on stderr with the elapsed time: the long steps (debootstrap) take minutes."""
+    started = time.monotonic()
+
+    def report(message: str) -> None:
+        typer.echo(f"[{time.monotonic() - started:7.1f}s] {message}", err=True)
+
+    return report
+
+
+def _num(value) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def render_table(report):
+    from rich import box
+    from rich.table import Table
+
+    model = report.model
+    table = Table(title=f"edgekit verify --emulate: {model['path']} ({model['precision']} {model['format']}) for {report.target}",
+                  box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    headers = ["batch", "max abs\nvs host", "bound", "cosine\nvs host", "top-1\nvs host",
+               "max abs vs float\nemulated", "max abs vs float\nhost", "result"]
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("result",) else "right", no_wrap=True)
+    for check in report.batches:
+        host, emu_float, host_float = check.emulated_vs_host, check.emulated_vs_float, check.host_vs_float
+        table.add_row(
+            str(check.batch), _num(host.get("max_abs")), _num(check.bound),
+            f"{host['cosine']:.6f}" if "cosine" in host else "–",
+            f"{host['top1_agreement']:.0%}" if "top1_agreement" in host else "–",
+            _num(emu_float.get("max_abs")), _num(host_float.get("max_abs")),
+            "ok" if check.passed else f"FAIL: {check.reason}",
+        )
+    return table
+
+
+def footer(report) -> list[str]:
+    emu, host, seconds = report.emulation, report.host, report.seconds
+    runtime = emu.get("runtime") or {}
+    host_runtime = host.get("runtime") or {}
+    lines = [
+        f"emulated: Debian {emu['debian_release']} {emu.get('machine')}, Python {emu.get('python')}, "
+        f"{runtime.get('name')} {runtime.get('version')}, qemu {emu.get('qemu')} (cpu {emu.get('qemu_cpu')}, via {emu.get('launcher')})",
+        f"host:     {host.get('machine')}, Python {host.get('python')}, {host_runtime.get('name')} {host_runtime.get('version')}",
+        f"tolerance: {report.tolerance.describe()}",
+    ]
+    bench = report.bench
+    if bench is not None:
+        if bench.get("ok"):
+            runs = bench["result"]["timing"]["runs"]
+            lines.append(f"bench: {bench['status']}: runner.py completed {runs} timed runs (mode \"emulated\"); {bench['note']}")
+        else:
+            lines.append(f"bench: {bench['status']}: runner.py FAILED: {bench.get('error')}")
+    rootfs = f"{seconds.get('rootfs', 0):.1f} s ({'built' if emu.get('rootfs_built') else 'cached'})"
+    venv = f"{seconds.get('venv', 0):.1f} s ({'installed' if emu['venv'].get('built') else 'cached'})"
+    lines.append(f"times: rootfs {rootfs}, venv {venv}, emulated model run {seconds.get('emulated_run', 0):.1f} s, "
+                 f"total {seconds.get('total', 0):.1f} s")
+    lines += [f"note: {note}" for note in report.notes]
+    lines.append("PASS: the emulated aarch64 board reproduces this host's outputs" if report.passed
+                 else f"FAIL: {report.failure()}")
+    return lines

@@ -1,0 +1,127 @@
+"""What ``verify --emulate`` found: per-batch agreement, the verdict, the emulated bench (JSON-able)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERIFY_SCHEMA = "edgekit.verify"
+VERIFY_SCHEMA_VERSION = 1
+BENCH_STATUS = "functional check under emulation"
+BENCH_NOTE = "timings were taken under QEMU on this host; they are not the device's latency"
+DEFAULT_ATOL = 1e-3
+INT8_MIN_COSINE = 0.999
+INT8_RANGE_FRACTION = 0.01  # of the host output's range: about 2.5 steps of an 8-bit output
+METRICS = ("max_abs", "max_rel", "cosine", "top1_agreement")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How closely the emulated board must reproduce the host's outputs on the same inputs.
+
+    fp32: max |emulated - host| <= ``atol`` and the same top-1 class for every sample.
+    int8: quantized kernels differ between ISAs (x86 VNNI/AVX2 vs ARM NEON); a rounding
+    difference in one requantization moves an output by a quantization step or two, so the
+    bound is ``atol`` or 1% of the host output's range (about 2.5 steps of an 8-bit output),
+    whichever is larger; cosine must stay >= 0.999 and top-1 must agree for every sample.
+    """
+
+    precision: str
+    atol: float = DEFAULT_ATOL
+    min_top1: float = 1.0
+    min_cosine: float | None = None
+
+    @classmethod
+    def for_precision(cls, precision: str, atol: float = DEFAULT_ATOL) -> "Tolerance":
+        return cls(precision, atol, 1.0, INT8_MIN_COSINE if precision == "int8" else None)
+
+    def bound(self, host_output) -> float:
+        if self.precision != "int8" or host_output.size == 0:
+            return self.atol
+        spread = float(host_output.max() - host_output.min())
+        return max(self.atol, INT8_RANGE_FRACTION * spread)
+
+    def describe(self) -> str:
+        if self.precision == "int8":
+            return (f"max abs <= max({self.atol:g}, {INT8_RANGE_FRACTION:.0%} of the host output's range), "
+                    f"cosine >= {self.min_cosine:g}, top-1 agreement {self.min_top1:.0%}")
+        return f"max abs <= {self.atol:g}, top-1 agreement {self.min_top1:.0%}"
+
+
+@dataclass(frozen=True)
+class BatchCheck:
+    batch: int
+    emulated_vs_host: dict[str, float]
+    emulated_vs_float: dict[str, float]
+    host_vs_float: dict[str, float]
+    bound: float  # the max-abs bound applied to emulated_vs_host
+    passed: bool
+    reason: str = ""  # why it failed
+
+
+@dataclass(frozen=True)
+class EmulationReport:
+    bundle: str
+    target: str
+    model: dict[str, Any]  # path, format, precision, sha256, variant
+    checksums: dict[str, Any]  # files checked
+    emulation: dict[str, Any]  # launcher, qemu, qemu_cpu, release, python, rootfs, venv, runtime, machine
+    host: dict[str, Any]  # machine, python, runtime
+    tolerance: Tolerance
+    batches: tuple[BatchCheck, ...]
+    bench: dict[str, Any] | None  # {"status": BENCH_STATUS, "note": BENCH_NOTE, "result": bench result}
+    seconds: dict[str, float]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        bench_ok = self.bench is None or bool(self.bench.get("ok"))
+        return bool(self.batches) and all(b.passed for b in self.batches) and bench_ok
+
+    def failure(self) -> str:
+        """One line: why the verification failed ("" when it passed)."""
+        for check in self.batches:
+            if not check.passed:
+                return f"the emulated {self.emulation.get('machine', 'aarch64')} run differs from the host at batch {check.batch}: {check.reason}"
+        if not self.batches:
+            return "no reference batches were compared"
+        if self.bench is not None and not self.bench.get("ok"):
+            return f"the bundle's runner.py failed under emulation: {self.bench.get('error') or 'no result'}"
+        return ""
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tolerance"] = {**asdict(self.tolerance), "rule": self.tolerance.describe()}
+        data["batches"] = [asdict(b) for b in self.batches]
+        data["notes"] = list(self.notes)
+        return {"schema": VERIFY_SCHEMA, "schema_version": VERIFY_SCHEMA_VERSION, "mode": "emulated",
+                "passed": self.passed, **data}
+
+
+def check_batch(batch: int, emulated, host, reference, tolerance: Tolerance) -> BatchCheck:
+    """Compare the emulated board's output with the host's (the verdict) and both with the float model's."""
+    from edgekit.export.verify import compare
+
+    if emulated.shape != host.shape:
+        empty: dict[str, float] = {}
+        return BatchCheck(batch, empty, empty, empty, tolerance.atol, False,
+                          f"output shape {tuple(emulated.shape)} != host's {tuple(host.shape)}")
+    vs_host, vs_float, host_float = (
+        _metrics(compare, host, emulated), _metrics(compare, reference, emulated), _metrics(compare, reference, host)
+    )
+    bound = tolerance.bound(host)
+    reasons = []
+    if not vs_host["max_abs"] <= bound:  # NaN fails too
+        reasons.append(f"max abs difference {vs_host['max_abs']:.3g} > {bound:.3g}")
+    if not vs_host["top1_agreement"] >= tolerance.min_top1:
+        reasons.append(f"top-1 agreement {vs_host['top1_agreement']:.1%} < {tolerance.min_top1:.0%}")
+    if tolerance.min_cosine is not None and not vs_host["cosine"] >= tolerance.min_cosine:
+        reasons.append(f"cosine {vs_host['cosine']:.5f} < {tolerance.min_cosine:g}")
+    return BatchCheck(batch, vs_host, vs_float, host_float, bound, not reasons, "; ".join(reasons))
+
+
+def _metrics(compare, reference, candidate) -> dict[str, float]:
+    if reference.shape != candidate.shape:
+        return {}
+    stats = compare(reference, candidate)
+    return {key: float(stats[key]) for key in METRICS}

@@ -1,0 +1,284 @@
+"""``verify_emulated``: run a device bundle on an emulated aarch64 board and hold it to the host.
+
+1. check the bundle (SHA256SUMS, bundle.json, wheels built for the board's platform);
+2. check this host (root, qemu-user-static, debootstrap, binfmt) and get the cached arm64
+   Debian rootfs, building it once;
+3. a venv inside with the bundle's requirements (cached by their hash);
+4. run the bundle's model on reference.npz's inputs there and here with the same probe script,
+   and compare per batch: emulated vs host (the verdict), and both vs the float model;
+5. run the bundle's runner.py there: a functional bench, marked mode "emulated", whose timings
+   are QEMU's and never the device's latency.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from edgekit.emulate import EmulationError
+from edgekit.emulate.report import BENCH_NOTE, BENCH_STATUS, DEFAULT_ATOL, EmulationReport, Tolerance, check_batch
+from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
+from edgekit.errors import EdgekitError, UsageError
+
+PROBE = Path(__file__).resolve().parent / "probe.py"
+LAUNCHERS = ("auto", "binfmt", "interpreter")
+DEFAULT_TIMEOUT_S = 1800.0
+BENCH_RUNS = 10
+
+Progress = Callable[[str], None]
+
+
+def verify_emulated(
+    bundle_dir: str | Path,
+    *,
+    release: str = DEFAULT_RELEASE,
+    cache_dir: str | Path | None = None,
+    rebuild: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    atol: float = DEFAULT_ATOL,
+    bench: bool = True,
+    mirror: str = DEFAULT_MIRROR,
+    launcher: str = "auto",
+    progress: Progress | None = None,
+) -> EmulationReport:
+    """Verify ``bundle_dir`` under emulation; the report says whether it passed (see ``Tolerance``).
+
+    ``timeout_s`` bounds each long step (the rootfs build, the install, each emulated run).
+    ``launcher`` "auto" uses binfmt_misc when it works, else qemu-aarch64-static named as the
+    command ("interpreter", which cannot build a rootfs). Raises EmulationError when this host
+    cannot emulate, InputFileError for a broken bundle, UsageError for bad settings.
+    """
+    from edgekit.emulate import host, rootfs
+    from edgekit.emulate.bundle import check_wheels, open_bundle
+
+    progress = progress or (lambda message: None)
+    _check_settings(timeout_s, atol, launcher)
+    rootfs.check_release(release)
+    started = time.monotonic()
+    seconds: dict[str, float] = {}
+    notes: list[str] = []
+
+    bundle = open_bundle(bundle_dir)
+    progress(f"bundle {bundle.path}: {bundle.checked_files} files match SHA256SUMS")
+    if bundle.arch != "aarch64":
+        raise UsageError(f"{bundle.path} is a bundle for {bundle.arch or 'an unknown arch'}; --emulate runs aarch64 bundles only")
+    check_wheels(bundle)
+    core, threads = _target_core(bundle, notes)
+
+    host.require_root()
+    cache = (Path(cache_dir) if cache_dir is not None else rootfs.default_cache_dir()).absolute()
+    cached = rootfs.find_rootfs(cache, release) if cache.is_dir() else None
+    tools = host.find_tools(need_debootstrap=rebuild or cached is None)
+    binfmt = host.ensure_binfmt(progress) if launcher != "interpreter" else host.Binfmt(False, reason="--launcher interpreter")
+    if launcher == "binfmt" and not binfmt.usable:
+        raise EmulationError(f"cannot run aarch64 programs through binfmt_misc: {binfmt.reason}")
+    if not binfmt.usable and (cached is None or rebuild):
+        raise EmulationError(
+            f"cannot build the arm64 rootfs: {binfmt.reason}; debootstrap needs binfmt_misc with qemu's handler "
+            f"({host.INSTALL_HINT}, then update-binfmts --enable qemu-aarch64)"
+        )
+
+    mark = time.monotonic()
+    fs = rootfs.ensure_rootfs(cache, release, debootstrap=tools.debootstrap if binfmt.usable else None,
+                              mirror=mirror, rebuild=rebuild, timeout_s=timeout_s, progress=progress)
+    seconds["rootfs"] = time.monotonic() - mark
+    check_wheels(bundle, fs.python)
+    qemu_cpu, note = host.qemu_cpu_for(core, host.qemu_cpus(tools.qemu))
+    if note:
+        notes.append(note)
+    run_in = _working_launcher(fs.path, tools, binfmt, qemu_cpu, timeout_s, progress, notes,
+                               fallback=launcher == "auto")
+
+    mark = time.monotonic()
+    venv = _venv(run_in, bundle, fs.python, timeout_s, progress, notes)
+    seconds["venv"] = time.monotonic() - mark
+
+    work = Path(tempfile.mkdtemp(prefix="edgekit-verify-", dir=run_in.host_path("/tmp")))
+    try:
+        for path in (bundle.model, bundle.reference, bundle.path / "manifest.json", bundle.runner, PROBE):
+            if path is not None and path.is_file():
+                shutil.copyfile(path, work / path.name)
+        inside = "/" + work.relative_to(run_in.rootfs).as_posix()
+        progress(f"running {bundle.model.name} on the reference inputs under emulation ({qemu_cpu})")
+        emulated, emu_info, seconds["emulated_run"] = _probe(
+            [venv.python, "-I", f"{inside}/{PROBE.name}"], inside, work / "emulated.npz", f"{inside}/emulated.npz",
+            bundle, timeout_s, run_in=run_in)
+        progress(f"running {bundle.model.name} on the reference inputs on this host")
+        with tempfile.TemporaryDirectory(prefix="edgekit-verify-host-") as here:
+            out = Path(here) / "host.npz"
+            hosted, host_info, seconds["host_run"] = _probe(
+                [sys.executable, "-I", str(PROBE)], str(bundle.path.resolve()), out, str(out), bundle, timeout_s)
+        bench_report = None
+        if bench and bundle.runner is not None:
+            progress("running the bundle's runner.py under emulation (a functional check; timings are not device latency)")
+            bench_report, seconds["bench"] = _bench(run_in, venv, inside, bundle, threads, timeout_s)
+        elif bench:
+            notes.append("the bundle has no runner.py; no functional bench was run")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    reference = _reference_outputs(bundle.reference)
+    tolerance = Tolerance.for_precision(bundle.precision, atol)
+    batches = tuple(
+        check_batch(batch, emulated[key], hosted[key], reference[key], tolerance)
+        for batch, key in sorted((int(k[1:].split("/")[0]), k) for k in hosted)
+        if key in emulated and key in reference
+    )
+    missing = sorted(set(hosted) ^ set(emulated))
+    if missing:
+        notes.append(f"outputs produced on one side only: {', '.join(missing)}")
+    seconds["total"] = time.monotonic() - started
+    return EmulationReport(
+        bundle=str(bundle.path.resolve()),
+        target=bundle.target,
+        model={"path": bundle.model.name, "format": bundle.format, "precision": bundle.precision,
+               "sha256": bundle.info.get("model_sha256"), "variant": bundle.info.get("variant", "")},
+        checksums={"file": "SHA256SUMS", "files_checked": bundle.checked_files, "ok": True},
+        emulation={
+            "launcher": run_in.mode, "qemu": tools.qemu_version, "qemu_cpu": qemu_cpu,
+            "debian_release": release, "rootfs": str(fs.path), "rootfs_built": fs.built,
+            "rootfs_build_s": None if fs.build_s is None else round(fs.build_s, 1),
+            "python": emu_info.get("python"), "machine": emu_info.get("machine"), "runtime": emu_info.get("runtime"),
+            "numpy": emu_info.get("numpy"), "threads": emu_info.get("threads"),
+            "venv": {"path": venv.path, "key": venv.key, "source": venv.source, "built": venv.built,
+                     "seconds": round(venv.seconds, 1), "packages": venv.packages},
+        },
+        host={key: host_info.get(key) for key in ("machine", "python", "numpy", "runtime", "threads")},
+        tolerance=tolerance,
+        batches=batches,
+        bench=bench_report,
+        seconds={key: round(value, 2) for key, value in seconds.items()},
+        notes=tuple(notes),
+    )
+
+
+def _check_settings(timeout_s: float, atol: float, launcher: str) -> None:
+    if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
+    if not isinstance(atol, (int, float)) or not math.isfinite(atol) or atol < 0:
+        raise UsageError(f"--atol must be a number >= 0, got {atol!r}")
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"unknown launcher {launcher!r}; choose one of: {', '.join(LAUNCHERS)}")
+
+
+def _target_core(bundle, notes: list[str]) -> tuple[str, int]:
+    """(the target's CPU core, its thread count); a target unknown here leaves the core unnamed."""
+    from edgekit.targets import load_target
+
+    threads = int(bundle.info.get("threads") or 1)
+    try:
+        target = load_target(bundle.target)
+    except EdgekitError:
+        notes.append(f"target {bundle.target!r} is not known here; its CPU core is unknown")
+        return "", threads
+    return target.core, int(bundle.info.get("threads") or target.threads)
+
+
+def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, notes, fallback: bool = True):
+    """The first launcher that really starts the rootfs's python3 as aarch64 (binfmt, then interpreter)."""
+    from edgekit.emulate.chroot import NOISE, make_launcher
+    from edgekit.emulate.host import Binfmt
+    from edgekit.emulate.process import last_error, run_captured
+
+    tried = []
+    candidates = [binfmt] if binfmt.usable else []
+    if fallback or not binfmt.usable:
+        candidates.append(Binfmt(False, reason="explicit interpreter"))
+    for state in candidates:
+        launch = make_launcher(rootfs, tools, state, qemu_cpu)
+        done = run_captured(launch.argv(["/usr/bin/python3", "-c", "import platform; print(platform.machine())"]),
+                            what="the emulated python3", timeout_s=min(timeout_s, 300.0), env=launch.env())
+        if done.returncode == 0 and done.stdout.strip() == "aarch64":
+            if tried:
+                notes.append(f"binfmt did not start the rootfs's python3 ({tried[-1]}); used qemu-aarch64-static as an explicit interpreter")
+            progress(f"aarch64 programs start via {launch.mode} (QEMU_CPU={qemu_cpu})")
+            return launch
+        tried.append(last_error(done.tail, NOISE) or done.stdout.strip() or f"exit status {done.returncode}")
+    raise EmulationError(f"cannot start the rootfs's python3 under qemu ({'; '.join(tried)}); try --rebuild")
+
+
+def _venv(run_in, bundle, python, timeout_s, progress, notes):
+    from edgekit.emulate.venv import ensure_venv
+
+    if bundle.requirements is not None:
+        text = bundle.requirements.read_text(encoding="utf-8")
+    else:
+        from edgekit.bundle.requirements import RUNTIME_DISTS, host_version
+
+        dists = ("numpy", RUNTIME_DISTS[bundle.format])
+        text = "".join(f"{dist}=={host_version(dist)}\n" for dist in dists)
+        notes.append("the bundle has no requirements.txt; installed the host's numpy and runtime versions")
+    return ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress)
+
+
+def _probe(prefix, model_dir: str, out_file: Path, out_arg: str, bundle, timeout_s, run_in=None):
+    """Run probe.py (emulated when ``run_in`` is given) -> ({output key: array}, its JSON, seconds)."""
+    from edgekit.emulate.chroot import NOISE
+    from edgekit.emulate.process import last_error, run_captured
+
+    argv = [*prefix, f"{model_dir}/{bundle.model.name}", f"{model_dir}/{bundle.reference.name}", out_arg,
+            "--format", bundle.format, "--threads", "1", "--inputs", ",".join(bundle.input_names)]
+    if bundle.engine:
+        argv += ["--engine", bundle.engine]
+    where = "under emulation" if run_in is not None else "on this host"
+    if run_in is not None:
+        done = run_captured(run_in.argv(argv, cwd=model_dir), what=f"the model run {where}", timeout_s=timeout_s,
+                            env=run_in.env())
+    else:
+        done = run_captured(argv, what=f"the model run {where}", timeout_s=timeout_s)
+    if done.returncode != 0:
+        reason = last_error(done.tail, NOISE) or f"exit status {done.returncode}"
+        raise EdgekitError(f"running {bundle.model.name} {where} failed: {reason}")
+    try:
+        info = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise EdgekitError(f"the model run {where} printed no result") from None
+    return _load_outputs(out_file), info, done.seconds
+
+
+def _load_outputs(path: Path) -> dict:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def _reference_outputs(path: Path) -> dict:
+    return {key: value for key, value in _load_outputs(path).items() if key.endswith("/output")}
+
+
+def _bench(run_in, venv, inside, bundle, threads: int, timeout_s) -> tuple[dict, float]:
+    """The bundle's runner.py under emulation: did it run, and its (emulated) result."""
+    from edgekit.bench.result import from_document
+    from edgekit.emulate.chroot import NOISE
+    from edgekit.emulate.process import last_error, run_captured
+
+    argv = [venv.python, "-I", f"{inside}/runner.py", f"{inside}/{bundle.model.name}", "--format", bundle.format,
+            "--threads", str(threads), "--warmup", "2", "--min-runs", str(BENCH_RUNS), "--max-runs", str(BENCH_RUNS),
+            "--min-time", "0", "--emulated", "--mode", "emulated", "--target", bundle.target]
+    if bundle.engine:
+        argv += ["--engine", bundle.engine]
+    done = run_captured(run_in.argv(argv, cwd=inside), what="runner.py under emulation", timeout_s=timeout_s,
+                        env=run_in.env())
+    report = {"status": BENCH_STATUS, "note": BENCH_NOTE, "ok": False, "error": "", "result": None}
+    if done.returncode != 0:
+        report["error"] = last_error(done.tail, NOISE) or f"exit status {done.returncode}"
+        return report, done.seconds
+    try:
+        result = from_document(json.loads(done.stdout), "runner.py output under emulation")[0]
+    except (json.JSONDecodeError, EdgekitError) as exc:
+        report["error"] = str(exc).splitlines()[0] if str(exc) else "runner.py printed no valid JSON"
+        return report, done.seconds
+    # qemu-user shows the host's /proc/cpuinfo: the CPU model and ISA flags the runner read are the host's.
+    facts = {**result.host, "emulated": True, "qemu_cpu": run_in.qemu_cpu, "isa": [],
+             "cpu_model": f"QEMU {run_in.qemu_cpu} (emulated on {result.host.get('cpu_model') or 'an unknown CPU'})"}
+    result = replace(result, mode="emulated", host=facts, notes=(*result.notes, BENCH_NOTE))
+    report.update(ok=True, result=result.to_dict())
+    return report, done.seconds
