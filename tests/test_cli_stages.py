@@ -52,7 +52,10 @@ def test_bad_input_one_line_errors(digits_checkpoint, tmp_path, args, code, mess
     assert not (tmp_path / "q").exists() and not (tmp_path / "d").exists()
 
 
-def test_debug_switch_shows_traceback(tmp_path):
+def test_debug_switch_shows_traceback(tmp_path, monkeypatch):
+    # --debug sets these for the rest of the process; let monkeypatch restore them afterwards.
+    monkeypatch.setenv("EDGEKIT_DEBUG", "")
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "ERROR")
     result = runner.invoke(app, ["--debug", "quantize", str(tmp_path / "missing"), "--out", str(tmp_path / "q")])
     assert result.exit_code == 2 and "Traceback" in result.stderr
 
