@@ -93,7 +93,7 @@ def test_x86_target_uses_x86_engine(digits_checkpoint, tmp_path):
 def test_quantize_bad_inputs(digits_checkpoint, digits_static, tmp_path):
     from edgekit.quantize.api import quantize
 
-    with pytest.raises(UsageError, match="unknown quantization method 'int4'; choose one of: dynamic, static"):
+    with pytest.raises(UsageError, match="unknown quantization method 'int4'; choose one of: dynamic, qat, static"):
         quantize(digits_checkpoint, "int4", tmp_path / "o")
     with pytest.raises(UsageError, match="quantize takes a float checkpoint"):
         quantize(digits_static, "dynamic", tmp_path / "o")

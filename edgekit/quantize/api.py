@@ -1,70 +1,172 @@
-"""``quantize``: float checkpoint artifact -> int8 artifact, with every file's accuracy measured."""
+"""``quantize``: float model -> int8 artifact, with every file's accuracy (or fidelity) measured."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import shutil
 from pathlib import Path
+from typing import Callable
 
-from edgekit.artifacts import Manifest, describe_file, finalize, load_manifest, parent_ref
+from edgekit.artifacts import Manifest, describe_file, finalize
 from edgekit.errors import UsageError
 from edgekit.fileio import atomic_dir
 from edgekit.targets import Target, load_target
 
+SOURCE_OPTIONS = ("input_shapes", "input_dtypes", "dynamic_axes", "input_ranges", "state_dict")
 
-def quantize(source: str | Path, method: str, out: str | Path, target: str | Target = "rpi4", **options) -> tuple[Path, Manifest]:
-    """Quantize a checkpoint artifact with ``method`` for ``target``; write an artifact to ``out``.
 
-    ``options`` are the method's config fields (e.g. ``calib=...``, ``formats=("onnx",)``).
+def quantize(
+    source: str | Path,
+    method: str,
+    out: str | Path,
+    target: str | Target = "rpi4",
+    *,
+    max_drop: float | None = None,
+    progress: Callable | None = None,
+    **options,
+) -> tuple[Path, Manifest]:
+    """Quantize ``source`` with ``method`` for ``target``; write an artifact to ``out``.
+
+    ``source``: a checkpoint artifact folder, an ``.onnx`` file, ``package.module:factory`` or
+    ``hf:CONFIG``. ``options`` are the method's config fields (``calib=...``,
+    ``formats=("onnx",)``, ``calibrate_method="entropy"``...) plus, for sources from outside the
+    zoo, ``input_shapes``/``input_dtypes``/``dynamic_axes``/``input_ranges`` (lists of CLI-style
+    strings) and ``state_dict``. ``max_drop`` (points): keep the most sensitive layers in float
+    until the drop is within it, or raise ``AccuracyBudgetError``. ``progress`` receives
+    ``CalibrationProgress`` during calibration.
     """
-    from edgekit.export.reference import REFERENCE_FILE, write_reference
-    from edgekit.export.verify import check_parity, predictor_for
-    from edgekit.export.reference import read_reference
-    from edgekit.evaluation import task_accuracy
-    from edgekit.quantize.job import QuantJob
     from edgekit.quantize.methods import get_method, make_config
 
+    source_options = {k: options.pop(k) for k in SOURCE_OPTIONS if k in options}
     method_spec = get_method(method)
-    config = make_config(method, **options)
+    src = _resolve(source, source_options)
+    if method == "static" and options.get("calib") is None and src.task.get("dataset") != "digits":
+        raise UsageError(f"static quantization of {src.label} needs calibration data: --calib FOLDER (.npy/.npz)")
+    config = make_config(method, **_default_formats(src, method, options))
+    _check_fit(src, method, config)
     target = target if isinstance(target, Target) else load_target(target)
-    folder, manifest = load_manifest(source)
-    if manifest.kind != "checkpoint":
-        raise UsageError(f"{folder} is a {manifest.kind} artifact; quantize takes a float checkpoint")
-    float_accuracy = manifest.metrics.get("accuracy")
+    if max_drop is not None and not (isinstance(max_drop, (int, float)) and 0 <= max_drop <= 100):
+        raise UsageError(f"max drop must be between 0 and 100 points, got {max_drop!r}")
 
     with atomic_dir(out) as work:
-        provenance = {"edgekit_method": method, "target": target.name, "model": manifest.model["name"]}
-        job = QuantJob(folder, manifest, target, work, provenance)
+        job = new_job(src, target, work, method, progress)
         produced = method_spec.handler(job, config)
-        write_reference(work / REFERENCE_FILE, job.float_model(), manifest.inputs, manifest.task)
-        cases = read_reference(work / REFERENCE_FILE)
-        files = []
+        cases = write_reference(job)
+        files, budgets = [], []
         for item in produced:
-            predict = predictor_for(work / item.path, item.format, item.details)
-            parity = check_parity(predict, cases, "int8", f"int8 {method} {item.format}")
-            accuracy = task_accuracy(manifest.task, predict)
-            metrics = {"accuracy": accuracy, "float_accuracy": float_accuracy, "parity": parity}
-            details = {**item.details, "variant": f"int8-{method}-{item.format}"}
-            files.append(describe_file(work, item.path, item.format, precision="int8", metrics=metrics, details=details))
-        for leftover in work.glob(".float.onnx*"):
-            leftover.unlink()
-        result = Manifest(
-            kind="quantized",
-            model=manifest.model,
-            inputs=manifest.inputs,
-            outputs=manifest.outputs,
-            files=tuple(files),
-            task=manifest.task,
-            quantization={
-                "method": method,
-                "config": _jsonable(config),
-                "calibration": job.calibration_info or None,
-            },
-            metrics={"float_accuracy": float_accuracy},
-            parent=parent_ref(folder, manifest),
-            target=target.name,
-        )
-        result = finalize(result, work)
-    return Path(out), replace(result)
+            if max_drop is not None:
+                from edgekit.quantize.budget import fit_budget
+
+                item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
+                budgets.append(report.to_dict())
+            files.append(describe_produced(job, item, cases, f"int8-{method}-{item.format}", method))
+        quantization = {
+            "method": method,
+            "config": _jsonable(config),
+            "calibration": job.calibration_info or None,
+        }
+        if budgets:
+            quantization["budget"] = {"max_drop_points": max_drop, "files": budgets}
+        result = finish(job, files, quantization)
+    return Path(out), result
+
+
+# ---------------------------------------------------------------------------------------------
+# pieces shared with ``auto.py``
+
+
+def _resolve(source, source_options):
+    from edgekit.quantize.sources import resolve_source
+
+    return resolve_source(source, **source_options)
+
+
+def new_job(src, target: Target, work: Path, method: str, progress=None):
+    from edgekit.quantize.job import QuantJob
+
+    provenance = {"edgekit_method": method, "target": target.name, "model": src.model_info.get("name", src.label)}
+    return QuantJob(src, target, work, provenance, progress)
+
+
+def write_reference(job) -> dict:
+    """reference.npz: the float model (QAT: the network it trained) on fixed inputs."""
+    from edgekit.evaluation import onnx_predictor, torch_predictor
+    from edgekit.export.reference import REFERENCE_FILE, read_reference, write_reference as write_torch_reference
+    from edgekit.quantize import accuracy
+
+    path = job.work / REFERENCE_FILE
+    model = job.reference_model if job.reference_model is not None else None
+    if job.source.labelled:
+        write_torch_reference(path, model if model is not None else job.float_model(), job.source.inputs, job.source.task)
+    else:
+        if model is not None:
+            predict = torch_predictor(model)
+        elif job.source.has_torch:
+            predict = torch_predictor(job.float_model())
+        else:
+            predict = onnx_predictor(job.float_onnx())
+        accuracy.write_reference(path, predict, job.source.inputs, job.source.task, job.input_ranges(),
+                                 job.source.reference_feed)
+    return read_reference(path)
+
+
+def describe_produced(job, item, cases: dict, variant: str, method: str):
+    """Check parity, measure accuracy (or fidelity), and describe the file for the manifest."""
+    from edgekit.quantize import accuracy
+
+    predict = accuracy.predictor(job.dest / item.path, item.format, item.details)
+    label = f"int8 {method} {item.format}"
+    parity = accuracy.check(job.source, predict, cases, label)
+    measured = accuracy.measure(job.source, predict, cases)
+    metrics = {
+        "accuracy": measured.value if measured.metric == "accuracy" else None,
+        "float_accuracy": job.source.float_accuracy,
+        "accuracy_drop_points": round(measured.drop_points, 4),
+        "fidelity": measured.fidelity,
+        "metric": measured.metric,
+        "parity": parity,
+    }
+    details = {**item.details, "variant": variant}
+    return describe_file(job.dest, item.path, item.format, precision="int8", metrics=metrics, details=details)
+
+
+def finish(job, files: list, quantization: dict) -> Manifest:
+    src = job.source
+    shutil.rmtree(job.work / ".scratch", ignore_errors=True)
+    if job.warnings:
+        quantization["warnings"] = list(job.warnings)
+    result = Manifest(
+        kind="quantized",
+        model=src.model_info,
+        inputs=src.inputs,
+        outputs=src.outputs,
+        files=tuple(files),
+        task=src.task,
+        quantization=quantization,
+        metrics={"float_accuracy": src.float_accuracy} if src.labelled else {"float_accuracy": None, "metric": "cosine"},
+        parent=src.parent,
+        target=job.target.name,
+    )
+    return finalize(result, job.work)
+
+
+def _default_formats(src, method: str, options: dict) -> dict:
+    if options.get("formats") is None:
+        options = dict(options)
+        options.pop("formats", None)
+        if src.kind in ("onnx", "hf"):
+            options["formats"] = ("onnx",)
+    return options
+
+
+def _check_fit(src, method: str, config) -> None:
+    formats = getattr(config, "formats", ())
+    if src.kind == "onnx":
+        if method == "qat":
+            raise UsageError(f"{src.label} is an ONNX model: QAT needs the PyTorch model and its training data")
+        if "torchscript" in formats:
+            raise UsageError(f"{src.label} is an ONNX model: only --format onnx applies (ONNX Runtime path)")
+    if method == "qat" and not src.labelled:
+        raise UsageError(f"QAT needs a model with a labelled training set (a zoo classification task); {src.label} has none")
 
 
 def _jsonable(config) -> dict:

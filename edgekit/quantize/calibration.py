@@ -1,7 +1,13 @@
 """Calibration data: a folder of .npy/.npz files streamed in batches and checked against the model.
 
-Files are memory-mapped (``.npy``) so a large set is never held in memory at once; every batch is
+``.npy`` files are read batch by batch from disk (not memory-mapped: mapped pages would count as
+resident memory as the pass goes on), so a large set is never held in memory at once; every batch is
 checked for shape, dtype and finite values before it reaches a quantizer.
+
+Layout: for a single-input model every array is a block of samples (``.npy``, or any array in an
+``.npz``). For a model with several inputs each ``.npz`` holds one block with one array per input
+name, all with the same number of samples. Dynamic axes (sequence length) may differ from block to
+block: variable-length samples go in separate blocks, one length per block.
 """
 
 from __future__ import annotations
@@ -22,37 +28,58 @@ SUFFIXES = (".npy", ".npz")
 @dataclass(frozen=True)
 class CalibrationSet:
     files: tuple[Path, ...]
-    spec: InputSpec
+    specs: tuple[InputSpec, ...]
     batch_size: int = 32
     max_samples: int | None = None
 
-    def batches(self) -> Iterator[np.ndarray]:
-        """Yield model-ready float batches, at most ``max_samples`` samples in all."""
+    @property
+    def spec(self) -> InputSpec:
+        return self.specs[0]
+
+    def feeds(self) -> Iterator[dict[str, np.ndarray]]:
+        """Yield model-ready batches by input name, at most ``max_samples`` samples in all."""
         remaining = self.max_samples if self.max_samples is not None else float("inf")
         for path in self.files:
-            for array in _arrays(path):
-                _check(array, self.spec, path)
-                for start in range(0, len(array), self.batch_size):
+            for block in _blocks(path, self.specs):
+                length = _check_block(block, self.specs, path)
+                for start in range(0, length, self.batch_size):
                     if remaining <= 0:
                         return
-                    take = int(min(self.batch_size, remaining, len(array) - start))
-                    batch = np.array(array[start : start + take], dtype=self.spec.dtype, copy=True)
-                    if not np.isfinite(batch).all():
-                        raise InputFileError(f"calibration data {path} contains NaN or Inf values")
+                    take = int(min(self.batch_size, remaining, length - start))
+                    feed = {}
+                    for spec in self.specs:
+                        batch = np.array(block[spec.name][start : start + take], dtype=spec.dtype, copy=True)
+                        _check_values(batch, spec, path)
+                        feed[spec.name] = batch
                     remaining -= take
-                    yield batch
+                    yield feed
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """Single-input models: the batches as plain arrays."""
+        name = self.spec.name
+        for feed in self.feeds():
+            yield feed[name]
 
     def count(self) -> int:
-        total = sum(len(a) for p in self.files for a in _arrays(p))
+        total = 0
+        for path in self.files:
+            for block in _blocks(path, self.specs):
+                total += len(next(iter(block.values())))
         return total if self.max_samples is None else min(total, self.max_samples)
 
 
-def open_calibration(path: str | Path, spec: InputSpec, batch_size: int = 32, max_samples: int | None = None) -> CalibrationSet:
+def open_calibration(
+    path: str | Path,
+    spec: InputSpec | tuple[InputSpec, ...],
+    batch_size: int = 32,
+    max_samples: int | None = None,
+) -> CalibrationSet:
     """Find the calibration files under ``path`` (a file or a folder) and check the first batch now."""
     if batch_size < 1:
         raise UsageError(f"calibration batch size must be >= 1, got {batch_size}")
     if max_samples is not None and max_samples < 1:
         raise UsageError(f"calibration sample limit must be >= 1, got {max_samples}")
+    specs = (spec,) if isinstance(spec, InputSpec) else tuple(spec)
     path = Path(path)
     if path.is_dir():
         files = tuple(sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file()))
@@ -64,35 +91,59 @@ def open_calibration(path: str | Path, spec: InputSpec, batch_size: int = 32, ma
         files = (path,)
     else:
         raise InputFileError(f"calibration data not found: {path}")
-    calib = CalibrationSet(files, spec, batch_size, max_samples)
-    if next(calib.batches(), None) is None:
+    calib = CalibrationSet(files, specs, batch_size, max_samples)
+    if next(calib.feeds(), None) is None:
         raise InputFileError(f"calibration data {path} holds no samples")
     return calib
 
 
-def _arrays(path: Path) -> Iterator[np.ndarray]:
+def _blocks(path: Path, specs: tuple[InputSpec, ...]) -> Iterator[dict[str, np.ndarray]]:
+    """Blocks of samples by input name (arrays stay memory-mapped / lazily loaded)."""
+    names = [s.name for s in specs]
     try:
         if path.suffix == ".npy":
-            yield np.load(path, mmap_mode="r", allow_pickle=False)
+            if len(specs) > 1:
+                raise InputFileError(
+                    f"calibration file {path}: a model with several inputs ({', '.join(names)}) "
+                    "takes .npz files holding one array per input name"
+                )
+            yield {names[0]: NpyFile(path)}
             return
         with np.load(path, allow_pickle=False) as archive:
-            for name in archive.files:
-                yield archive[name]
+            keys = list(archive.files)
+            if set(names) <= set(keys):
+                yield {name: archive[name] for name in names}
+            elif len(specs) == 1:
+                for key in keys:
+                    yield {names[0]: archive[key]}
+            else:
+                missing = sorted(set(names) - set(keys))
+                raise InputFileError(f"calibration file {path} lacks array(s) for input(s): {', '.join(missing)}")
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise InputFileError(f"cannot read calibration file {path}: {str(exc).splitlines()[0]}") from None
 
 
+def _check_block(block: dict[str, np.ndarray], specs: tuple[InputSpec, ...], path: Path) -> int:
+    lengths = set()
+    for spec in specs:
+        _check(block[spec.name], spec, path)
+        lengths.add(len(block[spec.name]))
+    if len(lengths) > 1:
+        raise InputFileError(f"calibration data {path}: inputs have different sample counts {sorted(lengths)}")
+    return lengths.pop()
+
+
 def _check(array: np.ndarray, spec: InputSpec, path: Path) -> None:
     expected = spec.shape
+    label = f"model input {spec.name!r}"
     if array.ndim != len(expected):
         raise InputFileError(
-            f"calibration data {path} has shape {tuple(array.shape)}; model input {spec.name!r} "
-            f"expects {_layout(expected)}"
+            f"calibration data {path} has shape {tuple(array.shape)}; {label} expects {_layout(expected)}"
         )
     for axis, (got, want) in enumerate(zip(array.shape, expected)):
         if want is not None and got != want:
             raise InputFileError(
-                f"calibration data {path} has shape {tuple(array.shape)}; model input {spec.name!r} "
+                f"calibration data {path} has shape {tuple(array.shape)}; {label} "
                 f"expects {_layout(expected)} (axis {axis} differs)"
             )
     if len(array) == 0:
@@ -102,6 +153,54 @@ def _check(array: np.ndarray, spec: InputSpec, path: Path) -> None:
         raise InputFileError(f"calibration data {path} has dtype {array.dtype}; expected numbers ({spec.dtype})")
     if kind in "iu" and array.dtype.kind not in "iu":
         raise InputFileError(f"calibration data {path} has dtype {array.dtype}; expected integers ({spec.dtype})")
+
+
+def _check_values(batch: np.ndarray, spec: InputSpec, path: Path) -> None:
+    if batch.dtype.kind == "f" and not np.isfinite(batch).all():
+        raise InputFileError(f"calibration data {path} contains NaN or Inf values")
+    if spec.value_range is not None and batch.dtype.kind in "iu" and batch.size:
+        low, high = spec.value_range
+        a_min, a_max = int(batch.min()), int(batch.max())
+        if a_min < low or a_max >= high:
+            raise InputFileError(
+                f"calibration data {path}: input {spec.name!r} holds values in [{a_min}, {a_max}], "
+                f"outside [{int(low)}, {int(high)})"
+            )
+
+
+class NpyFile:
+    """A .npy array read slice by slice with plain file reads (C order, no pickle)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            self.header = fh.tell()
+        if dtype.hasobject:
+            raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
+        if fortran and len(shape) > 1:
+            raise ValueError("Fortran-ordered arrays are not supported; save with np.save of a C-ordered array")
+        self.shape, self.dtype, self.ndim = tuple(shape), dtype, len(shape)
+        row = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+        self.row_bytes = row * dtype.itemsize
+        expected = self.header + (shape[0] if shape else 1) * self.row_bytes
+        if path.stat().st_size < expected:
+            raise ValueError(f"file is truncated ({path.stat().st_size} of {expected} bytes)")
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        start, stop, _ = key.indices(len(self))
+        count = max(0, stop - start)
+        with open(self.path, "rb") as fh:
+            fh.seek(self.header + start * self.row_bytes)
+            data = np.fromfile(fh, dtype=self.dtype, count=count * self.row_bytes // max(self.dtype.itemsize, 1))
+        return data.reshape((count, *self.shape[1:]))
 
 
 def _layout(shape) -> str:

@@ -9,47 +9,103 @@ TORCHSCRIPT_FILE = "model.pt"
 ONNX_FILE = "model.onnx"
 
 
+def _split_exclude(job: QuantJob, config) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(torch module names, ONNX node names) from ``--exclude``; a name that is neither is an error."""
+    from edgekit.errors import UsageError
+    from edgekit.quantize import ort_backend
+
+    if not config.exclude:
+        return (), ()
+    modules = {name for name, _ in job.float_model().named_modules()} if job.source.has_torch and "torchscript" in config.formats else set()
+    nodes = set(ort_backend.node_names(job.prepared_onnx())) if "onnx" in config.formats else set()
+    unknown = sorted(set(config.exclude) - modules - nodes)
+    if unknown:
+        raise UsageError(f"no layer named {', '.join(unknown)} in the model (torch module or ONNX node names; "
+                         "the --max-drop sensitivity report lists them)")
+    return tuple(n for n in config.exclude if n in modules), tuple(n for n in config.exclude if n in nodes)
+
+
+def _small_lookups(job: QuantJob, notes: list[str]) -> list[str]:
+    from edgekit.quantize import ort_backend
+
+    lookups = ort_backend.small_lookups(job.prepared_onnx())
+    if lookups:
+        notes.append(f"small embedding lookups kept in float ({', '.join(lookups)}): int8 only saves size there")
+    return lookups
+
+
 def dynamic(job: QuantJob, config: DynamicConfig) -> list[Produced]:
     from edgekit.quantize import ort_backend, torch_backend
 
+    torch_exclude, onnx_exclude = _split_exclude(job, config)
     produced = []
     if "torchscript" in config.formats:
         engine = job.target.quantized_engine
-        qmodel = torch_backend.dynamic_int8(job.float_model(), engine)
+        qmodel = torch_backend.dynamic_int8(job.float_model(), engine, exclude=torch_exclude)
         job.save_torchscript(qmodel, TORCHSCRIPT_FILE, engine)
-        produced.append(Produced(TORCHSCRIPT_FILE, "torchscript", {"quantized_engine": engine, "backend": "torch.ao dynamic"}))
+        details = {"quantized_engine": engine, "backend": "torch.ao dynamic"}
+        if torch_exclude:
+            details["float_layers"] = list(torch_exclude)
+        produced.append(Produced(TORCHSCRIPT_FILE, "torchscript", details))
     if "onnx" in config.formats:
-        details = ort_backend.dynamic_int8(job.float_onnx(), job.work / ONNX_FILE, job.target.onnx_quant)
-        produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization"}))
+        recipe = job.recipe(config)
+        notes = list(recipe.notes)
+        lookups = _small_lookups(job, notes)
+        details = ort_backend.dynamic_int8(job.prepared_onnx(), job.dest / ONNX_FILE, recipe, (*onnx_exclude, *lookups))
+        if onnx_exclude or lookups:
+            details["float_nodes"] = [*onnx_exclude, *lookups]
+        produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization",
+                                                     "recipe": recipe.short, "recipe_notes": notes}))
     return produced
 
 
 def static(job: QuantJob, config: StaticConfig) -> list[Produced]:
     from edgekit.quantize import ort_backend, torch_backend
 
-    calib = job.calibration(config)
+    torch_exclude, onnx_exclude = _split_exclude(job, config)
     produced = []
     if "torchscript" in config.formats:
         engine = job.target.quantized_engine
+        calib = job.calibration(config)
+        if not job.calibration_info:
+            job.calibration_info = {"source": str(config.calib), "files": [p.name for p in calib.files],
+                                    "samples": calib.count(), "batch_size": config.calib_batch_size}
         qmodel = torch_backend.static_int8_fx(
-            job.float_model(), job.example_inputs(), job.torch_batches(calib), engine
+            job.float_model(), job.example_inputs(), job.torch_batches(calib), engine, exclude=torch_exclude
         )
         job.save_torchscript(qmodel, TORCHSCRIPT_FILE, engine)
-        produced.append(
-            Produced(
-                TORCHSCRIPT_FILE,
-                "torchscript",
-                {"quantized_engine": engine, "backend": "torch.ao FX", **torch_backend.describe_qconfig(engine)},
-            )
-        )
+        details = {"quantized_engine": engine, "backend": "torch.ao FX", **torch_backend.describe_qconfig(engine)}
+        if torch_exclude:
+            details["float_layers"] = list(torch_exclude)
+        produced.append(Produced(TORCHSCRIPT_FILE, "torchscript", details))
     if "onnx" in config.formats:
-        details = ort_backend.static_int8_qdq(
-            job.float_onnx(), job.work / ONNX_FILE, job.onnx_batches(calib), job.target.onnx_quant,
-            config.calibrate_method,
-        )
-        produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization"}))
+        recipe = job.recipe(config)
+        ranges = job.activation_ranges(config)
+        notes = list(recipe.notes)
+        stem = ort_backend.thin_stem_convs(job.prepared_onnx()) if config.float_stem else []
+        if stem:
+            notes.append(f"thin input convolution kept in float ({', '.join(stem)}): int8 gains nothing there")
+        lookups = _small_lookups(job, notes)
+        details = ort_backend.static_int8_qdq(job.prepared_onnx(), job.dest / ONNX_FILE, ranges, recipe,
+                                              (*onnx_exclude, *stem, *lookups), config.op_types)
+        produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization",
+                                                     "calibrate_method": config.calibrate_method,
+                                                     "recipe": recipe.short, "recipe_notes": notes}))
     return produced
 
 
-register_method(Method("dynamic", DynamicConfig, dynamic, "int8 weights, activations quantized at run time"))
-register_method(Method("static", StaticConfig, static, "int8 weights and activations, calibrated"))
+def qat(job: QuantJob, config):
+    from edgekit.quantize.qat import quantization_aware_training
+
+    return quantization_aware_training(job, config)
+
+
+def _register() -> None:
+    from edgekit.quantize.methods import QatConfig
+
+    register_method(Method("dynamic", DynamicConfig, dynamic, "int8 weights, activations quantized at run time"))
+    register_method(Method("static", StaticConfig, static, "int8 weights and activations, calibrated"))
+    register_method(Method("qat", QatConfig, qat, "fake-quant fine-tuning on the training data, then int8"))
+
+
+_register()

@@ -1,32 +1,49 @@
-"""What a quantization handler works with: the float model, its ONNX export, calibration data."""
+"""What a quantization handler works with: the float model, its ONNX export, calibration ranges."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-import numpy as np
-
-from edgekit.artifacts import Manifest
+from edgekit.errors import UsageError
+from edgekit.quantize.sources import ModelSource
 from edgekit.targets import Target
 
 
 @dataclass
 class QuantJob:
-    folder: Path  # the float checkpoint artifact
-    manifest: Manifest
+    source: ModelSource
     target: Target
-    work: Path  # where handlers write their files
+    work: Path  # where handlers write their files (the artifact being built)
     provenance: dict = field(default_factory=dict)
+    progress: Callable | None = None  # CalibrationProgress -> None
     calibration_info: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # shown to the user and kept in the manifest
+    out: Path | None = None  # where handlers write model files (default: ``work``)
+    reference_model: object = None  # a handler's own float yardstick (QAT: the fine-tuned network)
+    _ranges: dict = field(default_factory=dict)
+
+    @property
+    def dest(self) -> Path:
+        return self.out if self.out is not None else self.work
+
+    # -- scratch space (removed before the artifact is finalized) ------------------------------
+    @cached_property
+    def scratch(self) -> Path:
+        path = self.work / ".scratch"
+        path.mkdir(exist_ok=True)
+        return path
+
+    # -- the float model -----------------------------------------------------------------------
+    @property
+    def manifest(self):
+        return self.source.manifest
 
     @cached_property
     def _model(self):
-        from edgekit.train.checkpoint import load_model_from_artifact
-
-        return load_model_from_artifact(self.folder, self.manifest)
+        return self.source.load_torch()
 
     def float_model(self):
         """A fresh copy each call: quantizers rewrite modules in place."""
@@ -37,55 +54,120 @@ class QuantJob:
     def example_inputs(self, batch: int = 2) -> tuple:
         from edgekit.export.reference import example_tensors
 
-        return example_tensors(self.manifest.inputs, batch)
+        return example_tensors(self.source.inputs, batch)
 
     @cached_property
     def _float_onnx(self) -> Path:
+        if self.source.onnx_path is not None:
+            return self.source.onnx_path
         from edgekit.export.onnx_export import export_onnx
 
-        path = self.work / ".float.onnx"
-        export_onnx(
-            self.float_model(), self.example_inputs(), self.manifest.inputs, self.manifest.outputs,
-            path, self.target.onnx_opset,
-        )
+        path = self.scratch / "float.onnx"
+        try:
+            export_onnx(
+                self.float_model(), self.example_inputs(), self.source.inputs, self.source.outputs,
+                path, self.target.onnx_opset,
+            )
+        except UsageError:
+            raise
+        except Exception as exc:  # the exporter raises many types; name the model and the first line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"cannot export {self.source.label} to ONNX: {first}") from None
         return path
 
     def float_onnx(self) -> Path:
         return self._float_onnx
 
+    @cached_property
+    def _prepared(self) -> Path:
+        from edgekit.quantize.ort_backend import preprocess
+
+        return preprocess(self.float_onnx(), self.scratch / "prepared.onnx")
+
+    def prepared_onnx(self) -> Path:
+        """The float ONNX model after ORT's pre-processing: what is calibrated and quantized."""
+        return self._prepared
+
+    # -- recipes and calibration ---------------------------------------------------------------
+    def recipe(self, config):
+        from edgekit.quantize.recipes import onnx_recipe
+
+        recipe = onnx_recipe(
+            self.target,
+            activation_type=getattr(config, "activation_type", None),
+            weight_type=getattr(config, "weight_type", None),
+            per_channel=getattr(config, "per_channel", None),
+            reduce_range=getattr(config, "reduce_range", None),
+        )
+        for warning in recipe.warnings:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+        return recipe
+
     def calibration(self, config):
         from edgekit.quantize.calibration import open_calibration
 
-        if len(self.manifest.inputs) != 1:
-            from edgekit.errors import UsageError
+        return open_calibration(config.calib, self.source.inputs, config.calib_batch_size, config.calib_max_samples)
 
-            raise UsageError("static calibration from files supports single-input models")
-        calib = open_calibration(config.calib, self.manifest.inputs[0], config.calib_batch_size, config.calib_max_samples)
+    def activation_ranges(self, config) -> dict:
+        """Per-tensor ranges of the prepared ONNX model, from the calibration cache or a pass."""
+        from edgekit.fileio import sha256_file
+        from edgekit.quantize import calib_cache
+        from edgekit.quantize.calibrators import describe, make_calibration, make_calibrator
+        from edgekit.quantize.onnx_calibrate import collect_ranges
+
+        settings = make_calibration(config.calibrate_method, **config.calibration_settings())
+        memo = (config.calibrate_method, repr(settings), str(config.calib), config.calib_batch_size, config.calib_max_samples)
+        if memo in self._ranges:
+            return self._ranges[memo]
+        calib = self.calibration(config)
+        prepared = self.prepared_onnx()
+        about = describe(config.calibrate_method, settings)
+        key = calib_cache.cache_key(sha256_file(prepared), calib_cache.data_fingerprint(calib),
+                                    config.calibrate_method, about)
+        cache = calib_cache.CalibrationCache()
+        hit = cache.load(key) if config.calib_cache else None
+        if hit is not None:
+            ranges, samples = hit
+        else:
+            total = calib.count()
+            ranges, samples = collect_ranges(
+                prepared, calib.feeds(), make_calibrator(config.calibrate_method, settings), total, self.progress
+            )
+            if config.calib_cache:
+                cache.store(key, ranges, samples, {"model": self.source.label, **about, "samples": samples})
         self.calibration_info = {
             "source": str(Path(config.calib)),
             "files": [p.name for p in calib.files],
-            "samples": calib.count(),
+            "samples": samples,
             "batch_size": config.calib_batch_size,
-            "method": config.calibrate_method,
+            **about,
+            "cache": ("hit" if hit is not None else "stored") if config.calib_cache else "off",
+            "cache_key": key,
+            "mask_tensors": sorted(n for n, r in ranges.items() if r.mask_like),
         }
-        return calib
+        self._ranges[memo] = ranges
+        return ranges
+
+    def input_ranges(self) -> dict:
+        """Calibrated ranges of the model inputs (empty when nothing was calibrated)."""
+        names = {spec.name for spec in self.source.inputs}
+        out = {}
+        for ranges in self._ranges.values():
+            out.update({k: v for k, v in ranges.items() if k in names})
+        return out
 
     def torch_batches(self, calib) -> Iterator[tuple]:
         import torch
 
-        for batch in calib.batches():
-            yield (torch.from_numpy(batch),)
-
-    def onnx_batches(self, calib) -> Iterator[dict[str, np.ndarray]]:
-        name = self.manifest.inputs[0].name
-        for batch in calib.batches():
-            yield {name: batch}
+        for feed in calib.feeds():
+            yield tuple(torch.from_numpy(feed[spec.name]) for spec in self.source.inputs)
 
     def save_torchscript(self, module, rel: str, engine: str) -> Path:
         from edgekit.export import torchscript_backend
         from edgekit.quantize.torch_backend import quantized_engine
 
-        path = self.work / rel
+        path = self.dest / rel
         with quantized_engine(engine):
             traced = torchscript_backend.trace(module, self.example_inputs())
             torchscript_backend.save(traced, path, {**self.provenance, "quantized_engine": engine})

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgekit.errors import UsageError, unknown_name
+from edgekit.targets import QUANT_TYPES
 
 TORCH_FORMATS = ("torchscript", "onnx")
 
@@ -23,17 +24,34 @@ def _check_formats(formats: tuple[str, ...]) -> None:
             raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(TORCH_FORMATS)}")
 
 
+def _check_quant_type(label: str, value: str | None) -> None:
+    if value is not None and value not in QUANT_TYPES:
+        raise UsageError(f"unknown {label} {value!r}; choose one of: {', '.join(QUANT_TYPES)}")
+
+
+def _check_positive(label: str, value, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UsageError(f"{label} must be an integer >= 1, got {value!r}")
+
+
 @dataclass(frozen=True)
 class DynamicConfig:
     """int8 weights, activations quantized at run time. No calibration data."""
 
     formats: tuple[str, ...] = TORCH_FORMATS
+    weight_type: str | None = None  # ONNX: None = the target recipe's
+    per_channel: bool | None = None
+    reduce_range: bool | None = None
+    exclude: tuple[str, ...] = ()  # layers kept in float (ONNX node names / torch module names)
 
     def __post_init__(self) -> None:
         _check_formats(self.formats)
+        _check_quant_type("weight type", self.weight_type)
 
 
-CALIBRATE_METHODS = ("minmax", "entropy", "percentile")
+CALIBRATE_METHODS = ("minmax", "percentile", "entropy", "mse")
 
 
 @dataclass(frozen=True)
@@ -43,15 +61,52 @@ class StaticConfig:
     calib: Path = Path("calib_data/digits")
     formats: tuple[str, ...] = TORCH_FORMATS
     calibrate_method: str = "minmax"
+    percentile: float | None = None  # percentile calibration: the kept share of values (default 99.99)
+    calib_bins: int | None = None  # histogram calibrations: bins per tensor (default 2048)
     calib_batch_size: int = 32
     calib_max_samples: int | None = None
+    calib_cache: bool = True  # reuse ranges computed before for the same model, data and settings
+    activation_type: str | None = None  # ONNX: None = the target recipe's
+    weight_type: str | None = None
+    per_channel: bool | None = None
+    reduce_range: bool | None = None
+    exclude: tuple[str, ...] = ()
+    float_stem: bool = True  # ONNX: keep a thin input convolution (<= 32 MACs per output) in float
+    op_types: tuple[str, ...] = ()  # ONNX: quantize only these op types (e.g. MatMul,Gemm); empty = all
 
     def __post_init__(self) -> None:
+        from edgekit.quantize.calibrators import make_calibration
+
         _check_formats(self.formats)
         if self.calibrate_method not in CALIBRATE_METHODS:
             raise unknown_name("calibration method", self.calibrate_method, CALIBRATE_METHODS)
-        if self.calib_batch_size < 1:
-            raise UsageError(f"calibration batch size must be >= 1, got {self.calib_batch_size}")
+        _check_positive("calibration batch size", self.calib_batch_size, allow_none=False)
+        _check_positive("calibration sample limit", self.calib_max_samples)
+        _check_quant_type("activation type", self.activation_type)
+        _check_quant_type("weight type", self.weight_type)
+        make_calibration(self.calibrate_method, **self.calibration_settings())  # validates the settings
+
+    def calibration_settings(self) -> dict:
+        return {"percentile": self.percentile, "bins": self.calib_bins}
+
+
+@dataclass(frozen=True)
+class QatConfig:
+    """Fake-quant fine-tuning on the task's training data, then int8 (TorchScript and QDQ ONNX)."""
+
+    formats: tuple[str, ...] = TORCH_FORMATS
+    epochs: int = 3
+    lr: float = 5e-4  # Adam, cosine-decayed
+    batch_size: int = 64
+    seed: int = 0
+    per_channel: bool | None = None  # None: the target engine's default (qnnpack: per-tensor)
+
+    def __post_init__(self) -> None:
+        _check_formats(self.formats)
+        _check_positive("QAT epochs", self.epochs, allow_none=False)
+        _check_positive("QAT batch size", self.batch_size, allow_none=False)
+        if not isinstance(self.lr, (int, float)) or not self.lr > 0:
+            raise UsageError(f"QAT learning rate must be positive, got {self.lr!r}")
 
 
 @dataclass(frozen=True)

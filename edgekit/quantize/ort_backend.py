@@ -1,8 +1,16 @@
-"""The one module that talks to ``onnxruntime.quantization``."""
+"""The one module that talks to ``onnxruntime.quantization``.
+
+Static quantization never lets ORT calibrate: edgekit's streaming calibrators compute the ranges
+(``onnx_calibrate.py``) and they reach ORT through its calibration cache (``quantize_static``'s
+``calibration_cache_path``: a JSON file of per-tensor ranges; when it exists ORT skips its own
+calibration pass). Tensors holding mask sentinels are left out, and the nodes that touch them
+are excluded from quantization.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import tempfile
@@ -10,9 +18,11 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import numpy as np
+from edgekit.quantize.calibrators import TensorRange
+from edgekit.quantize.recipes import OnnxRecipe
 
-from edgekit.targets import OnnxQuantSettings
+# Ops whose weights ORT quantizes: the layers a sensitivity analysis can keep in float.
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "Gather", "Attention")
 
 
 @contextlib.contextmanager
@@ -35,86 +45,179 @@ def _quant_type(name: str):
 
 
 def preprocess(float_path: Path, out_path: Path) -> Path:
-    """Shape inference + graph optimisation recommended before quantization.
+    """Shape inference + graph optimisation recommended before quantization; every node named.
 
     ``auto_merge`` lets symbolic shape inference merge conflicting symbolic dims (transformer
     exports otherwise fail with "Incomplete symbolic shape inference").
     """
+    import onnx
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     with quiet():
         quant_pre_process(str(float_path), str(out_path), auto_merge=True)
+    model = onnx.load(str(out_path))
+    used = {n.name for n in model.graph.node if n.name}
+    changed = False
+    for index, node in enumerate(model.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in used:
+                name += "_"
+            node.name = name
+            used.add(name)
+            changed = True
+    if changed:
+        onnx.save(model, str(out_path))
     return out_path
 
 
-class _Reader:
-    """Adapts an iterator of input dicts to ORT's CalibrationDataReader protocol."""
+def weighted_nodes(model_path: Path) -> list[tuple[str, str]]:
+    """(node name, op type) of the nodes with a constant weight input, in graph order."""
+    import onnx
 
-    def __init__(self, batches: Iterable[dict[str, np.ndarray]]):
-        self._iter = iter(batches)
-
-    def get_next(self):
-        return next(self._iter, None)
-
-    def rewind(self):  # pragma: no cover - only used by ORT's multi-pass calibrators
-        raise NotImplementedError
-
-    def set_range(self, start_index: int, end_index: int):  # pragma: no cover
-        raise NotImplementedError
+    model = onnx.load(str(model_path))
+    consts = {i.name for i in model.graph.initializer}
+    consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    out = []
+    for node in model.graph.node:
+        if node.op_type in WEIGHTED_OPS and any(name in consts for name in node.input[:2]):
+            out.append((node.name, node.op_type))
+    return out
 
 
-def dynamic_int8(float_path: Path, out_path: Path, settings: OnnxQuantSettings) -> dict:
+def thin_stem_convs(model_path: Path, max_reduction: int = 32) -> list[str]:
+    """Convs reading a graph input whose reduction (in_channels x kernel) is tiny (<= 32).
+
+    A 1-3 channel stem does so little arithmetic per output that int8 saves nothing, while the
+    QuantizeLinear of the input and the requantization cost time and accuracy: keep it in float.
+    """
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path))
+    inputs = {i.name for i in model.graph.input}
+    weights = {i.name: i for i in model.graph.initializer}
+    out = []
+    for node in model.graph.node:
+        if node.op_type == "Conv" and node.input[0] in inputs and len(node.input) > 1 and node.input[1] in weights:
+            shape = numpy_helper.to_array(weights[node.input[1]]).shape
+            if int(np.prod(shape[1:])) <= max_reduction:
+                out.append(node.name)
+    return out
+
+
+def small_lookups(model_path: Path, max_bytes: int = 1 << 20) -> list[str]:
+    """Gathers from a constant table under ``max_bytes`` (embeddings of small vocabularies).
+
+    A lookup does no arithmetic, so int8 only saves the table's size, and adds a
+    DequantizeLinear plus rounding noise on every token: worth it for a 30k x 384 table, not for
+    a 128 x 64 one (measured: next-token agreement of the LSTM LM 98.9% -> 99.2% with it float).
+    """
+    import onnx
+
+    model = onnx.load(str(model_path))
+    sizes = {}
+    for init in model.graph.initializer:
+        count = 1
+        for d in init.dims:
+            count *= d
+        sizes[init.name] = count * 4
+    return [n.name for n in model.graph.node
+            if n.op_type == "Gather" and n.input and n.input[0] in sizes and sizes[n.input[0]] <= max_bytes]
+
+
+def node_names(model_path: Path) -> list[str]:
+    import onnx
+
+    return [n.name for n in onnx.load(str(model_path)).graph.node]
+
+
+def nodes_touching(model_path: Path, tensors: Iterable[str]) -> list[str]:
+    """Names of the nodes that read or write any of ``tensors``."""
+    import onnx
+
+    wanted = set(tensors)
+    if not wanted:
+        return []
+    model = onnx.load(str(model_path))
+    return [n.name for n in model.graph.node if wanted & (set(n.input) | set(n.output))]
+
+
+def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_exclude: Iterable[str] = ()) -> dict:
     from onnxruntime.quantization import quantize_dynamic
 
-    with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
-        prepared = preprocess(float_path, Path(tmp) / "prepared.onnx")
-        with quiet():
-            quantize_dynamic(
-                str(prepared),
-                str(out_path),
-                per_channel=settings.per_channel,
-                reduce_range=settings.reduce_range,
-                weight_type=_quant_type(settings.weight_type),
-            )
+    with quiet():
+        quantize_dynamic(
+            str(prepared),
+            str(out_path),
+            per_channel=recipe.per_channel,
+            reduce_range=recipe.reduce_range,
+            weight_type=_quant_type(recipe.weight_type),
+            nodes_to_exclude=list(nodes_to_exclude),
+        )
     return {
         "format": "QOperator (dynamic)",
-        "weight_type": settings.weight_type,
-        "per_channel": settings.per_channel,
-        "reduce_range": settings.reduce_range,
+        "weight_type": recipe.weight_type,
+        "per_channel": recipe.per_channel,
+        "reduce_range": recipe.reduce_range,
     }
 
 
 def static_int8_qdq(
-    float_path: Path,
+    prepared: Path,
     out_path: Path,
-    batches: Iterable[dict[str, np.ndarray]],
-    settings: OnnxQuantSettings,
-    calibrate_method: str = "minmax",
+    ranges: dict[str, TensorRange],
+    recipe: OnnxRecipe,
+    nodes_to_exclude: Iterable[str] = (),
+    op_types: Iterable[str] = (),
 ) -> dict:
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
+    """QDQ int8 with the given activation ranges (mask-like tensors and their nodes stay float).
 
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-               "percentile": CalibrationMethod.Percentile}
-    with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
-        prepared = preprocess(float_path, Path(tmp) / "prepared.onnx")
+    ``op_types``: quantize only these op types (empty: every op ORT can quantize)."""
+    import numpy as np
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+    from edgekit.errors import EdgekitError
+
+    if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
+        import onnxruntime
+
+        raise EdgekitError(
+            f"onnxruntime {onnxruntime.__version__} cannot take precomputed calibration ranges "
+            "(quantize_static has no calibration_cache_path); install onnxruntime >= 1.32"
+        )
+    masked = sorted(name for name, r in ranges.items() if r.mask_like)
+    excluded = sorted(set(nodes_to_exclude) | set(nodes_touching(prepared, masked)))
+    data = {
+        name: TensorData(lowest=np.float32(r.low), highest=np.float32(r.high))
+        for name, r in ranges.items()
+        if not r.mask_like
+    }
+    with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=".ort-ranges-") as tmp:
+        cache = Path(tmp) / "ranges.json"
+        save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), cache)
         with quiet():
             quantize_static(
                 str(prepared),
                 str(out_path),
-                _Reader(batches),
+                None,
                 quant_format=QuantFormat.QDQ,
-                per_channel=settings.per_channel,
-                reduce_range=settings.reduce_range,
-                activation_type=_quant_type(settings.activation_type),
-                weight_type=_quant_type(settings.weight_type),
-                calibrate_method=methods[calibrate_method],
+                per_channel=recipe.per_channel,
+                reduce_range=recipe.reduce_range,
+                activation_type=_quant_type(recipe.activation_type),
+                weight_type=_quant_type(recipe.weight_type),
+                nodes_to_exclude=excluded,
+                op_types_to_quantize=list(op_types) or None,
+                calibrate_method=CalibrationMethod.MinMax,
+                calibration_cache_path=str(cache),
                 extra_options={"CalibTensorRangeSymmetric": False},
             )
     return {
         "format": "QDQ",
-        "activation_type": settings.activation_type,
-        "weight_type": settings.weight_type,
-        "per_channel": settings.per_channel,
-        "reduce_range": settings.reduce_range,
-        "calibrate_method": calibrate_method,
+        **recipe.describe(),
+        "float_nodes": excluded,
+        "mask_tensors": masked,
+        **({"op_types": list(op_types)} if op_types else {}),
     }

@@ -1,0 +1,197 @@
+"""``edgekit quantize --auto``: try the target's candidate recipes, keep the fastest within budget.
+
+Every candidate is built, checked and measured like a normal quantization (accuracy on held-out
+data, or fidelity), then all candidates and the float model are timed together on this host with
+``edgekit.bench.api.bench`` (one process each, interleaved, the target's thread count). Per
+format, the fastest candidate whose drop is within the budget becomes the artifact's file; the
+full table goes into the manifest (``quantization.candidates``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from edgekit.artifacts import Manifest
+from edgekit.errors import EdgekitError, GateFailed, UsageError
+from edgekit.fileio import atomic_dir
+from edgekit.targets import Target, load_target
+
+
+@dataclass
+class Candidate:
+    name: str
+    method: str
+    format: str
+    options: dict
+    path: str = ""
+    bytes: int = 0
+    metric: str = ""
+    value: float | None = None
+    drop_points: float | None = None
+    p50_ms: float | None = None
+    meets_budget: bool = False
+    chosen: bool = False
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class NoCandidateError(GateFailed):
+    def __init__(self, message: str, candidates: list[Candidate]):
+        super().__init__(message)
+        self.candidates = candidates
+
+
+def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...]) -> list[tuple[str, str, dict]]:
+    """(name, method, options) in a stable order; static ones only with calibration data."""
+    out = [("dynamic", "dynamic", {})]
+    if has_calib:
+        out.append(("static-minmax", "static", {"calibrate_method": "minmax"}))
+        out.append(("static-percentile", "static", {"calibrate_method": "percentile"}))
+        out.append(("static-entropy", "static", {"calibrate_method": "entropy"}))
+        out.append(("static-mse", "static", {"calibrate_method": "mse"}))
+        # weights-heavy ops only (MatMul/Gemm/Conv): LayerNorm, Softmax, Add stay float; the usual
+        # recipe for transformer encoders
+        out.append(("static-matmul", "static", {"calibrate_method": "percentile", "op_types": ("MatMul", "Gemm", "Conv")}))
+    return out
+
+
+def quantize_auto(
+    source: str | Path,
+    out: str | Path,
+    target: str | Target = "rpi4",
+    *,
+    calib: str | Path | None = None,
+    formats: tuple[str, ...] | None = None,
+    max_drop: float | None = None,
+    progress: Callable | None = None,
+    bench_settings: dict | None = None,
+    **source_options,
+) -> tuple[Path, Manifest, list[Candidate]]:
+    from edgekit.bench.api import bench
+    from edgekit.quantize import api
+    from edgekit.quantize.methods import get_method, make_config
+
+    src = api._resolve(source, source_options)
+    target = target if isinstance(target, Target) else load_target(target)
+    budget = max_drop if max_drop is not None else float(target.budgets.get("max_accuracy_drop", 1.0))
+    if not 0 <= budget <= 100:
+        raise UsageError(f"max drop must be between 0 and 100 points, got {budget!r}")
+    formats = formats or (("onnx",) if src.kind in ("onnx", "hf") else ("torchscript", "onnx"))
+    settings = {"warmup": 5, "min_runs": 30, "min_time_s": 0.5, **(bench_settings or {})}
+    # bench settings: threads, warmup, min_runs, min_time_s, input_file (default: the reference inputs)
+
+    with atomic_dir(out) as work:
+        job = api.new_job(src, target, work, "auto", progress)
+        cases = api.write_reference(job)
+        candidates: list[Candidate] = []
+        built: list[tuple[Candidate, object]] = []
+        for name, method, options in candidate_recipes(src, calib is not None, formats):
+            extra = {"calib": calib} if method == "static" else {}
+            for fmt in formats:
+                if src.kind == "onnx" and fmt == "torchscript":
+                    continue
+                if fmt == "torchscript" and method == "static" and (options.get("calibrate_method") != "minmax" or "op_types" in options):
+                    continue  # the torch path has one observer recipe per engine; one candidate is enough
+                label = name if fmt == "onnx" else method
+                cand = Candidate(label, method, fmt, options)
+                candidates.append(cand)
+                folder = job.scratch / f"cand-{len(candidates)}"
+                folder.mkdir()
+                job.out = folder
+                try:
+                    config = make_config(method, formats=(fmt,), **extra, **options)
+                    item = get_method(method).handler(job, config)[0]
+                    entry = api.describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
+                except EdgekitError as exc:
+                    cand.error = str(exc).splitlines()[0]
+                    continue
+                finally:
+                    job.out = None
+                _stamp(folder, entry, src, target)
+                cand.path = str(folder / entry.path)
+                cand.bytes = entry.bytes
+                cand.metric = entry.metrics["metric"]
+                cand.value = entry.metrics["accuracy"] if cand.metric == "accuracy" else entry.metrics["fidelity"]["cosine"]
+                cand.drop_points = entry.metrics["accuracy_drop_points"]
+                cand.meets_budget = cand.drop_points <= budget
+                built.append((cand, entry))
+
+        timed = [c for c, _ in built]
+        floats = _float_files(job, formats)
+        paths = [Path(c.path) for c in timed] + [p for _, p in floats]
+        if settings.get("input_file") is None:  # time every candidate on the same batch-1 reference inputs
+            import numpy as np
+
+            settings["input_file"] = job.scratch / "bench-inputs.npz"
+            np.savez(settings["input_file"], **cases[min(cases)][0])
+        if paths:
+            results = bench(paths, target=target, **settings)
+            for cand, result in zip(timed, results):
+                cand.p50_ms = round(result.timing.p50, 4)
+            for (fmt, path), result in zip(floats, results[len(timed):]):
+                ref = Candidate(f"fp32 {fmt}", "fp32", fmt, {}, str(path), path.stat().st_size, p50_ms=round(result.timing.p50, 4))
+                candidates.append(ref)
+
+        files = []
+        for fmt in formats:
+            ok = [(c, e) for c, e in built if c.format == fmt and c.meets_budget]
+            if not ok:
+                continue
+            cand, entry = min(ok, key=lambda pair: pair[0].p50_ms if pair[0].p50_ms is not None else float("inf"))
+            cand.chosen = True
+            shutil.copyfile(cand.path, work / entry.path)
+            details = {**entry.details, "auto_recipe": cand.name}
+            from dataclasses import replace
+
+            files.append(replace(entry, details=details))
+        if not files:
+            raise NoCandidateError(
+                f"no int8 candidate is within the {budget:g}-point accuracy budget for {target.name} "
+                f"({len(built)} built, {len(candidates) - len(built) - len(floats)} failed)", candidates)
+        for cand in candidates:
+            if cand.path.startswith(str(work)):
+                cand.path = Path(cand.path).name if cand.chosen else ""
+        quantization = {
+            "method": "auto",
+            "config": {"calib": str(calib) if calib else None, "formats": list(formats), "max_drop_points": budget},
+            "calibration": job.calibration_info or None,
+            "candidates": [c.to_dict() for c in candidates],
+        }
+        result = api.finish(job, files, quantization)
+    return Path(out), result, candidates
+
+
+def _stamp(folder: Path, entry, src, target: Target) -> None:
+    """A manifest beside a candidate file, so the benchmark runner knows its inputs."""
+    from edgekit.artifacts import Manifest, finalize
+
+    finalize(Manifest(kind="quantized", model=src.model_info, inputs=src.inputs, outputs=src.outputs,
+                      files=(entry,), task=src.task, target=target.name), folder)
+
+
+def _float_files(job, formats) -> list[tuple[str, Path]]:
+    """The float model in each format (each in a folder with a manifest), for the latency baseline."""
+    from edgekit.artifacts import describe_file
+
+    out = []
+    if "onnx" in formats:
+        folder = job.scratch / "fp32-onnx"
+        folder.mkdir()
+        shutil.copyfile(job.float_onnx(), folder / "model.onnx")
+        _stamp(folder, describe_file(folder, "model.onnx", "onnx", precision="fp32"), job.source, job.target)
+        out.append(("onnx", folder / "model.onnx"))
+    if "torchscript" in formats and job.source.has_torch:
+        from edgekit.export import torchscript_backend
+
+        folder = job.scratch / "fp32-torchscript"
+        folder.mkdir()
+        traced = torchscript_backend.trace(job.float_model(), job.example_inputs())
+        torchscript_backend.save(traced, folder / "model.pt", {})
+        _stamp(folder, describe_file(folder, "model.pt", "torchscript", precision="fp32"), job.source, job.target)
+        out.append(("torchscript", folder / "model.pt"))
+    return out

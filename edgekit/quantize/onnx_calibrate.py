@@ -1,0 +1,112 @@
+"""Run calibration batches through an ONNX model and stream every activation into a calibrator.
+
+The model is augmented so each float activation that a quantizer may need a range for is also a
+graph output (the tensors ORT's own calibrators select: inputs and outputs of nodes, never
+initializers). Each batch's activations go to the calibrator and are dropped at once, so memory
+depends on one batch, not on the number of batches.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from edgekit.quantize.calibrators import Calibrator, TensorRange
+
+
+@dataclass(frozen=True)
+class CalibrationProgress:
+    samples: int
+    total: int | None
+    elapsed_s: float
+
+    @property
+    def eta_s(self) -> float | None:
+        if not self.total or self.samples <= 0:
+            return None
+        return max(0.0, self.elapsed_s * (self.total - self.samples) / self.samples)
+
+
+Progress = Callable[[CalibrationProgress], None]
+FLOAT_TYPES = (1, 10)  # onnx.TensorProto.FLOAT, FLOAT16
+
+
+def calibration_tensors(model) -> list:
+    """ValueInfos of the float, non-initializer tensors that nodes read or write."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    infos = {vi.name: vi for vi in inferred.graph.value_info}
+    infos.update({vi.name: vi for vi in inferred.graph.input})
+    infos.update({vi.name: vi for vi in inferred.graph.output})
+    initializers = {init.name for init in model.graph.initializer}
+    seen, selected = set(), []
+    for node in model.graph.node:
+        for name in (*node.input, *node.output):
+            if not name or name in seen or name in initializers or name not in infos:
+                continue
+            seen.add(name)
+            vi = infos[name]
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in FLOAT_TYPES:
+                selected.append(vi)
+    return selected
+
+
+def collect_ranges(
+    model_path: Path,
+    batches: Iterable[Mapping[str, np.ndarray]],
+    calibrator: Calibrator,
+    total: int | None = None,
+    progress: Progress | None = None,
+    threads: int | None = None,
+) -> tuple[dict[str, TensorRange], int]:
+    """(ranges by tensor name, samples seen). Raises InputFileError when no batch arrives."""
+    import onnx
+    import onnxruntime as ort
+
+    from edgekit.errors import InputFileError, UsageError
+
+    model = onnx.load(str(model_path))
+    tensors = calibration_tensors(model)
+    outputs = {o.name for o in model.graph.output}
+    for vi in tensors:
+        if vi.name not in outputs:
+            model.graph.output.append(vi)
+    names = [vi.name for vi in tensors]
+    calibrator.prepare(names)
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    with tempfile.TemporaryDirectory(prefix="edgekit-calib-") as tmp:
+        augmented = Path(tmp) / "augmented.onnx"
+        onnx.save(model, str(augmented))
+        session = ort.InferenceSession(str(augmented), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name for i in session.get_inputs()}
+
+    started = time.perf_counter()
+    samples = 0
+    for batch in batches:
+        missing = feeds - set(batch)
+        if missing:
+            raise UsageError(f"calibration batch lacks model input(s): {', '.join(sorted(missing))}")
+        try:
+            values = session.run(names, {k: v for k, v in batch.items() if k in feeds})
+        except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputFileError(f"the model rejects a calibration batch: {first}") from None
+        calibrator.collect(dict(zip(names, values)))
+        del values
+        samples += len(next(iter(batch.values())))
+        if progress:
+            progress(CalibrationProgress(samples, total, time.perf_counter() - started))
+    if samples == 0:
+        raise InputFileError("calibration produced no batches")
+    return calibrator.compute(), samples
