@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import platform
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -48,12 +49,25 @@ class InputSpec:
     @classmethod
     def from_dict(cls, data: dict) -> "InputSpec":
         try:
+            if not isinstance(data["shape"], list):
+                raise TypeError("shape must be a list")
             shape = tuple(None if d is None else int(d) for d in data["shape"])
-            axes = {int(k): str(v) for k, v in dict(data.get("dynamic_axes", {})).items()}
+            if any(d is not None and d < 1 for d in shape):
+                raise ValueError(f"shape {list(shape)} has a dimension below 1")
+            raw_axes = data.get("dynamic_axes") or {}
+            if not isinstance(raw_axes, dict):
+                raise TypeError("dynamic_axes must be an object")
+            axes = {int(k): str(v) for k, v in raw_axes.items()}
+            if any(not 0 <= axis < len(shape) for axis in axes):
+                raise ValueError(f"dynamic axis outside the shape {list(shape)}")
             bounds = data.get("value_range")
+            if bounds is not None and not (isinstance(bounds, list) and len(bounds) == 2):
+                raise ValueError("value_range must be [low, high]")
             value_range = None if bounds is None else (float(bounds[0]), float(bounds[1]))
+            if value_range is not None and not (all(math.isfinite(b) for b in value_range) and value_range[0] < value_range[1]):
+                raise ValueError(f"value_range {list(value_range)} is not a finite [low, high) range")
             return cls(str(data["name"]), shape, str(data.get("dtype", "float32")), axes, value_range)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise InputFileError(f"malformed input spec in manifest: {exc!r}") from None
 
 
@@ -102,7 +116,8 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "manifest") -> "Manifest":
-        if data.get("schema") != MANIFEST_SCHEMA:
+        """Read a manifest document; anything malformed is an InputFileError naming ``where``."""
+        if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
             raise InputFileError(f"{where} is not an edgekit manifest")
         version = data.get("schema_version")
         if version != MANIFEST_VERSION:
@@ -113,30 +128,54 @@ class Manifest:
             kind = data["kind"]
             if kind not in KINDS:
                 raise ValueError(f"kind {kind!r} not in {KINDS}")
-            files = []
-            for raw in data["files"]:
-                entry = ModelFile(**raw)
-                if entry.format not in FORMATS:
-                    raise ValueError(f"file format {entry.format!r} not in {FORMATS}")
-                if Path(entry.path).is_absolute() or ".." in Path(entry.path).parts:
-                    raise ValueError(f"file path {entry.path!r} escapes the artifact folder")
-                files.append(entry)
+            model = _typed(data["model"], dict, "model")
+            _typed(model.get("name"), str, "model.name")
+            files = tuple(_model_file(raw) for raw in _typed(data["files"], list, "files"))
+            inputs = tuple(InputSpec.from_dict(_typed(s, dict, "inputs[]")) for s in _typed(data["inputs"], list, "inputs"))
             return cls(
                 kind=kind,
-                model=dict(data["model"]),
-                inputs=tuple(InputSpec.from_dict(s) for s in data["inputs"]),
-                outputs=tuple(str(o) for o in data["outputs"]),
-                files=tuple(files),
-                task=dict(data.get("task") or {}),
-                quantization=data.get("quantization"),
-                metrics=dict(data.get("metrics") or {}),
-                parent=data.get("parent"),
-                target=data.get("target"),
-                versions=dict(data.get("versions") or {}),
+                model=model,
+                inputs=inputs,
+                outputs=tuple(_typed(o, str, "outputs[]") for o in _typed(data["outputs"], list, "outputs")),
+                files=files,
+                task=dict(_typed(data.get("task") or {}, dict, "task")),
+                quantization=_typed(data.get("quantization"), (dict, type(None)), "quantization"),
+                metrics=dict(_typed(data.get("metrics") or {}, dict, "metrics")),
+                parent=_typed(data.get("parent"), (dict, type(None)), "parent"),
+                target=_typed(data.get("target"), (str, type(None)), "target"),
+                versions=dict(_typed(data.get("versions") or {}, dict, "versions")),
                 created=str(data.get("created", "")),
             )
+        except InputFileError as exc:
+            raise InputFileError(f"{where} is malformed: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise InputFileError(f"{where} is malformed: {exc}") from None
+
+
+def _typed(value, kind, what: str):
+    if not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        names = "/".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise ValueError(f"{what} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _model_file(raw) -> ModelFile:
+    raw = _typed(raw, dict, "files[]")
+    entry = ModelFile(**raw)
+    _typed(entry.path, str, "files[].path")
+    if entry.format not in FORMATS:
+        raise ValueError(f"file format {entry.format!r} not in {FORMATS}")
+    if not entry.path or "\x00" in entry.path or Path(entry.path).is_absolute() or ".." in Path(entry.path).parts \
+            or entry.path in (".",):
+        raise ValueError(f"file path {entry.path!r} escapes the artifact folder")
+    _typed(entry.sha256, str, "files[].sha256")
+    if not isinstance(entry.bytes, int) or isinstance(entry.bytes, bool) or entry.bytes < 0:
+        raise ValueError(f"files[].bytes must be a size in bytes, got {entry.bytes!r}")
+    _typed(entry.precision, str, "files[].precision")
+    _typed(entry.metrics, dict, "files[].metrics")
+    _typed(entry.details, dict, "files[].details")
+    return entry
 
 
 def runtime_versions() -> dict[str, str]:
@@ -157,10 +196,28 @@ def describe_file(folder: Path, rel: str, fmt: str, **extra) -> ModelFile:
     return ModelFile(path=rel, format=fmt, sha256=sha256_file(path), bytes=path.stat().st_size, **extra)
 
 
+def recipe_sha256(quantization: dict, target: str | None) -> str:
+    """SHA-256 of a quantization recipe: the method and its settings, for the target.
+
+    Where the calibration data lives (``calib``) and whether its ranges were cached are left
+    out: the same recipe on the same data gives the same model wherever the files are.
+    """
+    import hashlib
+    import json
+
+    config = {k: v for k, v in (quantization.get("config") or {}).items() if k not in ("calib", "calib_cache")}
+    recipe = {"method": quantization.get("method"), "config": config, "target": target}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def finalize(manifest: Manifest, folder: Path) -> Manifest:
-    """Stamp versions and time, then write manifest.json into ``folder`` (atomically)."""
+    """Stamp versions, time and the recipe's hash, then write manifest.json into ``folder`` (atomically)."""
+    quantization = manifest.quantization
+    if isinstance(quantization, dict) and quantization.get("method") and "recipe_sha256" not in quantization:
+        quantization = {**quantization, "recipe_sha256": recipe_sha256(quantization, manifest.target)}
     stamped = replace(
         manifest,
+        quantization=quantization,
         versions=manifest.versions or runtime_versions(),
         created=manifest.created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
@@ -192,8 +249,11 @@ def load_manifest(path: str | Path, verify: bool = True) -> tuple[Path, Manifest
     folder = find_artifact_dir(path)
     manifest = Manifest.from_dict(read_json(folder / MANIFEST_NAME, "manifest"), str(folder / MANIFEST_NAME))
     if verify:
+        root = folder.resolve()
         for entry in manifest.files:
             file_path = folder / entry.path
+            if not file_path.resolve().is_relative_to(root):  # a link out of the folder
+                raise InputFileError(f"model file {file_path} points outside the artifact folder")
             if not file_path.is_file():
                 raise InputFileError(f"model file missing from artifact: {file_path}")
             if file_path.stat().st_size != entry.bytes or sha256_file(file_path) != entry.sha256:

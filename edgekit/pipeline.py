@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.errors import UsageError
-from edgekit.fileio import ensure_writable_dir, write_json, write_text
+from edgekit.fileio import make_dirs, prune_empty, write_json, write_text
 
 Progress = Callable[[str], None]
-QUANT_METHODS = ("dynamic", "static")
+QUANT_METHODS = ("dynamic", "static", "qat")
+DEFAULT_METHODS = ("dynamic", "static")
 SLOWER_THAN_FP32 = 1.10  # p50 ratio past which an int8 variant is flagged as slower than fp32
 FORMATS = ("torchscript", "onnx")
 
@@ -33,7 +34,7 @@ class PipelineConfig:
     epochs: int = 20
     seed: int = 0
     calib: Path = Path("calib_data/digits")
-    methods: tuple[str, ...] = QUANT_METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     formats: tuple[str, ...] = FORMATS
     threads: int | None = None
     warmup: int = 10
@@ -43,8 +44,21 @@ class PipelineConfig:
     budget_overrides: dict[str, str | float | None] = field(default_factory=dict)
     config_path: Path | None = None
     checkpoint: Path | None = None  # start from this checkpoint artifact instead of training
+    force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
 
     def __post_init__(self) -> None:
+        """Every setting is checked here, before anything is trained or written."""
+        import math
+
+        for name, low in (("epochs", 1), ("min_runs", 1), ("warmup", 0), ("batch", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise UsageError(f"{name.replace('_', '-')} must be an integer of at least {low}, got {value!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise UsageError(f"threads must be an integer of at least 1, got {self.threads!r}")
+        if not (isinstance(self.min_time_s, (int, float)) and math.isfinite(self.min_time_s) and self.min_time_s >= 0):
+            raise UsageError(f"min-time must be a number of seconds, 0 or more, got {self.min_time_s!r}")
         for method in self.methods:
             if method not in QUANT_METHODS:
                 raise UsageError(f"unknown method {method!r}; choose from: {', '.join(QUANT_METHODS)}")
@@ -100,23 +114,62 @@ class PipelineResult:
 
 
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
+    from edgekit.targets import load_target
+
+    say = progress or (lambda message: None)
+    target = load_target(config.target)
+    _check_before_work(config, target, say)  # budgets, sizes: refuse now, not after training
+    created = make_dirs(config.out)
+    try:
+        return _run(config, target, say)
+    except BaseException:
+        prune_empty(created)  # a run that failed before writing anything leaves no empty folder
+        raise
+
+
+def _check_before_work(config: PipelineConfig, target, say: Progress) -> None:
+    from edgekit.artifacts import load_manifest
+    from edgekit.gates.budgets import resolve_budgets
+    from edgekit.limits import check_calibration_size, check_model_fits, float_parameter_bytes
+
+    resolve_budgets(target, config.config_path, config.budget_overrides)
+    if config.checkpoint is not None:
+        folder, trained = load_manifest(config.checkpoint)
+        if trained.kind != "checkpoint":
+            raise UsageError(f"{folder} is a {trained.kind} artifact; --checkpoint takes a float checkpoint")
+        name, model_config, inputs = trained.model["name"], trained.model.get("config"), trained.inputs
+    else:
+        from edgekit.models import get_spec
+
+        spec = get_spec(config.model)
+        name, model_config = config.model, None
+        inputs = spec.input_spec(spec.config(None))
+    float_bytes = float_parameter_bytes(name, model_config)
+    for fmt in config.formats:
+        warning = check_model_fits(target, float_bytes, fmt, f"the fp32 {fmt} model of {name}", config.force)
+        if warning:
+            say(f"Warning: {warning}")
+    if "static" in config.methods:
+        from edgekit.quantize.calibration import open_calibration
+
+        warning = check_calibration_size(config.calib)
+        if warning:
+            say(f"Warning: {warning}")
+        open_calibration(config.calib, inputs)  # its first batch is checked now: shape, dtype, finite values
+
+
+def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
     from edgekit.artifacts import load_manifest
     from edgekit.bench.api import bench
     from edgekit.bench.result import to_document
     from edgekit.export.api import export
     from edgekit.quantize.api import quantize
-    from edgekit.targets import load_target
     from edgekit.train.config import TrainConfig
     from edgekit.train.loop import train
 
-    say = progress or (lambda message: None)
-    target = load_target(config.target)
-    out = ensure_writable_dir(config.out)
-
+    out = Path(config.out)
     if config.checkpoint is not None:
         checkpoint, trained = load_manifest(config.checkpoint)
-        if trained.kind != "checkpoint":
-            raise UsageError(f"{checkpoint} is a {trained.kind} artifact; --checkpoint takes a float checkpoint")
         say(f"using checkpoint {checkpoint} ({trained.model['name']}, test accuracy {trained.metrics.get('accuracy', float('nan')):.4f})")
     else:
         say(f"train {config.model} ({config.epochs} epochs)")
@@ -230,7 +283,7 @@ def summary_markdown(result: PipelineResult, target_name: str) -> str:
         )
     lines += ["", f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
     lines += [f"- Warning: {warning}" for warning in result.warnings]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def _pct(value: float | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -112,6 +113,8 @@ class _Reader:
             raise InputFileError(
                 f"{self.source}: {self.where}.{key} = {value!r}; allowed: {', '.join(choices)}"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputFileError(f"{self.source}: {self.where}.{key} must be a finite number, got {value!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
             raise InputFileError(f"{self.source}: {self.where}.{key} must be positive, got {value!r}")
         return value

@@ -101,7 +101,7 @@ def test_target_threads_are_capped_at_host_cores(onnx_only):
     host = runner.usable_cores()
     big = dataclasses.replace(load_target("rpi4"), threads=host + 3)
     (res,) = bench(onnx_only, target=big, min_runs=3, min_time_s=0.0, warmup=0)
-    assert res.runtime["threads"] == host
+    assert res.runtime["threads"] == max(1, host - 1)
     assert res.target == "rpi4"
     assert any("capped" in note for note in res.notes)
 
@@ -110,11 +110,14 @@ def test_resolve_threads():
     host = runner.usable_cores()
     rpi4 = load_target("rpi4")
     assert resolve_threads(1, rpi4) == (1, [])  # explicit wins over the target
-    assert resolve_threads(None, None) == (host, [])
+    free = max(1, host - 1)  # one core is left for the system unless threads are explicit
+    assert resolve_threads(None, None)[0] == free
     small = dataclasses.replace(rpi4, threads=1)
     assert resolve_threads(None, small) == (1, [])
     threads, notes = resolve_threads(None, dataclasses.replace(rpi4, threads=host + 1))
-    assert threads == host and "capped" in notes[0]
+    assert threads == free and "capped" in notes[0]
+    threads, notes = resolve_threads(None, dataclasses.replace(rpi4, threads=free))
+    assert threads == free and notes == []
     threads, notes = resolve_threads(host + 1, None)  # explicit wins, with a note
     assert threads == host + 1 and notes
 

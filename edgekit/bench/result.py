@@ -7,6 +7,7 @@ The standalone runner (``edgekit/bench/runner.py``) writes exactly this document
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,23 +89,80 @@ class BenchResult:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "result") -> "BenchResult":
+        """Read one result; wrong types, NaN/negative figures and unknown fields are InputFileErrors
+        naming the field (a gate must never pass on a figure it cannot compare)."""
         try:
+            if not isinstance(data, dict):
+                raise ValueError(f"must be a JSON object, got {type(data).__name__}")
+            model = ModelInfo(**_table(data, "model"))
+            _check_model(model)
+            timing = Timing(**_table(data, "timing"))
+            for name in Timing.__dataclass_fields__:
+                if name == "runs":
+                    _count(timing.runs, "timing.runs", low=1)
+                else:
+                    _figure(getattr(timing, name), f"timing.{name}")
+            memory = Memory(**_table(data, "memory"))
+            for name in Memory.__dataclass_fields__:
+                _figure(getattr(memory, name), f"memory.{name}", allow_negative=name == "load_growth")
+            shapes = _table(data, "input_shapes")
             return cls(
-                model=ModelInfo(**data["model"]),
-                runtime=dict(data["runtime"]),
-                input_shapes={str(k): [int(d) for d in v] for k, v in data["input_shapes"].items()},
-                settings=dict(data["settings"]),
-                timing=Timing(**data["timing"]),
-                throughput_per_s=float(data["throughput_per_s"]),
-                memory=Memory(**data["memory"]),
-                host=dict(data["host"]),
+                model=model,
+                runtime=_table(data, "runtime"),
+                input_shapes={str(k): [_count(d, f"input_shapes.{k}", low=0) for d in _list(v, f"input_shapes.{k}")]
+                              for k, v in shapes.items()},
+                settings=_table(data, "settings"),
+                timing=timing,
+                throughput_per_s=_figure(data["throughput_per_s"], "throughput_per_s"),
+                memory=memory,
+                host=_table(data, "host"),
                 mode=str(data.get("mode", "local")),
-                target=data.get("target"),
+                target=data.get("target") if isinstance(data.get("target"), (str, type(None))) else str(data["target"]),
                 created=str(data.get("created", "")),
-                notes=tuple(str(n) for n in data.get("notes", ())),
+                notes=tuple(str(n) for n in _list(data.get("notes", []), "notes")),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputFileError(f"{where} is not a valid edgekit bench result: {exc}") from None
+        except KeyError as exc:
+            raise InputFileError(f"{where} is not a valid edgekit bench result: missing field {exc}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InputFileError(f"{where} is not a valid edgekit bench result: {exc!r:.200}") from None
+
+
+def _table(data: dict, key: str) -> dict:
+    value = data[key]
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} must be a JSON object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _list(value, what: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _figure(value, what: str, allow_negative: bool = False) -> float:
+    """A measured number: finite, and not negative unless allowed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or (value < 0 and not allow_negative):
+        raise ValueError(f"{what} must be a finite number{'' if allow_negative else ' >= 0'}, got {value!r}")
+    return float(value)
+
+
+def _count(value, what: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _check_model(model: ModelInfo) -> None:
+    for name in ("path", "format", "sha256", "precision", "variant"):
+        if not isinstance(getattr(model, name), str):
+            raise ValueError(f"model.{name} must be text, got {getattr(model, name)!r}")
+    _count(model.bytes, "model.bytes")
+    for name in ("accuracy", "float_accuracy"):
+        value = getattr(model, name)
+        if value is not None and not (0.0 <= _figure(value, f"model.{name}") <= 1.0):
+            raise ValueError(f"model.{name} must be a fraction within 0..1, got {value!r}")
 
 
 def to_document(results: list[BenchResult]) -> dict:

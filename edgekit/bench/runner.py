@@ -74,6 +74,9 @@ ONNX_DTYPES = {
 }
 
 
+INPUT_MEMORY_SHARE = 0.5  # random inputs may take at most this share of the memory available now
+
+
 class RunnerUsageError(Exception):
     """The command line or an input file is wrong (exit 2)."""
 
@@ -396,6 +399,8 @@ class TorchScriptModel:
         torch.set_num_threads(threads)
         with contextlib.suppress(RuntimeError):  # only settable before the first parallel work
             torch.set_num_interop_threads(1)
+        if not zipfile.is_zipfile(path):
+            raise RunnerError(f"cannot load {path.name} as TorchScript: not a zip archive (truncated, or another format)")
         try:
             self.module = torch.jit.load(str(path), map_location="cpu")
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError/ValueError/... for bad files
@@ -517,6 +522,7 @@ def make_inputs(specs: list[dict], shapes: dict, npz: dict | None, batch: int, s
         raise RunnerUsageError(f"{source} names input {unknown[0]!r}, which the model does not have (inputs: {', '.join(names) or 'none'})")
     rng = np.random.default_rng(seed)
     arrays, notes = {}, []
+    _check_input_memory(specs, shapes, npz, batch)
     for spec in specs:
         name, dtype = spec["name"], _dtype(spec.get("dtype") or "float32")
         if npz is not None:
@@ -540,6 +546,44 @@ def make_inputs(specs: list[dict], shapes: dict, npz: dict | None, batch: int, s
     if first and first.get("shape") and first["shape"][0] is None and arrays[first["name"]].ndim:
         batch = int(arrays[first["name"]].shape[0])
     return arrays, batch, notes
+
+
+def _available_mb() -> float | None:
+    """Memory available to new allocations now (MiB): /proc/meminfo, else psutil, else None."""
+    for line in (_read_text("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            return _number(line.split()[1], 1024)
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / MIB
+    except ImportError:
+        return None
+
+
+def _check_input_memory(specs: list[dict], shapes: dict, npz: dict | None, batch: int) -> None:
+    """Refuse inputs that could not be allocated (a huge --batch or --shape) before trying."""
+    if npz is not None:
+        return  # already in memory
+    total, largest = 0, ("", ())
+    for spec in specs:
+        if spec["name"] in shapes:
+            shape = tuple(shapes[spec["name"]])
+        elif spec.get("shape") is not None:
+            shape = tuple(batch if d is None else d for d in spec["shape"])
+        else:
+            continue
+        size = math.prod(shape) * _dtype(spec.get("dtype") or "float32").itemsize
+        total += size
+        largest = max(largest, (spec["name"], shape), key=lambda item: math.prod(item[1]) if item[1] else 0)
+    available = _available_mb()
+    if available is None or total / MIB <= available * INPUT_MEMORY_SHARE:
+        return
+    raise RunnerUsageError(
+        f"the inputs need {total / MIB:,.0f} MiB of memory (input {largest[0]!r} of shape "
+        f"{'x'.join(str(d) for d in largest[1])}), more than this host can spare ({available:,.0f} MiB available); "
+        "lower --batch or --shape"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

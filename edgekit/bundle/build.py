@@ -25,6 +25,7 @@ from edgekit.bundle.tarball import write_tarball
 from edgekit.bundle.verify import write_checksums
 from edgekit.errors import EdgekitError, InputFileError, UsageError
 from edgekit.fileio import atomic_dir, sha256_file, write_json, write_text
+from edgekit.limits import check_model_fits, model_memory_mb
 from edgekit.targets import Target, load_target
 
 HOST_CHECK_TIMEOUT_S = 600.0
@@ -80,6 +81,13 @@ def build_bundle(
     if not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
     mismatches = check_target(folder, manifest, entry, tgt, force)
+    too_big = check_model_fits(tgt, entry.bytes, entry.format, f"{folder / entry.path}", force)
+    if too_big:
+        mismatches = [*mismatches, too_big]
+    if entry.format == "onnx":  # a graph the runtime cannot load is the export's fault: say so now
+        from edgekit.export.onnx_export import check_model
+
+        check_model(folder / entry.path)
     out = _check_out(Path(out), folder)
     pins = pin(entry.format, platform or tgt.python_platform, python_version)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -149,6 +157,8 @@ def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_nam
         "target": tgt.name,
         "arch": tgt.arch,
         "threads": tgt.threads,
+        "ram_mb": tgt.ram_mb,
+        "memory_estimate_mb": round(model_memory_mb(entry.bytes, entry.format), 1),
         "python_platform": pins.platform,
         "python_version": pins.python_version,
         "model": model_name,

@@ -36,6 +36,7 @@ def bench_command(
     remote_dir: str | None = typer.Option(None, "--remote-dir", help="With --host: folder for bundles on the board (default ~/.cache/edgekit)."),
     remote_python: str | None = typer.Option(None, "--remote-python", help="With --host: python on the board with numpy + the runtime (default python3)."),
     timeout: float | None = typer.Option(None, "--timeout", help="With --host: stop the runner on the board after this many seconds (default 600)."),
+    force: bool = typer.Option(False, "--force", help="With --host: go on when the model is estimated not to fit the board's RAM."),
 ) -> None:
     """Benchmark models on this machine, or on a board over SSH with --host: latency percentiles, load time, peak memory.
 
@@ -54,7 +55,7 @@ def bench_command(
     # --- remote benchmark over SSH (edgekit.remote) ---
     from edgekit.remote.options import RemoteOptions
 
-    remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout)
+    remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout, force)
     if remote.wanted():
         results = remote.bench(
             artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time,

@@ -31,6 +31,7 @@ def pipeline_command(
     max_accuracy_drop: Optional[str] = typer.Option(None, "--max-accuracy-drop", help="Override the accuracy-drop budget: points (1, 1pt) or relative (0.5%)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Project budget file (edgekit.toml / pyproject.toml)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Start from this checkpoint artifact (from `edgekit train`) instead of training."),
+    force: bool = typer.Option(False, "--force", help="Go on when the model is estimated not to fit the target's RAM (a warning instead of an error)."),
 ) -> None:
     """Train, quantize (dynamic + static int8), export, benchmark every variant and gate on budgets.
 
@@ -63,6 +64,7 @@ def pipeline_command(
         budget_overrides={k: v for k, v in overrides.items() if v is not None},
         config_path=config,
         checkpoint=checkpoint,
+        force=force,
     )
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))

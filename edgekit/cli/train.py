@@ -135,7 +135,7 @@ def train_command(
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Save the resumable state every N steps (default: at each eval)."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Validate every N steps (default: each epoch)."),
     log_every: int = typer.Option(10, "--log-every", help="Report progress every N steps."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last.pt."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from last.pt: an interrupted run (in OUT.partial/, else OUT), or a finished one to train further."),
     profile: bool = typer.Option(False, "--profile", help="Write a torch.profiler trace of steps 3-5 to OUT/profile/."),
     workers: Optional[int] = typer.Option(None, "--workers", help="DataLoader workers (default: 0 on CPU, up to 4 on CUDA)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice; 1 helps small models on busy machines)."),

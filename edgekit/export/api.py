@@ -6,7 +6,8 @@ import shutil
 from pathlib import Path
 
 from edgekit.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
-from edgekit.errors import UsageError
+from edgekit.errors import InputFileError, UsageError
+from edgekit.export import onnx_export
 from edgekit.fileio import atomic_dir
 from edgekit.targets import Target, load_target
 
@@ -33,7 +34,7 @@ def export(
         raise UsageError(f"{folder} is already an export; export a checkpoint or quantized artifact")
     target_name = target.name if isinstance(target, Target) else target or manifest.target or "rpi4"
     target = target if isinstance(target, Target) else load_target(target_name)
-    opset = opset or target.onnx_opset
+    opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
 
     with atomic_dir(out) as work:
         if manifest.kind == "checkpoint":
@@ -113,6 +114,8 @@ def _export_quantized(folder, manifest, work, formats, target) -> list[ModelFile
             f"{folder} was quantized for target {manifest.target!r}, not {target.name!r}; "
             "quantize again for this target"
         )
+    if not (folder / REFERENCE_FILE).is_file():
+        raise InputFileError(f"{folder / REFERENCE_FILE} is missing; quantize the model again to create it")
     shutil.copyfile(folder / REFERENCE_FILE, work / REFERENCE_FILE)
     cases = read_reference(work / REFERENCE_FILE)
     files = []

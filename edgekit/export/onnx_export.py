@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Iterator
 
 from edgekit.artifacts import InputSpec
-from edgekit.errors import UsageError
+from edgekit.errors import EdgekitError, UsageError
 
 ROUTES = ("torchscript", "dynamo")
+MIN_OPSET, MAX_OPSET = 7, 23  # the range target profiles may ask for (edgekit.targets)
 
 
 @contextlib.contextmanager
@@ -37,10 +38,29 @@ def export_onnx(
     opset: int,
     route: str = "torchscript",
 ) -> None:
-    import torch
-
     if route not in ROUTES:
         raise UsageError(f"unknown ONNX exporter route {route!r}; choose one of: {', '.join(ROUTES)}")
+    check_opset(opset)
+    try:
+        _export(model, example_inputs, inputs, outputs, path, opset, route)
+    except EdgekitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the exporters raise many types; name the first line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "opset" in first.lower():
+            raise UsageError(f"ONNX opset {opset} is not supported by this torch's exporter ({first})") from None
+        raise EdgekitError(f"ONNX export ({route} exporter) failed: {first}") from None
+
+
+def check_opset(opset) -> int:
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise UsageError(f"ONNX opset must be an integer within {MIN_OPSET}..{MAX_OPSET}, got {opset!r}")
+    return opset
+
+
+def _export(model, example_inputs, inputs, outputs, path, opset, route) -> None:
+    import torch
+
     names = [spec.name for spec in inputs]
     with quiet(), torch.no_grad():
         if route == "torchscript":
@@ -78,9 +98,25 @@ def add_metadata(path: Path, provenance: dict) -> None:
     """Embed provenance in the model's metadata_props (rewrites the file in place)."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = load_onnx(path)
     stamp_metadata(model, provenance)
     onnx.save(model, str(path))
+
+
+def load_onnx(path: Path):
+    """``onnx.load`` with an InputFileError for a file that is not an ONNX model (cut, random, empty)."""
+    import onnx
+
+    from edgekit.errors import InputFileError
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(f"{path} is not a readable ONNX model ({first})") from None
+    if not model.graph.node:
+        raise InputFileError(f"{path} is not a readable ONNX model (no graph)")
+    return model
 
 
 def stamp_metadata(model, provenance: dict) -> None:
@@ -102,5 +138,6 @@ def check_model(path: Path) -> None:
 
     try:
         onnx.checker.check_model(str(path), full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise InputFileError(f"{path} fails the ONNX checker: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, protobuf decode errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(f"{path} fails the ONNX checker: {first}") from None

@@ -6,6 +6,8 @@ Stored beside each exported model as ``reference.npz`` so parity can be re-check
 
 from __future__ import annotations
 
+import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from edgekit.artifacts import InputSpec
 from edgekit.fileio import atomic_path
 
 REFERENCE_FILE = "reference.npz"
+_KEY = re.compile(r"^b(?P<batch>[1-9][0-9]{0,5})/(?:input/(?P<name>[^/]+)|output)$")
 BATCH_SIZES = (1, 7)  # two sizes, so a dynamic batch axis is really exercised
 SEED = 1234
 
@@ -72,16 +75,25 @@ def read_reference(path: Path) -> dict[int, tuple[dict[str, np.ndarray], np.ndar
     try:
         with np.load(path, allow_pickle=False) as data:
             items = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputFileError(f"cannot read reference data {path}: {exc}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputFileError(f"cannot read reference data {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     cases: dict[int, tuple[dict, np.ndarray]] = {}
     for key, value in items.items():
-        batch_text, kind, *rest = key.split("/")
-        batch = int(batch_text[1:])
+        match = _KEY.match(key)
+        if match is None:
+            raise InputFileError(f"reference data {path} is malformed: unexpected array {key[:60]!r}")
+        batch = int(match["batch"])
         inputs, output = cases.get(batch, ({}, None))
-        if kind == "input":
-            inputs[rest[0]] = value
+        if match["name"] is not None:
+            inputs[match["name"]] = value
         else:
             output = value
         cases[batch] = (inputs, output)
+    if not cases:
+        raise InputFileError(f"reference data {path} is malformed: it holds no cases")
+    for batch, (inputs, output) in cases.items():
+        if output is None or not inputs:
+            raise InputFileError(f"reference data {path} is malformed: batch {batch} lacks its inputs or outputs")
+        if output.dtype.kind not in "fiu" or any(a.dtype.kind not in "fiub" for a in inputs.values()):
+            raise InputFileError(f"reference data {path} is malformed: batch {batch} holds non-numeric arrays")
     return cases

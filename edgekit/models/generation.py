@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,12 +29,7 @@ def sample_tokens(model, prompt_ids, max_tokens: int, temperature: float = 1.0, 
     """
     import torch
 
-    if max_tokens < 1:
-        raise UsageError(f"max_tokens must be >= 1, got {max_tokens}")
-    if temperature < 0:
-        raise UsageError(f"temperature must be >= 0, got {temperature}")
-    if top_k < 0:
-        raise UsageError(f"top_k must be >= 0 (0: no limit), got {top_k}")
+    check_sampling(max_tokens, temperature, top_k)
     if len(prompt_ids) == 0:
         raise UsageError("the prompt is empty; give at least one character")
     device = next(model.parameters()).device
@@ -57,6 +53,15 @@ def sample_tokens(model, prompt_ids, max_tokens: int, temperature: float = 1.0, 
     return ids[len(prompt_ids):]
 
 
+def check_sampling(max_tokens: int, temperature: float, top_k: int) -> None:
+    if max_tokens < 1:
+        raise UsageError(f"max_tokens must be >= 1, got {max_tokens}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise UsageError(f"temperature must be >= 0 and finite, got {temperature}")
+    if top_k < 0:
+        raise UsageError(f"top_k must be >= 0 (0: no limit), got {top_k}")
+
+
 def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temperature: float = 0.8,
                   top_k: int = 20, seed: int | None = None, device: str = "cpu") -> Generated:
     """Continue ``prompt`` with the language model in a checkpoint artifact."""
@@ -67,6 +72,7 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
     from edgekit.train.checkpoint import load_checkpoint, load_model_from_artifact
     from edgekit.train.distributed import select_device
 
+    check_sampling(max_tokens, temperature, top_k)  # before anything is loaded
     folder, manifest = load_manifest(artifact)
     if manifest.task.get("type") != "language-modeling":
         raise UsageError(

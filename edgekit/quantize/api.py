@@ -49,6 +49,11 @@ def quantize(
 
     with atomic_dir(out) as work:
         job = new_job(src, target, work, method, progress)
+        if getattr(config, "calib", None) is not None:
+            from edgekit.limits import check_calibration_size
+
+            if warning := check_calibration_size(config.calib):
+                job.warnings.append(warning)
         produced = method_spec.handler(job, config)
         cases = write_reference(job)
         files, budgets = [], []

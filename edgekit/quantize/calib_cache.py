@@ -29,11 +29,17 @@ def default_cache_dir() -> Path:
     return Path(base) / "edgekit" / "calibration"
 
 
+def files_fingerprint(files) -> str:
+    """Hash of calibration files: each file's name, size and SHA-256, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.name):
+        digest.update(f"{path.name}\0{path.stat().st_size}\0{sha256_file(path)}\0".encode())
+    return digest.hexdigest()
+
+
 def data_fingerprint(calib) -> str:
     """Hash of a CalibrationSet: its files' names and contents plus how they are batched."""
-    digest = hashlib.sha256()
-    for path in calib.files:
-        digest.update(f"{path.name}\0{path.stat().st_size}\0{sha256_file(path)}\0".encode())
+    digest = hashlib.sha256(files_fingerprint(calib.files).encode())
     settings = {"batch_size": calib.batch_size, "max_samples": calib.max_samples,
                 "inputs": [spec.to_dict() for spec in calib.specs]}
     digest.update(json.dumps(settings, sort_keys=True).encode())

@@ -68,7 +68,10 @@ def static(job: QuantJob, config: StaticConfig) -> list[Produced]:
         engine = job.target.quantized_engine
         calib = job.calibration(config)
         if not job.calibration_info:
+            from edgekit.quantize.calib_cache import files_fingerprint
+
             job.calibration_info = {"source": str(config.calib), "files": [p.name for p in calib.files],
+                                    "data_sha256": files_fingerprint(calib.files),
                                     "samples": calib.count(), "batch_size": config.calib_batch_size}
         qmodel = torch_backend.static_int8_fx(
             job.float_model(), job.example_inputs(), job.torch_batches(calib), engine, exclude=torch_exclude

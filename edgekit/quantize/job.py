@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from edgekit.errors import UsageError
+from edgekit.quantize.calib_cache import files_fingerprint
 from edgekit.quantize.sources import ModelSource
 from edgekit.targets import Target
 
@@ -139,6 +140,7 @@ class QuantJob:
         self.calibration_info = {
             "source": str(Path(config.calib)),
             "files": [p.name for p in calib.files],
+            "data_sha256": files_fingerprint(calib.files),
             "samples": samples,
             "batch_size": config.calib_batch_size,
             **about,

@@ -189,6 +189,9 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
 
     if not path.is_file():
         raise InputFileError(f"ONNX model not found: {path}")
+    from edgekit.export.onnx_export import check_model
+
+    check_model(path)  # a broken graph is the user's input error, not an internal one
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError / ValueError on junk
@@ -221,19 +224,10 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
 def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
     if state_dict is None:
         return
-    import pickle
-
-    import torch
+    from edgekit.safeload import load_plain
 
     path = Path(state_dict)
-    if not path.is_file():
-        raise InputFileError(f"state dict not found: {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise InputFileError(f"refusing to load {path}: not a plain-tensor state dict ({str(exc).splitlines()[0]})") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise InputFileError(f"state dict {path} is corrupt ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    state = load_plain(path, "state dict")
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]  # an edgekit checkpoint payload
     if not isinstance(state, dict):

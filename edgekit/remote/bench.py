@@ -74,6 +74,7 @@ def run_remote_bench(
     shapes: Mapping[str, Sequence[int]] | None = None,
     fmt: str | None = None,
     on_line: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> RemoteRun:
     """``remote_bench`` with the facts of the run (see RemoteRun). ``on_line`` receives progress
     lines and the board's stderr as they come; ``timeout_s`` bounds the runner on the board."""
@@ -86,7 +87,10 @@ def run_remote_bench(
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
     say = on_line or (lambda line: None)
     with tempfile.TemporaryDirectory(prefix="edgekit-remote-") as scratch:
-        bundle, info = resolve_bundle(source, target, fmt, Path(scratch))
+        bundle, info = resolve_bundle(source, target, fmt, Path(scratch), force)
+        warning = _check_fits(bundle, info, force)  # before anything is copied or started on the board
+        if warning:
+            say(f"Warning: {warning}")
         placement = transfer.place(board, bundle, info, base, python, on_line=say)
         args = ["--format", info["format"], "--mode", "remote", "--target", info["target"], *runner_args]
         if threads is None and info.get("threads"):
@@ -100,7 +104,28 @@ def run_remote_bench(
     return RemoteRun(result, str(board.host), placement.path, placement.copied)
 
 
-def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | None, scratch: Path) -> tuple[Path, dict]:
+def _check_fits(bundle: Path, info: dict, force: bool) -> str | None:
+    """The model against the RAM of the board the bundle was made for (edgekit.limits)."""
+    from edgekit.errors import EdgekitError
+    from edgekit.limits import check_fits
+    from edgekit.targets import available_targets, load_target
+
+    ram_mb = info.get("ram_mb")
+    if not (isinstance(ram_mb, int) and not isinstance(ram_mb, bool) and ram_mb > 0):
+        if info["target"] not in available_targets():
+            return None  # an older bundle for a profile this machine does not know: nothing to compare
+        try:
+            ram_mb = load_target(info["target"]).ram_mb
+        except EdgekitError:
+            return None
+    size = info.get("model_bytes")
+    if not isinstance(size, int) or isinstance(size, bool):
+        size = (bundle / info["model"]).stat().st_size
+    return check_fits(ram_mb, info["target"], size, info["format"], f"{bundle / info['model']}", force)
+
+
+def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | None, scratch: Path,
+                   force: bool = False) -> tuple[Path, dict]:
     """A verified bundle folder for ``source`` and its bundle.json (an export is bundled in ``scratch``)."""
     from edgekit.artifacts import load_manifest
     from edgekit.bundle.build import build_bundle
@@ -135,7 +160,7 @@ def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | Non
     # the board is re-used by the next run of the same export.
     out = scratch / "bundle"
     build_bundle(folder, target, out, fmt=fmt, created=manifest.created or "1970-01-01T00:00:00+00:00",
-                 archive=False)
+                 archive=False, force=force)
     return out, read_bundle_json(out)
 
 

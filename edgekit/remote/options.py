@@ -20,6 +20,7 @@ class RemoteOptions:
     remote_dir: str | None = None
     remote_python: str | None = None
     timeout_s: float | None = None
+    force: bool = False
 
     def wanted(self) -> bool:
         """True with --host; a UsageError when other remote options come without it."""
@@ -28,6 +29,7 @@ class RemoteOptions:
         given = [flag for flag, value in (
             ("--port", self.port), ("--identity", self.identity), ("--ssh-option", self.ssh_options or None),
             ("--remote-dir", self.remote_dir), ("--remote-python", self.remote_python), ("--timeout", self.timeout_s),
+            ("--force", self.force or None),
         ) if value is not None]
         if given:
             verb = "applies" if len(given) == 1 else "apply"
@@ -52,6 +54,6 @@ class RemoteOptions:
             timeout_s=DEFAULT_TIMEOUT_S if self.timeout_s is None else self.timeout_s,
             threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time_s, batch=batch,
             max_runs=max(MAX_RUNS, min_runs),  # the CLI has no --max-runs: never refuse a large --min-runs
-            shapes=shapes, on_line=on_line,
+            shapes=shapes, on_line=on_line, force=self.force,
         )
         return [result]

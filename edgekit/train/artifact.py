@@ -1,35 +1,142 @@
-"""The run folder: cleared for a fresh run, finished with the test metrics and the manifest."""
+"""The run folder: where a run writes while it trains, how it becomes the artifact, and the
+test metrics + manifest that finish it.
+
+A run never destroys a finished artifact before a new one is complete. When ``out`` already
+holds a finished run (it has ``manifest.json``), a fresh run trains in the sibling work folder
+``<out>.partial/`` (``last.pt``, ``checkpoint.pt``, ``metrics.jsonl``: everything resumable) and
+swaps it in as ``out`` atomically once its manifest is written; killed on the way, ``out`` is
+untouched and ``--resume`` continues from ``<out>.partial/``. A run into a new (or unfinished)
+folder has nothing to protect and trains in ``out`` itself. ``--resume`` continues from
+``<out>.partial/`` when an interrupted run left one, else from ``out`` (an interrupted first run
+in place, or a finished run to train further, which is copied to ``<out>.partial/`` first).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.fileio import ensure_writable_dir
+from edgekit.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
 from edgekit.train.batches import eval_batches
 from edgekit.train.checkpoint import CHECKPOINT_FILE, STATE_FILE
 from edgekit.train.tasks import evaluate
 
 OWNED_FILES = (MANIFEST_NAME, CHECKPOINT_FILE, STATE_FILE, "metrics.jsonl", "tokenizer.json", "profile")
+PARTIAL_SUFFIX = ".partial"
 
 
-def prepare_folder(out: Path, resume: bool) -> None:
-    """A fresh run clears what an earlier run left here; a resumed one needs its ``last.pt``."""
-    if out.exists() and not out.is_dir():
-        raise EdgekitError(f"output path {out} exists and is not a folder")
-    ensure_writable_dir(out)
-    if resume and not (out / STATE_FILE).is_file():
-        raise UsageError(f"nothing to resume in {out}: no {STATE_FILE} (train without --resume first)")
+@dataclass(frozen=True)
+class RunFolders:
+    """Where a run writes (``work``) and the artifact folder it becomes (``out``)."""
+
+    out: Path
+    work: Path
+    seed: Path | None = None  # resume: the finished artifact copied into ``work`` to train further
+
+    @property
+    def swaps(self) -> bool:
+        return self.work != self.out
+
+
+def partial_dir(out: Path) -> Path:
+    return out.with_name(out.name + PARTIAL_SUFFIX)
+
+
+def _finished(folder: Path) -> bool:
+    return (folder / MANIFEST_NAME).is_file()
+
+
+def _foreign(folder: Path) -> list[str]:
+    """Entries of a run folder that edgekit train did not write (nor its temporaries)."""
+    if not folder.is_dir():
+        return []
+    owned = set(OWNED_FILES)
+    return sorted(p.name for p in folder.iterdir() if p.name not in owned and not _is_own_temp(p.name))
+
+
+def _is_own_temp(name: str) -> bool:
+    return any(name.startswith(f".{owned}.") and name.endswith(".tmp") for owned in OWNED_FILES)
+
+
+def plan_folders(out: Path, resume: bool) -> RunFolders:
+    """Decide where this run writes, touching nothing (every rank of a distributed run calls it)."""
+    out = Path(out)
+    partial = partial_dir(out)
+    for path in (out, partial):
+        if path.exists() and not path.is_dir():
+            raise EdgekitError(f"output path {path} exists and is not a folder")
+    interrupted = partial.is_dir() and (partial / STATE_FILE).is_file() and not _finished(partial)
+    if resume:
+        if interrupted:
+            return RunFolders(out, partial)
+        if (out / STATE_FILE).is_file():
+            return RunFolders(out, partial, seed=out) if _finished(out) else RunFolders(out, out)
+        raise UsageError(
+            f"nothing to resume in {out}: no {STATE_FILE} there or in {partial} (train without --resume first)"
+        )
+    if _finished(out):
+        foreign = _foreign(out)
+        if foreign:
+            raise UsageError(
+                f"{out} holds a trained model and files edgekit train did not write ({', '.join(foreign[:3])}); "
+                "move them, or train into another --out"
+            )
+        return RunFolders(out, partial)
+    return RunFolders(out, out)
+
+
+def prepare_folders(folders: RunFolders, resume: bool) -> list[Path]:
+    """Make ``folders.work`` ready (rank 0 only): leftovers of killed runs go, a fresh run starts
+    empty, a resumed finished run is copied over (atomically: a killed copy leaves nothing).
+    Returns the folders it created (for ``fileio.prune_empty`` when the run fails early)."""
+    out, work = folders.out, folders.work
+    created = make_dirs(out.parent)
+    for final in (out, partial_dir(out)):
+        clean_stale_temps(final)
+    if folders.swaps:
+        if work.exists() and (not resume or folders.seed is not None or _finished(work)):
+            shutil.rmtree(work)
+        if folders.seed is not None:
+            with atomic_dir(work) as tmp:
+                for name in OWNED_FILES:
+                    source = folders.seed / name
+                    if name == MANIFEST_NAME or not source.exists():
+                        continue
+                    if source.is_dir():
+                        shutil.copytree(source, tmp / name)
+                    else:
+                        shutil.copy2(source, tmp / name)
+    created += make_dirs(work)
+    for name in OWNED_FILES:
+        clean_stale_temps(work / name)
+    # A fresh run clears what an earlier run left here; a resumed one keeps all but the manifest.
     for name in OWNED_FILES if not resume else (MANIFEST_NAME,):
-        path = out / name
+        path = work / name
         if path.is_dir():
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
+    return created
+
+
+def discard_seeded(folders: RunFolders) -> None:
+    """A resume of a finished run that failed before training: drop its unchanged copy."""
+    if folders.seed is not None and folders.work.is_dir():
+        shutil.rmtree(folders.work, ignore_errors=True)
+
+
+def complete(folders: RunFolders) -> None:
+    """Swap the finished work folder in as the artifact (nothing to do when it trained in place)."""
+    if not folders.swaps:
+        return
+    staged = temp_sibling(folders.out)  # off the .partial name first: a kill now leaves only a temp
+    folders.work.rename(staged)
+    swap_in_dir(staged, folders.out)
 
 
 def finish(out, spec, model_config, task, task_info, data, device, best, step, steps_per_epoch, train_seconds):

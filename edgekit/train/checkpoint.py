@@ -23,27 +23,18 @@ def save_checkpoint(path: Path, state_dict: dict, meta: dict[str, Any]) -> None:
 
 def _load_payload(path: Path) -> dict:
     """``torch.load(weights_only=True)`` with edgekit's errors for missing, hostile or cut files."""
-    import pickle
-
-    import torch
+    from edgekit.safeload import load_plain
 
     path = Path(path)
-    if not path.is_file():
-        raise InputFileError(f"checkpoint not found: {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsupported content"
-        raise InputFileError(f"refusing to load {path}: it is not a plain-tensor checkpoint ({first})") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputFileError(f"checkpoint {path} is corrupt or truncated ({first})") from None
+    payload = load_plain(path, "checkpoint")
     if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
         raise InputFileError(f"checkpoint {path} does not hold an edgekit model state")
     try:
         payload["meta"] = json.loads(payload.get("meta", "{}"))
-    except (TypeError, json.JSONDecodeError):
+    except (TypeError, ValueError):
         raise InputFileError(f"checkpoint {path} has malformed metadata") from None
+    if not isinstance(payload["meta"], dict):
+        raise InputFileError(f"checkpoint {path} has malformed metadata (not a JSON object)")
     return payload
 
 
@@ -115,7 +106,7 @@ def load_model_from_artifact(folder: Path, manifest) -> Any:
     model = build_model(manifest.model["name"], manifest.model.get("config"))
     try:
         model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise InputFileError(
             f"checkpoint in {folder} does not match model {manifest.model['name']!r}: {first}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,14 +83,14 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise UsageError(f"{name} must be an integer >= 0, got {value!r}")
-        if not self.lr > 0:
-            raise UsageError(f"lr must be positive, got {self.lr!r}")
-        if not 0 <= self.min_lr <= self.lr:
+        if not (_finite(self.lr) and self.lr > 0):
+            raise UsageError(f"lr must be positive and finite, got {self.lr!r}")
+        if not (_finite(self.min_lr) and 0 <= self.min_lr <= self.lr):
             raise UsageError(f"min_lr must be between 0 and lr ({self.lr}), got {self.min_lr!r}")
-        if self.weight_decay < 0:
-            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
-            raise UsageError(f"clip_grad_norm must be positive, got {self.clip_grad_norm!r}")
+        if not (_finite(self.weight_decay) and self.weight_decay >= 0):
+            raise UsageError(f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
+        if self.clip_grad_norm is not None and not (_finite(self.clip_grad_norm) and self.clip_grad_norm > 0):
+            raise UsageError(f"clip_grad_norm must be positive and finite, got {self.clip_grad_norm!r}")
         if self.device not in DEVICES and not _is_cuda_index(self.device):
             raise UsageError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)}, cuda:N")
         _choice("precision", self.precision, PRECISIONS)
@@ -102,6 +103,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _is_cuda_index(device: str) -> bool:

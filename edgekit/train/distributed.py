@@ -168,10 +168,19 @@ def setup(config) -> Runtime:
     return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, strategy, backend, owns)
 
 
-def teardown(runtime: Runtime) -> None:
+def teardown(runtime: Runtime, clean: bool = True) -> None:
     if runtime.owns_group:
+        import gc
+
         import torch.distributed as dist
 
+        # Every rank reaches this point before the group goes away, and DDP's reducer (which holds
+        # the group's communication threads) is collected first: tearing down while another rank
+        # was still in its last collective aborted a rank ("terminate called without an active
+        # exception") on a loaded machine.
+        if clean and runtime.world_size > 1:  # after a failure another rank may never arrive
+            dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -7,9 +7,11 @@ record; every ``eval_every`` steps validation and, when it improves, ``checkpoin
 ``save_every`` steps ``last.pt``, from which ``resume`` continues exactly. At the end the best
 weights are measured on the test split and ``manifest.json`` is written.
 
-Files in the run folder ``out/`` (rank 0 writes them, each atomically):
+Files in the run folder (rank 0 writes them, each atomically):
 ``checkpoint.pt`` best weights + config · ``last.pt`` resumable state · ``metrics.jsonl`` ·
 ``tokenizer.json`` (text models) · ``profile/`` (``profile=True``) · ``manifest.json`` last.
+The run folder is ``out`` itself, or ``<out>.partial/`` when ``out`` holds a finished run that
+must survive until the new one is complete (see ``edgekit.train.artifact``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import time
 from pathlib import Path
 
 from edgekit.artifacts import Manifest
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.fileio import write_json
+from edgekit.errors import EdgekitError, InputFileError, UsageError
+from edgekit.fileio import prune_empty, write_json
 from edgekit.train import distributed, precision
-from edgekit.train.artifact import finish, prepare_folder
+from edgekit.train import artifact
+from edgekit.train.artifact import finish
 from edgekit.train.batches import eval_batches, to_device, train_loader
 from edgekit.train.checkpoint import CHECKPOINT_FILE, STATE_FILE, load_train_state, save_checkpoint, save_train_state
 from edgekit.train.config import RESUME_LOCKED, TrainConfig
@@ -47,24 +50,39 @@ def train(config: TrainConfig, out: str | Path, progress: Progress | None = None
     threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
+    clean = False
     try:
-        return _train(config, Path(out), progress, runtime)
+        result = _train(config, Path(out), progress, runtime)
+        clean = True
+        return result
     finally:
         torch.set_num_threads(threads)
-        distributed.teardown(runtime)
+        distributed.teardown(runtime, clean=clean)
 
 
 def _train(config: TrainConfig, out: Path, progress: Progress | None, rt) -> tuple[Path, Manifest]:
-    import torch
-
-    from edgekit.models import build_model, get_spec
+    from edgekit.models import get_spec
     from edgekit.train.tasks import task_for
 
     spec = get_spec(config.model)
     task = task_for(spec)
-    if rt.is_main:
-        prepare_folder(out, config.resume)
+    folders = artifact.plan_folders(out, config.resume)  # every rank, before rank 0 changes anything
     rt.barrier()
+    created = artifact.prepare_folders(folders, config.resume) if rt.is_main else []
+    rt.barrier()
+    try:
+        return _run(config, folders, progress, rt, spec, task)
+    except BaseException:
+        prune_empty(created)  # a run that failed before writing anything leaves no empty folder
+        raise
+
+
+def _run(config: TrainConfig, folders, progress: Progress | None, rt, spec, task) -> tuple[Path, Manifest]:
+    import torch
+
+    from edgekit.models import build_model
+
+    final, out = folders.out, folders.work  # the run writes in ``out``; ``final`` is the artifact
     log = RunLog(out, progress, enabled=rt.is_main)
 
     # ---- data, and the model settings it decides (vocabulary size, classes)
@@ -115,8 +133,13 @@ def _train(config: TrainConfig, out: Path, progress: Progress | None, rt) -> tup
     step, best = 0, {"value": -math.inf, "step": None, "metrics": None}
     nonfinite_streak = 0
     if config.resume:
-        saved = load_train_state(out / STATE_FILE)
-        step, best, nonfinite_streak = _restore(saved, config, rt, state_model, optimizer, scaler, scale_watch, log)
+        try:
+            saved = load_train_state(out / STATE_FILE)
+            step, best, nonfinite_streak = _restore(saved, config, rt, state_model, optimizer, scaler, scale_watch, log)
+        except (UsageError, InputFileError):
+            if rt.is_main:
+                artifact.discard_seeded(folders)  # the unchanged copy of a finished run: not worth keeping
+            raise
         distributed.restore_rng(saved["rng"], rt)
         del saved
     base_meta = {"model": config.model, "model_config": model_config, "train_config": config.to_dict(), **data.meta}
@@ -291,12 +314,13 @@ def _train(config: TrainConfig, out: Path, progress: Progress | None, rt) -> tup
             out, spec, model_config, task, task_info, data, device, best, step, steps_per_epoch, train_seconds
         )
         log.emit("end", step=step, elapsed_s=train_seconds, **manifest.metrics)
+        artifact.complete(folders)  # a run in <out>.partial/ becomes <out> only now, in one swap
     rt.barrier()
     if manifest is None:
         from edgekit.artifacts import load_manifest
 
-        _, manifest = load_manifest(out, verify=False)
-    return out, manifest
+        _, manifest = load_manifest(final, verify=False)
+    return final, manifest
 
 
 # --------------------------------------------------------------------------- setup helpers

@@ -1,0 +1,96 @@
+"""Resource limits, checked before work starts: does a model fit the board's RAM, is a
+calibration set unreasonably large. One place for the rules; the stages call it.
+
+Model memory on the board is estimated as the model's bytes (the file, or a float model's
+parameters) plus the resident footprint of the runtime that runs it: ``onnxruntime`` 64 MiB,
+``torch`` (TorchScript) 256 MiB, round figures near the peak RSS ``edgekit bench`` measures for
+the tiny digits model on x86-64 (about 70 MiB and 240 MiB). A model whose estimate exceeds the
+target's ``cpu.ram_mb`` is refused with a ``ResourceLimitError`` (exit code 2); ``force`` turns the
+refusal into a warning that the caller shows and records.
+
+A calibration set whose files total more than ``CALIB_WARN_BYTES`` (1 GiB) on disk gets a warning:
+calibration streams it in batches, so memory stays flat, but every sample is run through the model
+(use ``--calib-max-samples``, or a few hundred representative samples, which is what static int8
+needs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgekit.errors import UsageError
+from edgekit.targets import Target
+
+MIB = 1024 * 1024
+RUNTIME_FOOTPRINT_MB = {"onnx": 64.0, "torchscript": 256.0}
+RUNTIME_NAMES = {"onnx": "onnxruntime", "torchscript": "torch"}
+CALIB_WARN_BYTES = 1 << 30
+CALIB_SUFFIXES = (".npy", ".npz")
+
+
+class ResourceLimitError(UsageError):
+    """The work would not fit where it has to run (exit code 2, like any other bad input)."""
+
+
+def model_memory_mb(model_bytes: int, fmt: str) -> float:
+    """Estimated resident memory (MiB) of running a model of ``model_bytes`` with ``fmt``'s runtime."""
+    return model_bytes / MIB + RUNTIME_FOOTPRINT_MB.get(fmt, RUNTIME_FOOTPRINT_MB["torchscript"])
+
+
+def check_model_fits(target: Target, model_bytes: int, fmt: str, what: str, force: bool = False) -> str | None:
+    """None when the model fits ``target``'s RAM; else a warning (``force``) or ResourceLimitError."""
+    return check_fits(target.ram_mb, target.name, model_bytes, fmt, what, force)
+
+
+def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt: str, what: str, force: bool = False) -> str | None:
+    """``check_model_fits`` from the bare facts (a bundle records its target's ``ram_mb``)."""
+    need = model_memory_mb(model_bytes, fmt)
+    if need <= ram_mb:
+        return None
+    runtime = RUNTIME_NAMES.get(fmt, fmt)
+    message = (
+        f"{what} needs about {need:,.0f} MB of RAM ({_size(model_bytes)} model + ~{RUNTIME_FOOTPRINT_MB.get(fmt, 256):.0f} MB "
+        f"for {runtime}), more than the {ram_mb:,} MB RAM of target {target_name!r}"
+    )
+    if force:
+        return f"{message}; going ahead because of --force"
+    raise ResourceLimitError(f"{message}; quantize it, pick a bigger board, or pass --force to go ahead anyway")
+
+
+def float_parameter_bytes(model_name: str, config: dict | None = None) -> int:
+    """Bytes of a zoo model's parameters and buffers in float32 (what an fp32 export carries)."""
+    from edgekit.models import build_model
+
+    model = build_model(model_name, config)
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * 4 for t in tensors if t.is_floating_point())
+
+
+def calibration_bytes(path: str | os.PathLike) -> int:
+    """Total size on disk of the calibration files under ``path`` (a file or a folder)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.iterdir() if p.suffix in CALIB_SUFFIXES and p.is_file())
+    return 0
+
+
+def check_calibration_size(path: str | os.PathLike, limit: int = CALIB_WARN_BYTES) -> str | None:
+    """A warning when the calibration set is huge (more than ``limit`` bytes on disk), else None."""
+    total = calibration_bytes(path)
+    if total <= limit:
+        return None
+    return (
+        f"calibration data {path} is {_size(total)} on disk (over {_size(limit)}): every sample goes through the "
+        "model, which takes long; a few hundred representative samples are enough (--calib-max-samples N)"
+    )
+
+
+def _size(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    if n >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    return f"{n / 1024:.1f} KiB"
