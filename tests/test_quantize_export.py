@@ -140,3 +140,35 @@ def test_corrupt_checkpoint_is_refused(digits_checkpoint, tmp_path):
     with pytest.raises(InputFileError, match="checksum"):
         export(copy, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_torchscript_script_mode_and_ort_offline_optimisation(digits_checkpoint, digits_static, tmp_path):
+    """Script mode keeps parity with the float model; --optimize ships ORT's optimised graph, re-checked."""
+    import onnx
+
+    from edgekit.export.api import export
+
+    _, scripted = export(digits_checkpoint, tmp_path / "script", ("torchscript",), torchscript_mode="script")
+    entry = scripted.file("torchscript")
+    assert entry.details["torchscript_mode"] == "script+freeze"
+    assert entry.metrics["parity"]["max_abs"] < 1e-4
+    folder, optimised = export(digits_static, tmp_path / "opt", ("onnx",), optimize=True)
+    entry = optimised.file("onnx")
+    assert entry.details["ort_optimization"] == "extended"
+    _, q = load_manifest(digits_static)
+    assert entry.metrics["accuracy"] == q.file("onnx").metrics["accuracy"]
+    ops = {node.op_type for node in onnx.load(str(folder / "model.onnx")).graph.node}
+    assert "QLinearConv" in ops or "QLinearMatMul" in ops or "QGemm" in ops, ops  # QDQ pairs fused by ORT
+
+
+def test_unscriptable_model_is_a_one_line_usage_error():
+    import torch
+
+    from edgekit.export.torchscript_backend import script
+
+    class Unscriptable(torch.nn.Module):
+        def forward(self, x):
+            return sorted([x], key=lambda t: t.sum())[0]  # lambdas do not compile
+
+    with pytest.raises(UsageError, match="cannot script tiny: .*--torchscript-mode trace"):
+        script(Unscriptable(), label="tiny")

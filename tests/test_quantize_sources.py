@@ -155,3 +155,35 @@ def test_transformers_encoder_dynamic(bert_config, tmp_path):
     assert q.file("onnx").metrics["fidelity"]["cosine"] >= 0.99
     with pytest.raises(InputFileError, match="Hugging Face config not found"):
         quantize(f"hf:{tmp_path / 'nothing'}", "dynamic", tmp_path / "x")
+
+
+def test_export_user_module_and_transformers_encoder(bert_config, tmp_path):
+    """`edgekit export` takes models from outside the zoo too; each file is checked against the float model."""
+    import onnx
+    import torch
+    from typer.testing import CliRunner
+
+    from edgekit.cli.app import app
+    from edgekit.export.api import export
+
+    weights = tmp_path / "w.pt"
+    torch.save(tiny_net().state_dict(), weights)
+    result = CliRunner().invoke(app, [
+        "export", "test_quantize_sources:tiny_net", "--input-shape", "Nx3x6x6", "--state-dict", str(weights),
+        "--format", "onnx,torchscript", "--target", "rpi4", "--out", str(tmp_path / "user"),
+    ])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    _, user = load_manifest(tmp_path / "user")
+    assert user.kind == "export" and user.parent["kind"] == "module"
+    for entry in user.files:
+        assert entry.metrics["parity"]["max_abs"] < 1e-4 and entry.metrics["parity"]["batch_sizes"] == [1, 7]
+
+    folder, _ = bert_config
+    out, bert = export(f"hf:{folder}", tmp_path / "bert", ("onnx",), target="x86-64")
+    entry = bert.file("onnx")
+    assert bert.outputs == ("last_hidden_state",) and entry.metrics["parity"]["cosine"] > 0.99999
+    graph_inputs = {i.name for i in onnx.load(str(out / "model.onnx")).graph.input}
+    assert {"input_ids", "attention_mask"} <= graph_inputs
+
+    result = CliRunner().invoke(app, ["export", "test_quantize_sources:tiny_net", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "--input-shape" in result.stderr and not (tmp_path / "x").exists()

@@ -13,6 +13,7 @@ from edgekit.targets import Target, load_target
 
 FORMATS = ("torchscript", "onnx")
 FILE_NAMES = {"torchscript": "model.pt", "onnx": "model.onnx"}
+TORCHSCRIPT_MODES = ("trace", "script")
 
 
 def export(
@@ -22,13 +23,33 @@ def export(
     target: str | Target | None = None,
     opset: int | None = None,
     onnx_route: str = "torchscript",
+    torchscript_mode: str = "trace",
+    optimize: bool = False,
+    **source_options,
 ) -> tuple[Path, Manifest]:
-    """Export ``formats`` from an artifact into ``out``; every file is reloaded and checked."""
+    """Export ``formats`` from an artifact into ``out``; every file is reloaded and checked.
+
+    ``torchscript_mode``: ``trace`` (default) or ``script`` (for models with data-dependent
+    control flow); either way the module is frozen. ``optimize``: also run ONNX Runtime's offline
+    graph optimisation (extended level: portable across CPUs, unlike the layout-specific level)
+    and ship the optimised graph, re-checked for parity.
+
+    ``source`` is an edgekit artifact folder, or a model from outside the zoo:
+    ``package.module:factory`` or ``hf:CONFIG`` with ``source_options`` (``input_shapes``,
+    ``input_dtypes``, ``dynamic_axes``, ``input_ranges``, ``state_dict``) as ``edgekit quantize``
+    takes them.
+    """
+    if torchscript_mode not in TORCHSCRIPT_MODES:
+        raise UsageError(f"unknown TorchScript mode {torchscript_mode!r}; choose from: {', '.join(TORCHSCRIPT_MODES)}")
     for fmt in formats:
         if fmt not in FORMATS:
             raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(FORMATS)}")
     if not formats:
         raise UsageError("no format given; choose from: torchscript, onnx")
+    if _outside_zoo(source):
+        return _export_outside_zoo(source, out, formats, target, opset, onnx_route, torchscript_mode, optimize, source_options)
+    if source_options:
+        raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo")
     folder, manifest = load_manifest(source)
     if manifest.kind == "export":
         raise UsageError(f"{folder} is already an export; export a checkpoint or quantized artifact")
@@ -38,9 +59,12 @@ def export(
 
     with atomic_dir(out) as work:
         if manifest.kind == "checkpoint":
-            files = _export_float(folder, manifest, work, formats, target, opset, onnx_route)
+            from edgekit.train.checkpoint import load_model_from_artifact
+
+            model = load_model_from_artifact(folder, manifest)
+            files = _export_float(model, manifest, work, formats, target, opset, onnx_route, torchscript_mode, optimize)
         else:
-            files = _export_quantized(folder, manifest, work, formats, target)
+            files = _export_quantized(folder, manifest, work, formats, target, optimize)
         result = Manifest(
             kind="export",
             model=manifest.model,
@@ -70,14 +94,40 @@ def _provenance(manifest: Manifest, target: Target, **extra) -> dict:
     }
 
 
-def _export_float(folder, manifest, work, formats, target, opset, route) -> list[ModelFile]:
+def _outside_zoo(source) -> bool:
+    import re
+
+    text = str(source)
+    return text.startswith("hf:") or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text) is not None)
+
+
+def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, source_options):
+    """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
+    from edgekit.quantize.sources import resolve_source
+
+    src = resolve_source(source, **source_options)
+    target = target if isinstance(target, Target) else load_target(target or "rpi4")
+    opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
+    origin = Manifest(
+        kind="checkpoint", model=src.model_info or {"name": src.label}, inputs=src.inputs, outputs=src.outputs,
+        files=(), task=src.task,
+    )
+    with atomic_dir(out) as work:
+        files = _export_float(src.load_torch(), origin, work, formats, target, opset, route, ts_mode, optimize)
+        result = Manifest(
+            kind="export", model=origin.model, inputs=src.inputs, outputs=src.outputs, files=tuple(files),
+            task=src.task, parent={"source": src.label, "kind": src.kind}, target=target.name,
+        )
+        result = finalize(result, work)
+    return Path(out), result
+
+
+def _export_float(model, manifest, work, formats, target, opset, route, ts_mode, optimize) -> list[ModelFile]:
     from edgekit.evaluation import task_accuracy
     from edgekit.export import onnx_export, torchscript_backend
     from edgekit.export.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
     from edgekit.export.verify import check_parity, predictor_for
-    from edgekit.train.checkpoint import load_model_from_artifact
 
-    model = load_model_from_artifact(folder, manifest)
     write_reference(work / REFERENCE_FILE, model, manifest.inputs, manifest.task)
     cases = read_reference(work / REFERENCE_FILE)
     examples = example_tensors(manifest.inputs)
@@ -86,15 +136,20 @@ def _export_float(folder, manifest, work, formats, target, opset, route) -> list
     for fmt in formats:
         path = work / FILE_NAMES[fmt]
         if fmt == "torchscript":
-            details = {"variant": "fp32-torchscript", "torchscript_mode": "trace+freeze"}
-            torchscript_backend.save(
-                torchscript_backend.trace(model, examples), path, _provenance(manifest, target, **details)
+            details = {"variant": "fp32-torchscript", "torchscript_mode": f"{ts_mode}+freeze"}
+            module = (
+                torchscript_backend.trace(model, examples)
+                if ts_mode == "trace"
+                else torchscript_backend.script(model, label=manifest.model["name"])
             )
+            torchscript_backend.save(module, path, _provenance(manifest, target, **details))
         else:
             details = {"variant": "fp32-onnx", "onnx_exporter": route, "opset": opset}
             onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route)
             onnx_export.add_metadata(path, _provenance(manifest, target, **details))
             onnx_export.check_model(path)
+            if optimize:
+                details["ort_optimization"] = onnx_export.optimize_offline(path)
         predict = predictor_for(path, fmt, details)
         parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")
         metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
@@ -102,7 +157,7 @@ def _export_float(folder, manifest, work, formats, target, opset, route) -> list
     return files
 
 
-def _export_quantized(folder, manifest, work, formats, target) -> list[ModelFile]:
+def _export_quantized(folder, manifest, work, formats, target, optimize=False) -> list[ModelFile]:
     from edgekit.errors import ParityError
     from edgekit.evaluation import task_accuracy
     from edgekit.export import onnx_export, torchscript_backend
@@ -128,6 +183,8 @@ def _export_quantized(folder, manifest, work, formats, target) -> list[ModelFile
             shutil.copyfile(folder / entry.path, path)
             onnx_export.add_metadata(path, provenance)
             onnx_export.check_model(path)
+            if optimize:
+                details["ort_optimization"] = onnx_export.optimize_offline(path)
         else:
             engine = details.get("quantized_engine")
             module = torchscript_backend.load_torchscript(folder / entry.path, engine)

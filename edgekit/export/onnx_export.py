@@ -141,3 +141,36 @@ def check_model(path: Path) -> None:
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, protobuf decode errors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputFileError(f"{path} fails the ONNX checker: {first}") from None
+
+
+def optimize_offline(path: Path, level: str = "extended") -> str:
+    """Rewrite ``path`` with ONNX Runtime's offline graph optimisations; return the level used.
+
+    ``extended`` fusions are CPU-provider ops that every ORT CPU build (x86 and ARM) runs; the
+    ``all`` level adds layout transforms tied to the exporting machine, so it is not offered.
+    The result may use com.microsoft ops, so it is checked by loading it in ORT, not onnx.checker.
+    """
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    from edgekit.errors import EdgekitError
+
+    levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = levels[level]
+    options.log_severity_level = 3
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=path.parent)
+    os.close(fd)
+    try:
+        options.optimized_model_filepath = tmp
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(tmp, providers=["CPUExecutionProvider"])  # the optimised file must load
+        os.replace(tmp, path)
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+        raise EdgekitError(f"ONNX Runtime could not optimise {path.name}: {str(exc).splitlines()[0]}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return level

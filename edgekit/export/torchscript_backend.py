@@ -36,11 +36,20 @@ def trace(model, example_inputs: tuple, freeze: bool = True):
         return torch.jit.freeze(traced) if freeze else traced
 
 
-def script(model, freeze: bool = True):
+def script(model, freeze: bool = True, label: str = "model"):
+    """``torch.jit.script`` (keeps data-dependent control flow that tracing would bake in)."""
     import torch
 
+    from edgekit.errors import UsageError
+
+    try:
+        with quiet():
+            scripted = torch.jit.script(model.eval())
+    except Exception as exc:  # noqa: BLE001 - the TorchScript frontend raises many types
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = lines[0] if lines else type(exc).__name__
+        raise UsageError(f"cannot script {label}: {reason[:200]}; export with --torchscript-mode trace") from None
     with quiet():
-        scripted = torch.jit.script(model.eval())
         return torch.jit.freeze(scripted) if freeze else scripted
 
 
