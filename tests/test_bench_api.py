@@ -4,57 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
 
-from edgekit.artifacts import InputSpec, Manifest, describe_file, finalize
 from edgekit.bench import runner
 from edgekit.bench.api import bench, resolve_model, resolve_threads
 from edgekit.bench.result import from_document, to_document
 from edgekit.errors import BenchError, InputFileError, UsageError
 from edgekit.targets import load_target
+from edgekit.artifacts import Manifest, describe_file, finalize
+from tiny_models import build_models
 
 FAST = {"min_runs": 5, "min_time_s": 0.05, "warmup": 2, "threads": 1}
 
 
-def build_models(folder: Path, formats=("onnx", "torchscript")) -> Path:
-    """A tiny MLP as ONNX (dynamic batch) and/or TorchScript, in an artifact folder with a manifest."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)
-    ).eval()
-    example = torch.randn(1, 1, 8, 8)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if "onnx" in formats:
-            torch.onnx.export(model, (example,), str(folder / "model.onnx"), input_names=["input"],
-                              output_names=["logits"], dynamic_axes={"input": {0: "batch"}}, dynamo=False)
-            files.append(describe_file(folder, "model.onnx", "onnx", metrics={"accuracy": 0.97, "float_accuracy": 0.975},
-                                       details={"variant": "fp32-onnx"}))
-        if "torchscript" in formats:
-            torch.jit.trace(model, example).save(str(folder / "model.pt"))
-            files.append(describe_file(folder, "model.pt", "torchscript", details={"variant": "fp32-torchscript"}))
-    manifest = Manifest(kind="export", model={"name": "tiny", "config": {}},
-                        inputs=(InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"}),),
-                        outputs=("logits",), files=tuple(files))
-    finalize(manifest, folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def art(tmp_path_factory) -> Path:
-    return build_models(tmp_path_factory.mktemp("bench-api") / "both")
+    return build_models(tmp_path_factory.mktemp("bench-api") / "both", engine=None)
 
 
 @pytest.fixture(scope="module")
 def onnx_only(tmp_path_factory) -> Path:
-    return build_models(tmp_path_factory.mktemp("bench-api") / "onnx", formats=("onnx",))
+    return build_models(tmp_path_factory.mktemp("bench-api") / "onnx", formats=("onnx",), engine=None)
 
 
 def test_single_model_from_an_artifact_folder(onnx_only):

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,41 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgekit.artifacts import InputSpec, Manifest, describe_file, finalize
 from edgekit.bench import result as result_module
 from edgekit.bench import runner
 from edgekit.bench.result import BenchResult, from_document
 from edgekit.fileio import sha256_file
+from tiny_models import build_models
 
 RUNNER = Path(runner.__file__)
 FAST = ["--min-runs", "5", "--min-time", "0.05", "--warmup", "2", "--threads", "1"]
-
-
-def build_models(folder: Path) -> Path:
-    """A tiny MLP as ONNX (dynamic batch) and TorchScript, in an artifact folder with a manifest."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)
-    ).eval()
-    example = torch.randn(1, 1, 8, 8)
-    folder.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (example,), str(folder / "model.onnx"), input_names=["input"],
-                          output_names=["logits"], dynamic_axes={"input": {0: "batch"}}, dynamo=False)
-        torch.jit.trace(model, example).save(str(folder / "model.pt"))
-    files = (
-        describe_file(folder, "model.onnx", "onnx", metrics={"accuracy": 0.97, "float_accuracy": 0.975},
-                      details={"variant": "fp32-onnx"}),
-        describe_file(folder, "model.pt", "torchscript", details={"quantized_engine": "qnnpack", "variant": "fp32-torchscript"}),
-    )
-    manifest = Manifest(kind="export", model={"name": "tiny", "config": {}},
-                        inputs=(InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"}),),
-                        outputs=("logits",), files=files)
-    finalize(manifest, folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

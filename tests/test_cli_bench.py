@@ -5,48 +5,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.artifacts import InputSpec, Manifest, describe_file, finalize
 from edgekit.bench.result import load_results
 from edgekit.cli.app import app
+from tiny_models import build_models
 
 FAST = ["--min-runs", "5", "--min-time", "0.05", "--warmup", "2", "--threads", "1"]
 
 
-def build_models(folder: Path) -> Path:
-    """A tiny MLP as ONNX (dynamic batch) and TorchScript, in an artifact folder with a manifest."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)
-    ).eval()
-    example = torch.randn(1, 1, 8, 8)
-    folder.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (example,), str(folder / "model.onnx"), input_names=["input"],
-                          output_names=["logits"], dynamic_axes={"input": {0: "batch"}}, dynamo=False)
-        torch.jit.trace(model, example).save(str(folder / "model.pt"))
-    files = (
-        describe_file(folder, "model.onnx", "onnx", metrics={"accuracy": 0.97, "float_accuracy": 0.975}),
-        describe_file(folder, "model.pt", "torchscript"),
-    )
-    manifest = Manifest(kind="export", model={"name": "tiny", "config": {}},
-                        inputs=(InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"}),),
-                        outputs=("logits",), files=files)
-    finalize(manifest, folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def art(tmp_path_factory) -> Path:
-    return build_models(tmp_path_factory.mktemp("cli-bench") / "art")
+    return build_models(tmp_path_factory.mktemp("cli-bench") / "art", engine=None)
 
 
 def invoke(*args):
