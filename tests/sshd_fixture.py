@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -188,3 +190,16 @@ def sshd(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+def fake_ssh(tmp_path: Path, monkeypatch) -> Path:
+    """An ``ssh`` first on PATH that records each start and fails like an unreachable host."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "ssh-started"
+    fake = bin_dir / "ssh"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {shlex.quote(str(marker))}\n'
+                    'echo "ssh: connect to host x port 22: Connection refused" >&2\nexit 255\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return marker

@@ -4,9 +4,6 @@ huge calibration set gets a warning."""
 
 from __future__ import annotations
 
-import os
-import shlex
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +24,7 @@ from edgekit.limits import (
     model_memory_mb,
 )
 from edgekit.targets import load_target
+from sshd_fixture import fake_ssh
 
 runner = CliRunner()
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -123,26 +121,13 @@ def test_bundle_records_the_boards_ram(digits_fp32_export, tmp_path):
     assert info["ram_mb"] == 1024 and 64 < info["memory_estimate_mb"] < 65 and info["override"] is None
 
 
-def _fake_ssh(tmp_path: Path, monkeypatch) -> Path:
-    """An ``ssh`` first on PATH that records each start and fails like an unreachable host."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    marker = tmp_path / "ssh-started"
-    fake = bin_dir / "ssh"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {shlex.quote(str(marker))}\n'
-                    'echo "ssh: connect to host x port 22: Connection refused" >&2\nexit 255\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return marker
-
-
 def test_remote_bench_refuses_before_connecting_unless_forced(digits_static, tmp_path, monkeypatch):
     from edgekit.bundle.build import build_bundle
     from edgekit.export.api import export
 
     exported, _ = export(digits_static, tmp_path / "int8", formats=("onnx",), target="rpi4")
     bundle = build_bundle(exported, str(TINY), tmp_path / "tiny", force=True, archive=False)
-    marker = _fake_ssh(tmp_path, monkeypatch)
+    marker = fake_ssh(tmp_path, monkeypatch)
     result = runner.invoke(app, ["bench", str(bundle), "--host", "pi@board", "-q"])
     assert_one_line_error(result, 2, "more than the 32 MB RAM of target 'rpi4'")
     assert not marker.exists()  # no ssh was started

@@ -7,9 +7,7 @@ PATH records whether one was started), and the quoting is checked by real shells
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +20,7 @@ from edgekit.errors import UsageError
 from edgekit.remote import scripts
 from edgekit.remote.hosts import check_remote_path, parse_host, parse_ssh_option
 from edgekit.remote.ssh import SshTarget, command
+from sshd_fixture import fake_ssh
 
 runner = CliRunner()
 
@@ -129,23 +128,10 @@ def test_probe_script_reports_missing_python_and_a_missing_copy(tmp_path):
     assert _sh(scripts.PROBE, "bundles", "b-1", "python3", cwd=tmp_path, home=home).stdout.strip() == "edgekit:need"
 
 
-def _fake_ssh(tmp_path: Path, monkeypatch) -> Path:
-    """An ``ssh`` first on PATH that records each start and fails like an unreachable host."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    marker = tmp_path / "ssh-started"
-    fake = bin_dir / "ssh"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {shlex.quote(str(marker))}\n'
-                    'echo "ssh: connect to host x port 22: Connection refused" >&2\nexit 255\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return marker
-
-
 @pytest.mark.parametrize("host", ["pi@board;touch PWNED", "pi@$(touch PWNED)", "pi@board name",
                                   "-oProxyCommand=touch PWNED", "pi@-oProxyCommand=touch PWNED", "`id`@board"])
 def test_cli_rejects_bad_hosts_before_starting_ssh(host, tmp_path, monkeypatch):
-    marker = _fake_ssh(tmp_path, monkeypatch)
+    marker = fake_ssh(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["bench", str(tmp_path), "--host", host])
     assert result.exit_code == 2, result.stderr
@@ -155,7 +141,7 @@ def test_cli_rejects_bad_hosts_before_starting_ssh(host, tmp_path, monkeypatch):
 
 def test_cli_starts_ssh_for_a_good_host(tmp_path, monkeypatch, onnx_bundle_for_hosts):
     """The control for the test above: the same fake ssh does record a start for a valid host."""
-    marker = _fake_ssh(tmp_path, monkeypatch)
+    marker = fake_ssh(tmp_path, monkeypatch)
     result = runner.invoke(app, ["bench", str(onnx_bundle_for_hosts), "--host", "pi@board", "--remote-dir", "/tmp/x"])
     assert result.exit_code == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
@@ -185,7 +171,7 @@ def onnx_bundle_for_hosts(digits_fp32_export, tmp_path_factory) -> Path:
 
 
 def test_a_tampered_bundle_is_refused_before_connecting(onnx_bundle_for_hosts, tmp_path, monkeypatch):
-    marker = _fake_ssh(tmp_path, monkeypatch)
+    marker = fake_ssh(tmp_path, monkeypatch)
     bad = tmp_path / "rpi4"
     shutil.copytree(onnx_bundle_for_hosts, bad)
     (bad / "numpy.py").write_text("")
