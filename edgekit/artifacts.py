@@ -80,6 +80,17 @@ class ModelFile:
     precision: str = "fp32"  # fp32 | int8
     metrics: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    # ONNX external data beside the model file: [{"path", "sha256", "bytes"}] (models over 2 GB)
+    data_files: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        """The model's size on disk: its file plus its external data files."""
+        return self.bytes + sum(int(d["bytes"]) for d in self.data_files)
+
+    def paths(self) -> list[str]:
+        """Every file of this model, relative to the artifact folder (the model file first)."""
+        return [self.path, *(d["path"] for d in self.data_files)]
 
 
 @dataclass(frozen=True)
@@ -166,16 +177,27 @@ def _model_file(raw) -> ModelFile:
     _typed(entry.path, str, "files[].path")
     if entry.format not in FORMATS:
         raise ValueError(f"file format {entry.format!r} not in {FORMATS}")
-    if not entry.path or "\x00" in entry.path or Path(entry.path).is_absolute() or ".." in Path(entry.path).parts \
-            or entry.path in (".",):
-        raise ValueError(f"file path {entry.path!r} escapes the artifact folder")
+    _check_relative(entry.path)
     _typed(entry.sha256, str, "files[].sha256")
     if not isinstance(entry.bytes, int) or isinstance(entry.bytes, bool) or entry.bytes < 0:
         raise ValueError(f"files[].bytes must be a size in bytes, got {entry.bytes!r}")
     _typed(entry.precision, str, "files[].precision")
     _typed(entry.metrics, dict, "files[].metrics")
     _typed(entry.details, dict, "files[].details")
+    for data in _typed(entry.data_files, list, "files[].data_files"):
+        _typed(data, dict, "files[].data_files[]")
+        if set(data) != {"path", "sha256", "bytes"}:
+            raise ValueError(f"files[].data_files[] must have exactly path, sha256 and bytes, got {sorted(data)}")
+        _check_relative(_typed(data["path"], str, "files[].data_files[].path"))
+        _typed(data["sha256"], str, "files[].data_files[].sha256")
+        if not isinstance(data["bytes"], int) or isinstance(data["bytes"], bool) or data["bytes"] < 0:
+            raise ValueError(f"files[].data_files[].bytes must be a size in bytes, got {data['bytes']!r}")
     return entry
+
+
+def _check_relative(path: str) -> None:
+    if not path or "\x00" in path or Path(path).is_absolute() or ".." in Path(path).parts or path in (".",):
+        raise ValueError(f"file path {path!r} escapes the artifact folder")
 
 
 def runtime_versions() -> dict[str, str]:
@@ -192,8 +214,17 @@ def runtime_versions() -> dict[str, str]:
 
 
 def describe_file(folder: Path, rel: str, fmt: str, **extra) -> ModelFile:
+    """The manifest entry of ``folder/rel``; an ONNX model's external data files are listed with it."""
     path = folder / rel
-    return ModelFile(path=rel, format=fmt, sha256=sha256_file(path), bytes=path.stat().st_size, **extra)
+    data_files = []
+    if fmt == "onnx":
+        from edgekit import onnx_files
+
+        parent = Path(rel).parent
+        for name in onnx_files.data_files(path):
+            data = path.parent / name
+            data_files.append({"path": (parent / name).as_posix(), "sha256": sha256_file(data), "bytes": data.stat().st_size})
+    return ModelFile(path=rel, format=fmt, sha256=sha256_file(path), bytes=path.stat().st_size, data_files=data_files, **extra)
 
 
 def recipe_sha256(quantization: dict, target: str | None) -> str:
@@ -251,13 +282,16 @@ def load_manifest(path: str | Path, verify: bool = True) -> tuple[Path, Manifest
     if verify:
         root = folder.resolve()
         for entry in manifest.files:
-            file_path = folder / entry.path
-            if not file_path.resolve().is_relative_to(root):  # a link out of the folder
-                raise InputFileError(f"model file {file_path} points outside the artifact folder")
-            if not file_path.is_file():
-                raise InputFileError(f"model file missing from artifact: {file_path}")
-            if file_path.stat().st_size != entry.bytes or sha256_file(file_path) != entry.sha256:
-                raise InputFileError(f"model file {file_path} does not match its manifest checksum (corrupt or changed)")
+            listed = [(entry.path, entry.bytes, entry.sha256, "model file"),
+                      *((d["path"], d["bytes"], d["sha256"], "external data file") for d in entry.data_files)]
+            for rel, size, digest, what in listed:
+                file_path = folder / rel
+                if not file_path.resolve().is_relative_to(root):  # a link out of the folder
+                    raise InputFileError(f"{what} {file_path} points outside the artifact folder")
+                if not file_path.is_file():
+                    raise InputFileError(f"{what} missing from artifact: {file_path}")
+                if file_path.stat().st_size != size or sha256_file(file_path) != digest:
+                    raise InputFileError(f"{what} {file_path} does not match its manifest checksum (corrupt or changed)")
     return folder, manifest
 
 

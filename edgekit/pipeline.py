@@ -229,7 +229,7 @@ def _rows(exports, results, report) -> list[VariantRow]:
                 variant=entry.details.get("variant", entry.path),
                 format=entry.format,
                 path=str(folder / entry.path),
-                size_bytes=entry.bytes,
+                size_bytes=entry.total_bytes,
                 accuracy=entry.metrics.get("accuracy"),
                 p50_ms=res.timing.p50,
                 p99_ms=res.timing.p99,

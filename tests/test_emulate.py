@@ -217,6 +217,8 @@ def test_an_export_folder_is_not_a_bundle(digits_fp32_export):
         (["--atol", "-1"], "--atol must be a number >= 0"),
         (["--launcher", "magic"], "unknown launcher 'magic'; choose one of: auto, binfmt, interpreter"),
         (["--debian-release", "../etc"], "is not a Debian release name"),
+        (["--index-url", "ftp://mirror/simple"], "--index-url must be an http(s) URL"),
+        (["--index-url", "https://x/simple --trusted-host evil"], "--index-url must be an http(s) URL"),
     ],
 )
 def test_bad_options(int8_bundle, args, message):
@@ -331,6 +333,42 @@ def test_requirements_key_tracks_what_the_venv_holds(tmp_path):
     with_wheel = requirements_key("numpy==2.4.6\nonnxruntime==1.32.0\n", [wheel], "3.11")
     wheel.write_bytes(b"two")
     assert base != with_wheel != requirements_key("numpy==2.4.6\nonnxruntime==1.32.0\n", [wheel], "3.11")
+
+
+def test_index_url_replaces_the_bundles_index():
+    from edgekit.emulate.venv import with_index_url
+
+    text = "# pinned\n--index-url https://download.pytorch.org/whl/cpu\nnumpy==2.4.6\ntorch==2.13.0\n"
+    replaced, old = with_index_url(text, "https://pypi.org/simple")
+    assert old == "https://download.pytorch.org/whl/cpu"
+    assert replaced.splitlines() == ["--index-url https://pypi.org/simple", "# pinned", "numpy==2.4.6", "torch==2.13.0"]
+    assert with_index_url("numpy==2.4.6\n", "https://mirror.example/simple") == (
+        "--index-url https://mirror.example/simple\nnumpy==2.4.6\n", None)
+
+
+def test_index_url_does_not_apply_to_an_offline_bundle(int8_bundle, tmp_path):
+    import shutil
+
+    from edgekit.bundle.verify import write_checksums
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(int8_bundle, copy)
+    (copy / "wheels").mkdir()
+    (copy / "wheels" / "numpy-2.4.6-cp311-cp311-manylinux_2_28_aarch64.whl").write_bytes(b"wheel")
+    write_checksums(copy)
+    result = runner.invoke(app, ["verify", str(copy), "--emulate", "--index-url", "https://pypi.org/simple"])
+    assert result.exit_code == 2 and "--index-url applies to bundles without wheels/" in _error(result)
+
+
+def test_the_rootfs_gets_the_targets_cpu_list(tmp_path):
+    """QNNPACK (PyTorch's int8 engine on ARM) will not start when cpuinfo finds no CPU list in /sys."""
+    from edgekit.emulate.chroot import write_cpu_list
+
+    write_cpu_list(tmp_path, 4)
+    folder = tmp_path / "sys" / "devices" / "system" / "cpu"
+    assert {p.name: p.read_text() for p in folder.iterdir()} == {"possible": "0-3\n", "present": "0-3\n", "online": "0-3\n"}
+    write_cpu_list(tmp_path, 1)
+    assert (folder / "possible").read_text() == "0\n"
 
 
 def test_qemu_cpu_follows_the_target_core():

@@ -52,29 +52,42 @@ def int8_onnx_bundle(digits_static, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def int8_torchscript_bundle(digits_static, tmp_path_factory) -> Path:
+    from edgekit.bundle.build import build_bundle
+    from edgekit.export.api import export
+
+    base = tmp_path_factory.mktemp("emulate-e2e-ts")
+    export(digits_static, base / "export", formats=("torchscript",), target="rpi4")
+    return build_bundle(base / "export", "rpi4", base / "rpi4-int8-ts", fmt="torchscript")
+
+
+@pytest.fixture(scope="module")
 def fp32_onnx_bundle(digits_fp32_export, tmp_path_factory) -> Path:
     from edgekit.bundle.build import build_bundle
 
     return build_bundle(digits_fp32_export, "rpi4", tmp_path_factory.mktemp("emulate-e2e") / "rpi4-fp32", fmt="onnx")
 
 
-def _require_cache(bundle: Path) -> None:
+def _require_cache(bundle: Path, index_url: str | None = None) -> None:
     """Skip unless the rootfs and a venv with this bundle's requirements are cached already."""
     from edgekit.emulate.bundle import open_bundle
     from edgekit.emulate.rootfs import default_cache_dir, find_rootfs
-    from edgekit.emulate.venv import MARKER, VENVS_DIR, requirements_key
+    from edgekit.emulate.venv import MARKER, VENVS_DIR, requirements_key, with_index_url
 
     fs = find_rootfs(default_cache_dir(), "bookworm")
     if fs is None:
         pytest.skip(f"no cached bookworm arm64 rootfs in {default_cache_dir()}; {PREPARE}")
     opened = open_bundle(bundle)
-    key = requirements_key(opened.requirements.read_text(encoding="utf-8"), opened.wheels, fs.python)
+    text = opened.requirements.read_text(encoding="utf-8")
+    if index_url is not None:
+        text = with_index_url(text, index_url)[0]
+    key = requirements_key(text, opened.wheels, fs.python)
     if not (fs.path / VENVS_DIR.lstrip("/") / key / MARKER).is_file():
         pytest.skip(f"no cached venv for this bundle's requirements in {fs.path}; {PREPARE}")
 
 
 def _verify(bundle: Path, out: Path, *extra: str):
-    _require_cache(bundle)
+    _require_cache(bundle, extra[extra.index("--index-url") + 1] if "--index-url" in extra else None)
     result = runner.invoke(app, ["verify", str(bundle), "--emulate", "--timeout", TIMEOUT_S, "--json", str(out), *extra])
     report = json.loads(out.read_text()) if out.is_file() else None
     return result, report
@@ -120,3 +133,34 @@ def test_a_difference_past_tolerance_fails_with_one_line(emulation_ready, fp32_o
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: the emulated aarch64 run differs from the host at batch 1: max abs difference")
     assert report is not None and not report["passed"]  # the report is written before the failure is raised
+
+
+def test_a_bundle_with_external_data_runs_under_emulation(emulation_ready, digits_static, tmp_path):
+    """model.onnx + model.onnx.data (how models over 2 GB ship) load together on the emulated board."""
+    from edgekit.bundle.build import build_bundle
+    from edgekit.export.api import export
+
+    export(digits_static, tmp_path / "export", formats=("onnx",), target="rpi4", external_data=True)
+    bundle = build_bundle(tmp_path / "export", "rpi4", tmp_path / "rpi4-int8-ext")
+    assert (bundle / "model.onnx.data").is_file()
+    result, report = _verify(bundle, tmp_path / "verify.json", "--no-bench")
+    assert result.exit_code == 0, result.output
+    assert report["passed"] and report["emulation"]["machine"] == "aarch64"
+    assert all(b["emulated_vs_host"]["top1_agreement"] == 1.0 for b in report["batches"])
+
+
+def test_int8_torchscript_bundle_runs_qnnpack_under_emulation(emulation_ready, int8_torchscript_bundle, tmp_path):
+    """PyTorch's int8 engine on ARM (QNNPACK) on the emulated Cortex-A72 reproduces the host's outputs.
+
+    The torch wheel comes from PyPI (PyTorch's CPU index is out of reach here), which the report says.
+    """
+    result, report = _verify(int8_torchscript_bundle, tmp_path / "verify.json", "--index-url", "https://pypi.org/simple")
+    assert result.exit_code == 0, result.output
+    assert report["passed"] and report["model"]["format"] == "torchscript" and report["model"]["precision"] == "int8"
+    emulation = report["emulation"]
+    assert emulation["machine"] == "aarch64" and emulation["runtime"]["name"] == "torch"
+    assert emulation["runtime"]["version"].split("+")[0] == report["host"]["runtime"]["version"].split("+")[0]
+    for check in report["batches"]:
+        assert check["emulated_vs_host"]["top1_agreement"] == 1.0 and check["emulated_vs_host"]["cosine"] >= 0.999
+    assert report["bench"]["ok"] and report["bench"]["result"]["host"]["machine"] == "aarch64"
+    assert any("requirements installed from https://pypi.org/simple" in note for note in report["notes"])

@@ -333,8 +333,13 @@ def model_info(model: Path, fmt: str, entry: dict | None) -> dict:
     with open(model, "rb") as fh:
         while block := fh.read(1 << 20):
             digest.update(block)
+    size = model.stat().st_size
+    for data in entry.get("data_files") or []:  # ONNX external data: part of the model's size
+        name = data.get("path") if isinstance(data, dict) else None
+        if isinstance(name, str) and name and os.path.basename(name) == name and (model.parent / name).is_file():
+            size += (model.parent / name).stat().st_size
     return {
-        "path": str(model), "format": fmt, "bytes": model.stat().st_size, "sha256": digest.hexdigest(),
+        "path": str(model), "format": fmt, "bytes": size, "sha256": digest.hexdigest(),
         "precision": str(entry.get("precision") or "fp32"), "variant": str(details.get("variant") or ""),
         "accuracy": metric("accuracy"), "float_accuracy": metric("float_accuracy"),
     }

@@ -81,7 +81,7 @@ def build_bundle(
     if not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
     mismatches = check_target(folder, manifest, entry, tgt, force)
-    too_big = check_model_fits(tgt, entry.bytes, entry.format, f"{folder / entry.path}", force)
+    too_big = check_model_fits(tgt, entry.total_bytes, entry.format, f"{folder / entry.path}", force)
     if too_big:
         mismatches = [*mismatches, too_big]
     if entry.format == "onnx":  # a graph the runtime cannot load is the export's fault: say so now
@@ -96,7 +96,12 @@ def build_bundle(
 
     with atomic_dir(out) as work:
         shutil.copyfile(folder / entry.path, work / model_name)
-        bundled = replace(manifest, files=(replace(entry, path=model_name),))
+        data_files = []
+        for data in entry.data_files:  # the graph names its data file: it keeps that name
+            name = Path(data["path"]).name
+            shutil.copyfile(folder / data["path"], work / name)
+            data_files.append({**data, "path": name})
+        bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files),))
         write_json(work / layout.MANIFEST, bundled.to_dict())
         shutil.copyfile(reference, work / layout.REFERENCE)
         shutil.copyfile(runner_source(), work / layout.RUNNER)
@@ -158,12 +163,13 @@ def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_nam
         "arch": tgt.arch,
         "threads": tgt.threads,
         "ram_mb": tgt.ram_mb,
-        "memory_estimate_mb": round(model_memory_mb(entry.bytes, entry.format), 1),
+        "memory_estimate_mb": round(model_memory_mb(entry.total_bytes, entry.format), 1),
         "python_platform": pins.platform,
         "python_version": pins.python_version,
         "model": model_name,
         "model_sha256": entry.sha256,
-        "model_bytes": entry.bytes,
+        "model_bytes": entry.total_bytes,
+        "model_data_files": [Path(d["path"]).name for d in entry.data_files],
         "format": entry.format,
         "precision": entry.precision,
         "variant": details.get("variant", ""),

@@ -20,6 +20,10 @@ def export_command(
     onnx_exporter: str = typer.Option("torchscript", "--onnx-exporter", help="torchscript | dynamo (torch.export)."),
     torchscript_mode: str = typer.Option("trace", "--torchscript-mode", help="trace | script (for data-dependent control flow)."),
     optimize: bool = typer.Option(False, "--optimize", help="Ship ONNX Runtime's offline-optimised graph (extended level, portable across CPUs)."),
+    external_data: bool = typer.Option(
+        False, "--external-data",
+        help="Write ONNX weights to model.onnx.data beside the graph (always done for models over 2 GB).",
+    ),
     input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help="Outside-zoo models: 1x3x224x224 or NAME=Nx128 (N: dynamic axis; repeatable)."),
     input_dtype: Optional[list[str]] = typer.Option(None, "--input-dtype", help="Outside-zoo models: float32, int64, ... or NAME=DTYPE."),
     dynamic_axes: Optional[list[str]] = typer.Option(None, "--dynamic-axes", help="Outside-zoo models: NAME=0:batch,1:sequence."),
@@ -36,6 +40,7 @@ def export_command(
     }
     folder, manifest = export(
         source, out, tuple(split_csv(formats)), target, opset, onnx_exporter, torchscript_mode, optimize,
+        external_data=True if external_data else None,
         **{k: v for k, v in source_options.items() if v is not None},
     )
     render_files(manifest, f"Exported for {manifest.target} -> {folder}")

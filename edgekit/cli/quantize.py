@@ -137,10 +137,10 @@ def render_files(manifest, title: str) -> None:
         parity = entry.metrics.get("parity") or {}
         drop = entry.metrics.get("accuracy_drop_points")
         table.add_row(
-            entry.path,
+            " + ".join(entry.paths()),
             entry.format,
             entry.precision,
-            f"{entry.bytes / 1024:.1f}",
+            f"{entry.total_bytes / 1024:.1f}",
             "-" if acc is None else f"{acc:.4f}",
             "-" if ref is None else f"{ref:.4f}",
             "-" if drop is None else f"{drop:.2f}",

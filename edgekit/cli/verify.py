@@ -27,6 +27,11 @@ def verify_command(
     no_bench: bool = typer.Option(False, "--no-bench", help="Skip the functional run of the bundle's runner.py under emulation."),
     mirror: str | None = typer.Option(None, "--mirror", help="Debian mirror for debootstrap (default: http://deb.debian.org/debian)."),
     launcher: str = typer.Option("auto", "--launcher", help="auto | binfmt | interpreter (qemu-aarch64-static named as the command; needs a cached rootfs)."),
+    index_url: str | None = typer.Option(
+        None, "--index-url",
+        help="Install the bundle's pinned requirements from this package index instead of the one requirements.txt names "
+             "(e.g. https://pypi.org/simple where PyTorch's CPU index is out of reach; PyPI's aarch64 torch is a CUDA build, GBs).",
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the verification report (JSON) here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines and no table."),
 ) -> None:
@@ -55,7 +60,7 @@ def verify_command(
     options = {"mirror": mirror} if mirror else {}
     report = verify_emulated(
         bundle, release=debian_release, cache_dir=rootfs_cache, rebuild=rebuild, timeout_s=timeout, atol=atol,
-        bench=not no_bench, launcher=launcher, progress=None if quiet else _progress(), **options,
+        bench=not no_bench, launcher=launcher, index_url=index_url, progress=None if quiet else _progress(), **options,
     )
     if json_out is not None:
         write_json(json_out, report.to_dict())

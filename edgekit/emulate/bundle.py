@@ -17,6 +17,7 @@ class Bundle:
     path: Path
     info: dict  # bundle.json
     model: Path
+    data_files: tuple[Path, ...]  # ONNX external data beside the model
     format: str  # onnx | torchscript
     precision: str  # fp32 | int8
     target: str
@@ -51,6 +52,11 @@ def open_bundle(path: str | Path) -> Bundle:
         raise InputFileError(f"{model} is not covered by the bundle's {layout.CHECKSUMS}")
     if sums[info["model"]] != info["model_sha256"]:
         raise InputFileError(f"{model} is not the model {layout.BUNDLE_JSON} describes (sha256 differs)")
+    data_files = []
+    for name in info.get("model_data_files") or []:
+        if not isinstance(name, str) or name not in sums or "/" in name:
+            raise InputFileError(f"{folder / layout.BUNDLE_JSON}: model data file {name!r} is not a file the {layout.CHECKSUMS} covers")
+        data_files.append(folder / name)
     reference = folder / layout.REFERENCE
     if not reference.is_file():
         raise InputFileError(f"{reference} is missing; rebuild the bundle")
@@ -59,6 +65,7 @@ def open_bundle(path: str | Path) -> Bundle:
         path=folder,
         info=info,
         model=model,
+        data_files=tuple(data_files),
         format=info["format"],
         precision=str(info.get("precision") or "fp32"),
         target=info["target"],

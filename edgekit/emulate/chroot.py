@@ -5,6 +5,11 @@ private mount namespace with /proc mounted inside the rootfs; the mount disappea
 process, so a killed run never leaves mounts behind. /sys is deliberately not mounted
 (onnxruntime's cpuinfo segfaulted under QEMU with it; without it, cpuinfo only warns). /dev
 holds the static nodes debootstrap created.
+
+Instead the rootfs's empty /sys gets plain files naming the target's CPUs
+(``/sys/devices/system/cpu/{possible,present,online}``): with no CPU list at all, cpuinfo finds
+no valid processor and PyTorch's QNNPACK (the int8 engine on ARM) refuses to start ("failed to
+initialize QNNPACK"); with it, cpuinfo reads the CPU features from the emulated auxv.
 """
 
 from __future__ import annotations
@@ -54,18 +59,35 @@ class Launcher:
         return self.rootfs / inside.lstrip("/")
 
 
-def make_launcher(rootfs: Path, tools: Tools, binfmt: Binfmt, qemu_cpu: str) -> Launcher:
+def make_launcher(rootfs: Path, tools: Tools, binfmt: Binfmt, qemu_cpu: str, cores: int = 4) -> Launcher:
     """A launcher for ``rootfs``: binfmt when the kernel handles aarch64, else the explicit interpreter.
 
     Either way the interpreter the command needs is placed in the rootfs when the kernel would
     look for it there (binfmt without the F flag resolves its interpreter inside the chroot).
     """
+    write_cpu_list(rootfs, cores)
     if binfmt.usable:
         if not binfmt.fix_binary and binfmt.interpreter:
             _install(Path(binfmt.interpreter), rootfs / binfmt.interpreter.lstrip("/"))
         return Launcher(rootfs, tools.unshare, "binfmt", qemu_cpu)
     _install(tools.qemu, rootfs / INTERPRETER_IN_ROOTFS.lstrip("/"))
     return Launcher(rootfs, tools.unshare, "interpreter", qemu_cpu, INTERPRETER_IN_ROOTFS)
+
+
+def write_cpu_list(rootfs: Path, cores: int) -> None:
+    """The CPU list files cpuinfo reads, in the rootfs's (unmounted) /sys: CPUs 0..cores-1."""
+    folder = rootfs / "sys" / "devices" / "system" / "cpu"
+    if os.path.ismount(rootfs / "sys"):
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    text = f"0-{max(1, cores) - 1}\n" if cores > 1 else "0\n"
+    for name in ("possible", "present", "online"):
+        path = folder / name
+        if path.is_file() and not path.is_symlink() and path.read_text() == text:
+            continue
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 def _install(source: Path, dest: Path) -> None:

@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from edgekit.emulate import EmulationError
 from edgekit.emulate.chroot import NOISE, Launcher
+from edgekit.errors import UsageError
 from edgekit.fileio import write_json
 
 VENVS_DIR = "/opt/edgekit/venvs"
@@ -137,6 +138,21 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress)
         shutil.rmtree(staging, ignore_errors=True)
     progress(f"venv ready in {seconds:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(packages.items())))
     return Venv(inside, key, source, built=True, seconds=seconds, packages=packages)
+
+
+def with_index_url(requirements: str, index_url: str) -> tuple[str, str | None]:
+    """``requirements`` installing from ``index_url``: (new text, the index URL it replaced, if any)."""
+    if not re.fullmatch(r"https?://[^\s'\"]+", index_url):
+        raise UsageError(f"--index-url must be an http(s) URL, got {index_url!r}")
+    replaced = None
+    lines = []
+    for line in requirements.splitlines():
+        words = line.split()
+        if words[:1] in (["--index-url"], ["-i"]):
+            replaced = words[1] if len(words) > 1 else None
+            continue
+        lines.append(line)
+    return "".join(f"{line}\n" for line in [f"--index-url {index_url}", *lines]), replaced
 
 
 def _pip_wheel(launcher: Launcher) -> str:

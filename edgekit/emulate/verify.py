@@ -46,13 +46,16 @@ def verify_emulated(
     bench: bool = True,
     mirror: str = DEFAULT_MIRROR,
     launcher: str = "auto",
+    index_url: str | None = None,
     progress: Progress | None = None,
 ) -> EmulationReport:
     """Verify ``bundle_dir`` under emulation; the report says whether it passed (see ``Tolerance``).
 
     ``timeout_s`` bounds each long step (the rootfs build, the install, each emulated run).
     ``launcher`` "auto" uses binfmt_misc when it works, else qemu-aarch64-static named as the
-    command ("interpreter", which cannot build a rootfs). Raises EmulationError when this host
+    command ("interpreter", which cannot build a rootfs). ``index_url`` installs the bundle's
+    pinned requirements from that package index instead of the one requirements.txt names
+    (e.g. PyPI where PyTorch's CPU index cannot be reached; recorded in the notes). Raises EmulationError when this host
     cannot emulate, InputFileError for a broken bundle, UsageError for bad settings.
     """
     from edgekit.emulate import host, rootfs
@@ -60,6 +63,10 @@ def verify_emulated(
 
     progress = progress or (lambda message: None)
     _check_settings(timeout_s, atol, launcher)
+    if index_url is not None:
+        from edgekit.emulate.venv import with_index_url
+
+        with_index_url("", index_url)  # a bad URL is a usage error before any work
     rootfs.check_release(release)
     started = time.monotonic()
     seconds: dict[str, float] = {}
@@ -70,6 +77,8 @@ def verify_emulated(
     if bundle.arch != "aarch64":
         raise UsageError(f"{bundle.path} is a bundle for {bundle.arch or 'an unknown arch'}; --emulate runs aarch64 bundles only")
     check_wheels(bundle)
+    if index_url is not None and bundle.wheels:
+        raise UsageError("--index-url applies to bundles without wheels/; this one installs offline from its wheels")
     core, threads = _target_core(bundle, notes)
 
     host.require_root()
@@ -94,15 +103,15 @@ def verify_emulated(
     if note:
         notes.append(note)
     run_in = _working_launcher(fs.path, tools, binfmt, qemu_cpu, timeout_s, progress, notes,
-                               fallback=launcher == "auto")
+                               fallback=launcher == "auto", cores=threads)
 
     mark = time.monotonic()
-    venv = _venv(run_in, bundle, fs.python, timeout_s, progress, notes)
+    venv = _venv(run_in, bundle, fs.python, timeout_s, progress, notes, index_url)
     seconds["venv"] = time.monotonic() - mark
 
     work = Path(tempfile.mkdtemp(prefix="edgekit-verify-", dir=run_in.host_path("/tmp")))
     try:
-        for path in (bundle.model, bundle.reference, bundle.path / "manifest.json", bundle.runner, PROBE):
+        for path in (bundle.model, *bundle.data_files, bundle.reference, bundle.path / "manifest.json", bundle.runner, PROBE):
             if path is not None and path.is_file():
                 shutil.copyfile(path, work / path.name)
         inside = "/" + work.relative_to(run_in.rootfs).as_posix()
@@ -181,7 +190,7 @@ def _target_core(bundle, notes: list[str]) -> tuple[str, int]:
     return target.core, int(bundle.info.get("threads") or target.threads)
 
 
-def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, notes, fallback: bool = True):
+def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, notes, fallback: bool = True, cores: int = 4):
     """The first launcher that really starts the rootfs's python3 as aarch64 (binfmt, then interpreter)."""
     from edgekit.emulate.chroot import NOISE, make_launcher
     from edgekit.emulate.host import Binfmt
@@ -192,7 +201,7 @@ def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, note
     if fallback or not binfmt.usable:
         candidates.append(Binfmt(False, reason="explicit interpreter"))
     for state in candidates:
-        launch = make_launcher(rootfs, tools, state, qemu_cpu)
+        launch = make_launcher(rootfs, tools, state, qemu_cpu, cores)
         done = run_captured(launch.argv(["/usr/bin/python3", "-c", "import platform; print(platform.machine())"]),
                             what="the emulated python3", timeout_s=min(timeout_s, 300.0), env=launch.env())
         if done.returncode == 0 and done.stdout.strip() == "aarch64":
@@ -204,8 +213,8 @@ def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, note
     raise EmulationError(f"cannot start the rootfs's python3 under qemu ({'; '.join(tried)}); try --rebuild")
 
 
-def _venv(run_in, bundle, python, timeout_s, progress, notes):
-    from edgekit.emulate.venv import ensure_venv
+def _venv(run_in, bundle, python, timeout_s, progress, notes, index_url=None):
+    from edgekit.emulate.venv import ensure_venv, with_index_url
 
     if bundle.requirements is not None:
         text = bundle.requirements.read_text(encoding="utf-8")
@@ -215,6 +224,9 @@ def _venv(run_in, bundle, python, timeout_s, progress, notes):
         dists = ("numpy", RUNTIME_DISTS[bundle.format])
         text = "".join(f"{dist}=={host_version(dist)}\n" for dist in dists)
         notes.append("the bundle has no requirements.txt; installed the host's numpy and runtime versions")
+    if index_url is not None:
+        text, replaced = with_index_url(text, index_url)
+        notes.append(f"requirements installed from {index_url}" + (f" instead of {replaced}" if replaced else ""))
     return ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress)
 
 

@@ -25,6 +25,7 @@ def export(
     onnx_route: str = "torchscript",
     torchscript_mode: str = "trace",
     optimize: bool = False,
+    external_data: bool | None = None,
     **source_options,
 ) -> tuple[Path, Manifest]:
     """Export ``formats`` from an artifact into ``out``; every file is reloaded and checked.
@@ -32,7 +33,9 @@ def export(
     ``torchscript_mode``: ``trace`` (default) or ``script`` (for models with data-dependent
     control flow); either way the module is frozen. ``optimize``: also run ONNX Runtime's offline
     graph optimisation (extended level: portable across CPUs, unlike the layout-specific level)
-    and ship the optimised graph, re-checked for parity.
+    and ship the optimised graph, re-checked for parity. ``external_data``: write ONNX weights
+    to ``model.onnx.data`` beside the graph; None does so only for models over 2 GB, which
+    cannot be one file.
 
     ``source`` is an edgekit artifact folder, or a model from outside the zoo:
     ``package.module:factory`` or ``hf:CONFIG`` with ``source_options`` (``input_shapes``,
@@ -47,7 +50,8 @@ def export(
     if not formats:
         raise UsageError("no format given; choose from: torchscript, onnx")
     if _outside_zoo(source):
-        return _export_outside_zoo(source, out, formats, target, opset, onnx_route, torchscript_mode, optimize, source_options)
+        return _export_outside_zoo(source, out, formats, target, opset, onnx_route, torchscript_mode, optimize,
+                                   external_data, source_options)
     if source_options:
         raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo")
     folder, manifest = load_manifest(source)
@@ -62,9 +66,10 @@ def export(
             from edgekit.train.checkpoint import load_model_from_artifact
 
             model = load_model_from_artifact(folder, manifest)
-            files = _export_float(model, manifest, work, formats, target, opset, onnx_route, torchscript_mode, optimize)
+            files = _export_float(model, manifest, work, formats, target, opset, onnx_route, torchscript_mode, optimize,
+                                  external_data)
         else:
-            files = _export_quantized(folder, manifest, work, formats, target, optimize)
+            files = _export_quantized(folder, manifest, work, formats, target, optimize, external_data)
         result = Manifest(
             kind="export",
             model=manifest.model,
@@ -101,7 +106,7 @@ def _outside_zoo(source) -> bool:
     return text.startswith("hf:") or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text) is not None)
 
 
-def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, source_options):
+def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, external_data, source_options):
     """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
     from edgekit.quantize.sources import resolve_source
 
@@ -113,7 +118,8 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
         files=(), task=src.task,
     )
     with atomic_dir(out) as work:
-        files = _export_float(src.load_torch(), origin, work, formats, target, opset, route, ts_mode, optimize)
+        files = _export_float(src.load_torch(), origin, work, formats, target, opset, route, ts_mode, optimize,
+                              external_data)
         result = Manifest(
             kind="export", model=origin.model, inputs=src.inputs, outputs=src.outputs, files=tuple(files),
             task=src.task, parent={"source": src.label, "kind": src.kind}, target=target.name,
@@ -122,7 +128,8 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
     return Path(out), result
 
 
-def _export_float(model, manifest, work, formats, target, opset, route, ts_mode, optimize) -> list[ModelFile]:
+def _export_float(model, manifest, work, formats, target, opset, route, ts_mode, optimize,
+                  external_data=None) -> list[ModelFile]:
     from edgekit.evaluation import task_accuracy
     from edgekit.export import onnx_export, torchscript_backend
     from edgekit.export.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
@@ -145,8 +152,10 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
             torchscript_backend.save(module, path, _provenance(manifest, target, **details))
         else:
             details = {"variant": "fp32-onnx", "onnx_exporter": route, "opset": opset}
-            onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route)
-            onnx_export.add_metadata(path, _provenance(manifest, target, **details))
+            written = onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route,
+                                              _provenance(manifest, target, **details), external_data)
+            if written:
+                details["external_data"] = written
             onnx_export.check_model(path)
             if optimize:
                 details["ort_optimization"] = onnx_export.optimize_offline(path)
@@ -157,7 +166,7 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     return files
 
 
-def _export_quantized(folder, manifest, work, formats, target, optimize=False) -> list[ModelFile]:
+def _export_quantized(folder, manifest, work, formats, target, optimize=False, external_data=None) -> list[ModelFile]:
     from edgekit.errors import ParityError
     from edgekit.evaluation import task_accuracy
     from edgekit.export import onnx_export, torchscript_backend
@@ -180,8 +189,13 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False) -
         details = dict(entry.details)
         provenance = _provenance(manifest, target, **details)
         if fmt == "onnx":
-            shutil.copyfile(folder / entry.path, path)
-            onnx_export.add_metadata(path, provenance)
+            from edgekit import onnx_files
+
+            onnx_files.copy(folder / entry.path, path)
+            written = onnx_export.add_metadata(path, provenance, external_data)
+            details.pop("external_data", None)
+            if written:
+                details["external_data"] = written
             onnx_export.check_model(path)
             if optimize:
                 details["ort_optimization"] = onnx_export.optimize_offline(path)

@@ -18,7 +18,15 @@ from edgekit.fileio import atomic_path
 REFERENCE_FILE = "reference.npz"
 _KEY = re.compile(r"^b(?P<batch>[1-9][0-9]{0,5})/(?:input/(?P<name>[^/]+)|output)$")
 BATCH_SIZES = (1, 7)  # two sizes, so a dynamic batch axis is really exercised
+# ...and two lengths for a dynamic sequence axis: the case at batch 1 is 16 long, at batch 7 11 long
+# (the example inputs exports trace with are 16 long, so a length baked in by tracing shows up).
+SEQUENCE_LENGTHS = {1: 16, 7: 11}
 SEED = 1234
+
+
+def sequence_length(batch: int) -> int:
+    """The sequence length of the reference case at ``batch``."""
+    return SEQUENCE_LENGTHS.get(batch, 16)
 
 
 def fixed_inputs(specs: tuple[InputSpec, ...], batch: int, task: dict | None = None) -> dict[str, np.ndarray]:
@@ -30,10 +38,15 @@ def fixed_inputs(specs: tuple[InputSpec, ...], batch: int, task: dict | None = N
         data = load_split(task["dataset"], "test").inputs
         if len(data) >= batch:
             return {specs[0].name: np.ascontiguousarray(data[:batch])}
+    return random_inputs(specs, batch, sequence_length(batch))
+
+
+def random_inputs(specs: tuple[InputSpec, ...], batch: int, sequence: int) -> dict[str, np.ndarray]:
+    """Seeded random inputs: token ids inside each input's value range, else standard normal."""
     rng = np.random.default_rng(SEED + batch)
     arrays = {}
     for spec in specs:
-        shape = spec.concrete_shape(batch=batch, sequence=16)
+        shape = spec.concrete_shape(batch=batch, sequence=sequence)
         if np.dtype(spec.dtype).kind in "iu":
             low, high = spec.value_range or (0, 2)
             arrays[spec.name] = rng.integers(int(low), int(high), size=shape).astype(spec.dtype)
@@ -43,9 +56,10 @@ def fixed_inputs(specs: tuple[InputSpec, ...], batch: int, task: dict | None = N
 
 
 def example_tensors(specs: tuple[InputSpec, ...], batch: int = 2) -> tuple:
+    """Inputs to trace/export with: ``batch`` rows, sequences 16 long."""
     import torch
 
-    return tuple(torch.from_numpy(a) for a in fixed_inputs(specs, batch).values())
+    return tuple(torch.from_numpy(a) for a in random_inputs(specs, batch, 16).values())
 
 
 def float_outputs(model, inputs: dict[str, np.ndarray]) -> np.ndarray:

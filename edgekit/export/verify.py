@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +49,15 @@ def check_parity(predict, cases: dict, precision: str, label: str) -> dict:
     """
     worst: dict = {}
     for batch, (inputs, expected) in sorted(cases.items()):
-        got = np.asarray(predict(inputs))
+        try:
+            got = np.asarray(predict(inputs))
+        except Exception as exc:  # noqa: BLE001 - ORT and the TorchScript interpreter raise their own types
+            shapes = ", ".join(f"{name} {tuple(value.shape)}" for name, value in inputs.items())
+            raise ParityError(
+                f"{label}: the model fails on the reference inputs at batch {batch} ({shapes}): {_reason(exc)}; "
+                "a dynamic axis may have been frozen to the example's size (try --torchscript-mode script or "
+                "--onnx-exporter dynamo)"
+            ) from None
         if got.shape != expected.shape:
             raise ParityError(f"{label}: output shape {got.shape} != float model's {expected.shape} at batch {batch}")
         stats = compare(expected, got)
@@ -64,7 +74,19 @@ def check_parity(predict, cases: dict, precision: str, label: str) -> dict:
             )
         worst = _worst(worst, stats)
     worst.pop("allclose", None)
-    return {**{k: round(v, 6) for k, v in worst.items()}, "batch_sizes": sorted(cases)}
+    # Six significant figures, not decimals: a max abs error of 3e-7 must not read as 0.
+    return {**{k: float(f"{v:.6g}") for k, v in worst.items()}, "batch_sizes": sorted(cases)}
+
+
+def _reason(exc: BaseException) -> str:
+    """The informative line of a runtime's error: ORT's last sentence, TorchScript's last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[-1] if "TorchScript interpreter" in lines[0] else lines[0]
+    if "Status Message: " in text:  # ORT: "... Status Message: /src/file.h:583 void f(...) what went wrong"
+        text = re.sub(r"^/\S+:\d+ .*?\) ", "", text.split("Status Message: ", 1)[1])
+    return text[:300]
 
 
 def _worst(acc: dict, stats: dict) -> dict:

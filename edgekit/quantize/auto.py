@@ -114,7 +114,7 @@ def quantize_auto(
                     job.out = None
                 _stamp(folder, entry, src, target)
                 cand.path = str(folder / entry.path)
-                cand.bytes = entry.bytes
+                cand.bytes = entry.total_bytes
                 cand.metric = entry.metrics["metric"]
                 cand.value = entry.metrics["accuracy"] if cand.metric == "accuracy" else entry.metrics["fidelity"]["cosine"]
                 cand.drop_points = entry.metrics["accuracy_drop_points"]
@@ -144,7 +144,8 @@ def quantize_auto(
                 continue
             cand, entry = min(ok, key=lambda pair: pair[0].p50_ms if pair[0].p50_ms is not None else float("inf"))
             cand.chosen = True
-            shutil.copyfile(cand.path, work / entry.path)
+            for rel in entry.paths():
+                shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
             from dataclasses import replace
 

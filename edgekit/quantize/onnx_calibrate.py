@@ -66,13 +66,14 @@ def collect_ranges(
     threads: int | None = None,
 ) -> tuple[dict[str, TensorRange], int]:
     """(ranges by tensor name, samples seen). Raises InputFileError when no batch arrives."""
-    import onnx
     import onnxruntime as ort
 
+    from edgekit import onnx_files
     from edgekit.errors import InputFileError, UsageError
 
-    model = onnx.load(str(model_path))
+    model = onnx_files.load(model_path, load_data=False)  # shape inference cannot take a > 2 GB message
     tensors = calibration_tensors(model)
+    onnx_files.attach_data(model, model_path)
     outputs = {o.name for o in model.graph.output}
     for vi in tensors:
         if vi.name not in outputs:
@@ -87,7 +88,7 @@ def collect_ranges(
         options.intra_op_num_threads = threads
     with tempfile.TemporaryDirectory(prefix="edgekit-calib-") as tmp:
         augmented = Path(tmp) / "augmented.onnx"
-        onnx.save(model, str(augmented))
+        onnx_files.save(model, augmented)
         session = ort.InferenceSession(str(augmented), options, providers=["CPUExecutionProvider"])
     feeds = {i.name for i in session.get_inputs()}
 

@@ -14,10 +14,11 @@ def fold_weight_quantizers(path: Path, out: Path) -> int:
     stores 8-bit weights (4x smaller) and leaves the DequantizeLinear that ONNX Runtime's QDQ
     fusion expects. Returns how many weights were folded.
     """
-    import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(path))
+    from edgekit import onnx_files
+
+    model = onnx_files.load(path)
     graph = model.graph
     consts: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     for node in graph.node:
@@ -41,7 +42,7 @@ def fold_weight_quantizers(path: Path, out: Path) -> int:
             continue
         keep.append(node)
     if not folded:
-        onnx.save(model, str(out))
+        onnx_files.save(model, out)
         return 0
     del graph.node[:]
     graph.node.extend(keep)
@@ -54,7 +55,7 @@ def fold_weight_quantizers(path: Path, out: Path) -> int:
     nodes = [n for n in graph.node if not (n.op_type in ("Constant", "Identity") and n.output[0] not in used)]
     del graph.node[:]
     graph.node.extend(nodes)
-    onnx.save(model, str(out))
+    onnx_files.save(model, out)
     return folded
 
 

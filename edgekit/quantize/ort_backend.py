@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from edgekit import onnx_files
 from edgekit.quantize.calibrators import TensorRange
 from edgekit.quantize.recipes import OnnxRecipe
 
@@ -50,12 +51,13 @@ def preprocess(float_path: Path, out_path: Path) -> Path:
     ``auto_merge`` lets symbolic shape inference merge conflicting symbolic dims (transformer
     exports otherwise fail with "Incomplete symbolic shape inference").
     """
-    import onnx
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    external = bool(onnx_files.data_files(float_path))
     with quiet():
-        quant_pre_process(str(float_path), str(out_path), auto_merge=True)
-    model = onnx.load(str(out_path))
+        quant_pre_process(str(float_path), str(out_path), auto_merge=True, save_as_external_data=external,
+                          all_tensors_to_one_file=True, external_data_location=onnx_files.data_file_name(out_path))
+    model = onnx_files.load(out_path)
     used = {n.name for n in model.graph.node if n.name}
     changed = False
     for index, node in enumerate(model.graph.node):
@@ -67,15 +69,13 @@ def preprocess(float_path: Path, out_path: Path) -> Path:
             used.add(name)
             changed = True
     if changed:
-        onnx.save(model, str(out_path))
+        onnx_files.save(model, out_path, external or None)
     return out_path
 
 
 def weighted_nodes(model_path: Path) -> list[tuple[str, str]]:
     """(node name, op type) of the nodes with a constant weight input, in graph order."""
-    import onnx
-
-    model = onnx.load(str(model_path))
+    model = onnx_files.load(model_path, load_data=False)
     consts = {i.name for i in model.graph.initializer}
     consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
     out = []
@@ -92,10 +92,9 @@ def thin_stem_convs(model_path: Path, max_reduction: int = 32) -> list[str]:
     QuantizeLinear of the input and the requantization cost time and accuracy: keep it in float.
     """
     import numpy as np
-    import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(model_path))
+    model = onnx_files.load(model_path)
     inputs = {i.name for i in model.graph.input}
     weights = {i.name: i for i in model.graph.initializer}
     out = []
@@ -114,9 +113,7 @@ def small_lookups(model_path: Path, max_bytes: int = 1 << 20) -> list[str]:
     DequantizeLinear plus rounding noise on every token: worth it for a 30k x 384 table, not for
     a 128 x 64 one (measured: next-token agreement of the LSTM LM 98.9% -> 99.2% with it float).
     """
-    import onnx
-
-    model = onnx.load(str(model_path))
+    model = onnx_files.load(model_path, load_data=False)
     sizes = {}
     for init in model.graph.initializer:
         count = 1
@@ -128,20 +125,22 @@ def small_lookups(model_path: Path, max_bytes: int = 1 << 20) -> list[str]:
 
 
 def node_names(model_path: Path) -> list[str]:
-    import onnx
-
-    return [n.name for n in onnx.load(str(model_path)).graph.node]
+    return [n.name for n in onnx_files.load(model_path, load_data=False).graph.node]
 
 
 def nodes_touching(model_path: Path, tensors: Iterable[str]) -> list[str]:
     """Names of the nodes that read or write any of ``tensors``."""
-    import onnx
-
     wanted = set(tensors)
     if not wanted:
         return []
-    model = onnx.load(str(model_path))
+    model = onnx_files.load(model_path, load_data=False)
     return [n.name for n in model.graph.node if wanted & (set(n.input) | set(n.output))]
+
+
+def _external(prepared: Path) -> bool:
+    """Whether the quantized model must be written with external data: when its input was (an
+    int8 model is about a quarter of the float one, but the quantizer keeps the float copy)."""
+    return bool(onnx_files.data_files(prepared))
 
 
 def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_exclude: Iterable[str] = ()) -> dict:
@@ -151,6 +150,7 @@ def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_ex
         quantize_dynamic(
             str(prepared),
             str(out_path),
+            use_external_data_format=_external(prepared),
             per_channel=recipe.per_channel,
             reduce_range=recipe.reduce_range,
             weight_type=_quant_type(recipe.weight_type),
@@ -204,6 +204,7 @@ def static_int8_qdq(
                 str(out_path),
                 None,
                 quant_format=QuantFormat.QDQ,
+                use_external_data_format=_external(prepared),
                 per_channel=recipe.per_channel,
                 reduce_range=recipe.reduce_range,
                 activation_type=_quant_type(recipe.activation_type),

@@ -238,6 +238,23 @@ def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
         raise InputFileError(f"state dict {path} does not match {label}: {str(exc).strip().splitlines()[0]}") from None
 
 
+def _import_user_module(name: str):
+    """Import the user's module as ``python -m`` would: the current folder comes first on the path
+    (the ``edgekit`` console script, unlike ``python -m edgekit``, does not put it there)."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd in sys.path or "" in sys.path:
+        return importlib.import_module(name)
+    sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    finally:
+        if cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def _module_source(text: str, state_dict, spec_args) -> ModelSource:
     module_name, factory_name = text.split(":")
 
@@ -245,7 +262,7 @@ def _module_source(text: str, state_dict, spec_args) -> ModelSource:
         import torch
 
         try:
-            module = importlib.import_module(module_name)
+            module = _import_user_module(module_name)
         except ImportError as exc:
             raise UsageError(f"cannot import {module_name!r} for {text}: {exc}") from None
         factory = getattr(module, factory_name, None)
@@ -317,8 +334,10 @@ def _hf_source(path_text: str, state_dict, spec_args) -> ModelSource:
         """Right-padded token rows like a tokenizer's: real tokens first, then padding (mask 0)."""
         import numpy as np
 
+        from edgekit.export.reference import sequence_length
+
         rng = np.random.default_rng(4321 + batch)
-        length = 16
+        length = sequence_length(batch)
         lens = rng.integers(length // 2, length + 1, size=batch)
         lens[0] = length
         mask = (np.arange(length)[None, :] < lens[:, None]).astype(np.int64)
