@@ -137,7 +137,7 @@ CASES = [
     ("export-target-not-table", ["export", "{ckpt}", "--target", "{c:targets/table_not_table.toml}", "--out", "{out}"], 2, "target.runtime must be dict"),
     ("export-out-in-proc", ["export", "{ckpt}", "--out", "{proc}"], 1, "cannot create output folder"),
     ("export-out-is-file", ["export", "{ckpt}", "--out", "{c:bench/good.json}"], 1, "exists and is not a folder"),
-    ("export-exporter-bogus", ["export", "{ckpt}", "--onnx-exporter", "magic", "--out", "{out}"], 2, "unknown ONNX exporter route"),
+    ("export-exporter-bogus", ["export", "{ckpt}", "--onnx-exporter", "magic", "--out", "{out}"], 2, "unknown ONNX exporter"),
     # ---- bundle
     ("bundle-tampered", ["bundle", "{e_tampered}", "--out", "{out}"], 2, "does not match its manifest checksum"),
     ("bundle-no-reference", ["bundle", "{e_no_reference}", "--out", "{out}"], 2, "reference.npz is missing"),

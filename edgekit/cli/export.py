@@ -17,7 +17,10 @@ def export_command(
     formats: str = typer.Option("torchscript,onnx", "--format", help="Comma-separated: torchscript, onnx."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target profile (default: the artifact's, else rpi4)."),
     opset: Optional[int] = typer.Option(None, "--opset", help="ONNX opset (default: the target's)."),
-    onnx_exporter: str = typer.Option("torchscript", "--onnx-exporter", help="torchscript | dynamo (torch.export)."),
+    onnx_exporter: str = typer.Option(
+        "auto", "--onnx-exporter",
+        help="auto (each model family's measured choice, falling back to the other exporter) | torchscript | dynamo (torch.export).",
+    ),
     torchscript_mode: str = typer.Option("trace", "--torchscript-mode", help="trace | script (for data-dependent control flow)."),
     optimize: bool = typer.Option(False, "--optimize", help="Ship ONNX Runtime's offline-optimised graph (extended level, portable across CPUs)."),
     external_data: bool = typer.Option(

@@ -22,7 +22,7 @@ def export(
     formats: tuple[str, ...] = FORMATS,
     target: str | Target | None = None,
     opset: int | None = None,
-    onnx_route: str = "torchscript",
+    onnx_route: str = "auto",
     torchscript_mode: str = "trace",
     optimize: bool = False,
     external_data: bool | None = None,
@@ -151,11 +151,13 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
             )
             torchscript_backend.save(module, path, _provenance(manifest, target, **details))
         else:
-            details = {"variant": "fp32-onnx", "onnx_exporter": route, "opset": opset}
-            written = onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route,
-                                              _provenance(manifest, target, **details), external_data)
-            if written:
-                details["external_data"] = written
+            details = {"variant": "fp32-onnx", "opset": opset}
+            done = onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route,
+                                           _provenance(manifest, target, **details), external_data,
+                                           family=manifest.model.get("name", ""))
+            details.update(onnx_exporter=done.route, onnx_exporter_choice=done.choice)
+            if done.data_files:
+                details["external_data"] = done.data_files
             onnx_export.check_model(path)
             if optimize:
                 details["ort_optimization"] = onnx_export.optimize_offline(path)

@@ -1,9 +1,12 @@
 """Float model -> ONNX, with dynamic axes and provenance in ``metadata_props``.
 
 Two exporter routes exist in torch: the TorchScript-based one (``dynamo=False``) and the
-torch.export-based one (``dynamo=True``). The TorchScript route is the default here: it is fast,
-keeps LSTM weights as plain initializers that ONNX Runtime's quantizer can reach, and handles the
-zoo models; the route used is recorded in the artifact.
+torch.export-based one (``dynamo=True``). ``auto`` (the default) takes each model family's
+measured choice (``ModelSpec.onnx_exporter``; benchmarks/onnx_exporters.py): today the TorchScript
+route for every family here. It exports in a fraction of the time, keeps LSTM weights as plain
+initializers that ONNX Runtime's quantizer can reach, and its graphs ran as fast or faster. When
+it cannot export a model, auto falls back to torch.export. The exporter used, and why, is
+recorded in the artifact.
 
 Either exporter writes into a scratch folder first (over 2 GB the TorchScript route writes one
 file per tensor); the model is then saved as ``model.onnx``, plus ``model.onnx.data`` when it
@@ -16,6 +19,7 @@ import contextlib
 import io
 import json
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -23,7 +27,17 @@ from edgekit.artifacts import InputSpec
 from edgekit.errors import EdgekitError, UsageError
 
 ROUTES = ("torchscript", "dynamo")
+CHOICES = ("auto", *ROUTES)
 MIN_OPSET, MAX_OPSET = 7, 23  # the range target profiles may ask for (edgekit.targets)
+HF_WHY = "transformers encoders: torch.export's graph ran 1.15x slower in fp32 and int8 (batch 1, one thread)"
+OTHER_WHY = "the TorchScript exporter first; torch.export when it cannot export the model"
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    route: str  # the exporter that wrote the file
+    choice: str  # why that one: "asked", a family's measured reason, or the fallback's cause
+    data_files: list[str]  # external data files written beside the model
 
 
 @contextlib.contextmanager
@@ -31,15 +45,57 @@ def quiet() -> Iterator[None]:
     """No exporter chatter: warnings, prints, and torch.onnx's log lines (e.g. about torchvision)."""
     import logging
 
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    # onnxscript logs a traceback when its version converter falls back, though the export succeeds
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _native_output_silenced():
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _native_output_silenced() -> Iterator[None]:
+    """File descriptors 1 and 2 to /dev/null: the TorchScript exporter's C++ side prints its whole
+    IR graph when an export fails; the failure itself still arrives as an exception."""
+    import os
+    import sys
+
+    saved = []
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.flush()
+        try:
+            saved = [(fd, os.dup(fd)) for fd in (1, 2)]
+        except OSError:  # no real descriptors (embedded, captured): nothing to silence
+            yield
+            return
+        with open(os.devnull, "w") as devnull:
+            for fd, _ in saved:
+                os.dup2(devnull.fileno(), fd)
+        yield
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def preferred_route(model_name: str) -> tuple[str, str]:
+    """(exporter, why) for ``--onnx-exporter auto``: the zoo family's measured choice, else the TorchScript one."""
+    if model_name.startswith("hf:"):
+        return "torchscript", HF_WHY
+    from edgekit.models.registry import _ZOO_MODULES, get_spec
+
+    if model_name in _ZOO_MODULES:
+        spec = get_spec(model_name)
+        return spec.onnx_exporter, spec.onnx_exporter_why or OTHER_WHY
+    return "torchscript", OTHER_WHY
 
 
 def export_onnx(
@@ -49,33 +105,72 @@ def export_onnx(
     outputs: tuple[str, ...],
     path: Path,
     opset: int,
-    route: str = "torchscript",
+    route: str = "auto",
     provenance: dict | None = None,
     external_data: bool | None = None,
-) -> list[str]:
-    """Export to ``path`` with ``provenance`` in metadata_props; returns the external data file
-    names written beside it (``external_data`` None: only when the model needs them)."""
+    family: str = "",
+) -> OnnxExport:
+    """Export to ``path`` with ``provenance`` (and the exporter used) in metadata_props.
+
+    ``route`` "auto" takes ``family``'s preferred exporter (``preferred_route``) and falls back
+    to the other when it cannot export the model. External data files are written beside the
+    model when it needs them (over 2 GB) or ``external_data`` asks for them.
+    """
+    if route not in CHOICES:
+        raise UsageError(f"unknown ONNX exporter {route!r}; choose one of: {', '.join(CHOICES)}")
+    check_opset(opset)
+    if route != "auto":
+        return OnnxExport(route, "asked", _export_checked(model, example_inputs, inputs, outputs, path, opset, route,
+                                                          provenance, external_data))
+    first, why = preferred_route(family)
+    try:
+        return OnnxExport(first, why, _export_checked(model, example_inputs, inputs, outputs, path, opset, first,
+                                                      provenance, external_data))
+    except UsageError:
+        raise
+    except EdgekitError as failed:
+        other = next(r for r in ROUTES if r != first)
+        try:
+            written = _export_checked(model, example_inputs, inputs, outputs, path, opset, other, provenance, external_data)
+        except EdgekitError:
+            raise failed from None
+        return OnnxExport(other, f"the {first} exporter failed ({str(failed).split(': ', 1)[-1]})", written)
+
+
+def _export_checked(model, example_inputs, inputs, outputs, path, opset, route, provenance, external_data) -> list[str]:
     import tempfile
 
     from edgekit import onnx_files
 
-    if route not in ROUTES:
-        raise UsageError(f"unknown ONNX exporter route {route!r}; choose one of: {', '.join(ROUTES)}")
-    check_opset(opset)
     try:
         with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=path.parent) as scratch:
             raw = Path(scratch) / path.name
             _export(model, example_inputs, inputs, outputs, raw, opset, route)
             exported = onnx_files.load(raw)
-            stamp_metadata(exported, provenance or {})
+            stamp_metadata(exported, {**provenance, "onnx_exporter": route} if provenance else {})
             return onnx_files.save(exported, path, external_data)
     except EdgekitError:
         raise
     except Exception as exc:  # noqa: BLE001 - the exporters raise many types; name the first line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "opset" in first.lower():
+        first = _export_reason(exc)
+        if "opset" in first.lower() and "Exporting the operator" not in first:  # not an op missing at this opset
             raise UsageError(f"ONNX opset {opset} is not supported by this torch's exporter ({first})") from None
         raise EdgekitError(f"ONNX export ({route} exporter) failed: {first}") from None
+
+
+def _export_reason(exc: BaseException) -> str:
+    """One line on why an exporter failed: torch.export's 'Exception summary' names the cause."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    if not text:
+        return type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "## Exception summary" in lines:
+        summary = lines[lines.index("## Exception summary") + 1:]
+        if summary:
+            return re.sub(r"^<class '([\w.]+)'>: ", r"\1: ", summary[0])[:400]
+    return lines[0][:400]
 
 
 def check_opset(opset) -> int:
@@ -105,9 +200,11 @@ def _export(model, example_inputs, inputs, outputs, path, opset, route) -> None:
                 dynamo=False,
             )
         else:
-            dims = {}
-            for spec in inputs:
-                dims[spec.name] = {axis: torch.export.Dim(label) for axis, label in spec.dynamic_axes.items()}
+            # Positional, not by name: torch.export keys a dict by the forward's argument names,
+            # which need not be the input names edgekit gives the graph.
+            dims = tuple(
+                {axis: torch.export.Dim(label) for axis, label in spec.dynamic_axes.items()} or None for spec in inputs
+            )
             program = torch.onnx.export(
                 model.eval(),
                 example_inputs,

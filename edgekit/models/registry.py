@@ -28,6 +28,9 @@ class ModelSpec:
     task: dict[str, Any] = field(default_factory=dict)  # e.g. {"type": "classification", "dataset": "digits"}
     description: str = ""
     recurrent: bool = False  # recurrent models train in fp32 unless a precision is asked for
+    # The ONNX exporter `--onnx-exporter auto` uses for this family, and why (benchmarks/onnx_exporters.py)
+    onnx_exporter: str = "torchscript"
+    onnx_exporter_why: str = ""
 
     def config(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         merged = dict(self.default_config)

@@ -177,13 +177,14 @@ def _stamp(folder: Path, entry, src, target: Target) -> None:
 
 def _float_files(job, formats) -> list[tuple[str, Path]]:
     """The float model in each format (each in a folder with a manifest), for the latency baseline."""
+    from edgekit import onnx_files
     from edgekit.artifacts import describe_file
 
     out = []
     if "onnx" in formats:
         folder = job.scratch / "fp32-onnx"
         folder.mkdir()
-        shutil.copyfile(job.float_onnx(), folder / "model.onnx")
+        onnx_files.copy(job.float_onnx(), folder / "model.onnx")
         _stamp(folder, describe_file(folder, "model.onnx", "onnx", precision="fp32"), job.source, job.target)
         out.append(("onnx", folder / "model.onnx"))
     if "torchscript" in formats and job.source.has_torch:

@@ -55,7 +55,7 @@ def dynamic(job: QuantJob, config: DynamicConfig) -> list[Produced]:
         if onnx_exclude or lookups:
             details["float_nodes"] = [*onnx_exclude, *lookups]
         produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization",
-                                                     "recipe": recipe.short, "recipe_notes": notes}))
+                                                     "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter}))
     return produced
 
 
@@ -93,7 +93,7 @@ def static(job: QuantJob, config: StaticConfig) -> list[Produced]:
                                               (*onnx_exclude, *stem, *lookups), config.op_types)
         produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization",
                                                      "calibrate_method": config.calibrate_method,
-                                                     "recipe": recipe.short, "recipe_notes": notes}))
+                                                     "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter}))
     return produced
 
 

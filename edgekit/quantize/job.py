@@ -24,6 +24,7 @@ class QuantJob:
     warnings: list[str] = field(default_factory=list)  # shown to the user and kept in the manifest
     out: Path | None = None  # where handlers write model files (default: ``work``)
     reference_model: object = None  # a handler's own float yardstick (QAT: the fine-tuned network)
+    onnx_exporter: dict = field(default_factory=dict)  # which exporter made the float ONNX, and why
     _ranges: dict = field(default_factory=dict)
 
     @property
@@ -65,10 +66,11 @@ class QuantJob:
 
         path = self.scratch / "float.onnx"
         try:
-            export_onnx(
+            done = export_onnx(
                 self.float_model(), self.example_inputs(), self.source.inputs, self.source.outputs,
-                path, self.target.onnx_opset,
+                path, self.target.onnx_opset, family=self.source.model_info.get("name", ""),
             )
+            self.onnx_exporter = {"onnx_exporter": done.route, "onnx_exporter_choice": done.choice}
         except UsageError:
             raise
         except Exception as exc:  # the exporter raises many types; name the model and the first line

@@ -104,8 +104,9 @@ def quantization_aware_training(job, config: QatConfig) -> list[Produced]:
         fake = torch_backend.export_ready_fake_quant(prepared)
         raw = job.scratch / "qat-fakequant.onnx"
         with torch_backend.quiet():
+            # The TorchScript exporter: it turns fake-quant modules into QuantizeLinear/DequantizeLinear pairs
             export_onnx(fake, job.example_inputs(), job.source.inputs, job.source.outputs, raw,
-                        max(job.target.onnx_opset, 13))
+                        max(job.target.onnx_opset, 13), route="torchscript")
         folded = fold_weight_quantizers(raw, job.dest / ONNX_FILE)
         produced.append(Produced(ONNX_FILE, "onnx", {
             "format": "QDQ", "backend": "torch.ao FX QAT -> torch.onnx (fake-quant export)",
