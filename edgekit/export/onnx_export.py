@@ -29,7 +29,7 @@ from edgekit.errors import EdgekitError, UsageError
 ROUTES = ("torchscript", "dynamo")
 CHOICES = ("auto", *ROUTES)
 MIN_OPSET, MAX_OPSET = 7, 23  # the range target profiles may ask for (edgekit.targets)
-HF_WHY = "transformers encoders: torch.export's graph ran 1.15x slower in fp32 and int8 (batch 1, one thread)"
+HF_WHY = "transformers encoders: torch.export's graph ran 1.14-1.19x slower in fp32 and int8 (batch 1, one thread)"
 OTHER_WHY = "the TorchScript exporter first; torch.export when it cannot export the model"
 
 

@@ -50,6 +50,6 @@ register_model(
         outputs=("logits",),
         task={"type": "classification", "dataset": "digits", "metric": "accuracy"},
         description="3 conv-bn-relu blocks + linear head for the 8x8 handwritten digits",
-        onnx_exporter_why="both exporters give the same 10-node graph; the TorchScript one exports 50x faster",
+        onnx_exporter_why="both exporters give the same 10-node graph; the TorchScript one exports about 50x faster",
     )
 )
