@@ -153,6 +153,8 @@ def _export_checked(model, example_inputs, inputs, outputs, path, opset, route, 
         raise
     except Exception as exc:  # noqa: BLE001 - the exporters raise many types; name the first line
         first = _export_reason(exc)
+        if "No module named 'onnxscript'" in first:
+            first += " (torch's torch.export-based exporter needs it: pip install onnxscript)"
         if "opset" in first.lower() and "Exporting the operator" not in first:  # not an op missing at this opset
             raise UsageError(f"ONNX opset {opset} is not supported by this torch's exporter ({first})") from None
         raise EdgekitError(f"ONNX export ({route} exporter) failed: {first}") from None
