@@ -88,7 +88,10 @@ def test_interrupting_edgekit_stops_the_run_on_the_board(sshd, bundle, tmp_path,
             "--remote-python", sys.executable, "--min-runs", "1000000000", "--min-time", "0", "--threads", "1",
             "--timeout", "300", "-q"]
     env = {**os.environ, "EDGEKIT_NO_PROGRESS": "1"}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C's default disposition, as in a terminal or a CI job: a test run started in the background
+    # (`pytest &` without job control) inherits SIGINT ignored, and edgekit rightly keeps it ignored.
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         started = _wait_for(lambda: any("runner.py" in p for p in _procs_with(remote_dir.name)), 120)
         assert started, "the runner never started on the board"
