@@ -134,7 +134,7 @@ def run(target: SshTarget, script: str, args: Sequence[str], *, timeout_s: float
                     proc.stdin.close()
                 except OSError:
                     pass
-        _wait(proc)
+        proc.wait()
     finally:
         watchdog.cancel()
         if proc.poll() is None:
@@ -142,22 +142,10 @@ def run(target: SshTarget, script: str, args: Sequence[str], *, timeout_s: float
             proc.wait()
         for thread in readers:
             thread.join(timeout=10)
-        if not any(thread.is_alive() for thread in readers):  # closing under a blocked read would wait for it
-            proc.stdout.close()
-            proc.stderr.close()
+        proc.stdout.close()
+        proc.stderr.close()
     stdout = b"".join(out).decode("utf-8", "replace")
     return Completed(proc.returncode, stdout, tuple(err), expired.is_set())
-
-
-def _wait(proc: subprocess.Popen) -> None:
-    """``proc.wait()`` in short slices: a SIGINT the kernel hands to one of the reader threads
-    only sets Python's flag, and a bare blocking wait in the main thread would never see it."""
-    while True:
-        try:
-            proc.wait(timeout=0.25)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def connection_error(target: SshTarget, stderr: Sequence[str]) -> RemoteError:
