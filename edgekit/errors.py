@@ -44,6 +44,13 @@ class GateFailed(EdgekitError):
     exit_code = EXIT_GATE_FAILED
 
 
+def first_line(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message (its type name when empty), cut at ``limit`` chars."""
+    text = str(exc).strip()
+    line = text.splitlines()[0].strip() if text else type(exc).__name__
+    return line if limit is None or len(line) <= limit else line[:limit - 3] + "..."
+
+
 def unknown_name(kind: str, value: str, allowed) -> UsageError:
     """The standard error for a name that is not in a registry."""
     choices = ", ".join(sorted(allowed))

@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from edgekit.errors import InputFileError
+from edgekit.errors import InputFileError, first_line
 
 PROTOBUF_LIMIT = (1 << 31) - 1
 # Above this the graph plus weights no longer fit one protobuf message with room to spare.
@@ -71,7 +71,7 @@ def load(path: str | os.PathLike, load_data: bool = True):
     fine for shape inference); ``attach_data`` reads them later.
     """
     path = Path(path)
-    model, names = _read(path)
+    model, names = read(path)
     if not model.graph.node:
         raise InputFileError(f"{path} is not a readable ONNX model (no graph)")
     if names and load_data:
@@ -89,23 +89,25 @@ def attach_data(model, path: str | os.PathLike) -> None:
     try:
         load_external_data_for_model(model, str(path.parent))
     except Exception as exc:  # noqa: BLE001 - a cut data file, a length past its end
-        raise InputFileError(f"{path}: its external data cannot be read ({_first_line(exc)})") from None
+        raise InputFileError(f"{path}: its external data cannot be read ({first_line(exc)})") from None
 
 
 def data_files(path: str | os.PathLike) -> list[str]:
     """Names of the external data files ``path`` refers to, each checked to be a regular file
     beside it (no folders, links or absolute paths); sorted, empty for a self-contained model."""
-    return _read(Path(path))[1]
+    return read(path)[1]
 
 
-def _read(path: Path):
-    """(the graph without its external tensors' data, the checked data file names)."""
+def read(path: str | os.PathLike):
+    """(the model without its external tensors' data, the checked data file names); ``attach_data``
+    reads the data later."""
     import onnx
 
+    path = Path(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
-        raise InputFileError(f"{path} is not a readable ONNX model ({_first_line(exc)})") from None
+        raise InputFileError(f"{path} is not a readable ONNX model ({first_line(exc)})") from None
     return model, _locations(model, path)
 
 
@@ -186,8 +188,3 @@ def _node_tensors(node):
             yield from _graph_tensors(attr.g)
         for graph in attr.graphs:
             yield from _graph_tensors(graph)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import InputFileError
+from edgekit.errors import InputFileError, first_line
 
 _GLOBAL = re.compile(r"GLOBAL ([\w.<>]+)")
 _OPERAND = re.compile(r"Unsupported operand (\d+)")
@@ -54,15 +54,9 @@ def load_plain(path: str | Path, what: str = "checkpoint") -> Any:
                 f"refusing to load {path}: it holds pickled objects or code ({refused_content(str(exc))}), "
                 "not plain tensors; edgekit never unpickles code"
             ) from None
-        detail = refused_content(str(exc)) if "Weights only load failed" in str(exc) else _first_line(exc)
+        detail = refused_content(str(exc)) if "Weights only load failed" in str(exc) else first_line(exc, limit=160)
         raise InputFileError(f"{what} {path} is corrupt or truncated, or not a plain-tensor PyTorch file ({detail})") from None
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises many types for damaged files (KeyError, UnicodeDecodeError...)
-        raise InputFileError(f"{what} {path} is corrupt or truncated, or not a PyTorch file ({_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0].strip() if text else type(exc).__name__
-    return line if len(line) <= 160 else line[:157] + "..."
+        raise InputFileError(f"{what} {path} is corrupt or truncated, or not a PyTorch file ({first_line(exc, limit=160)})") from None

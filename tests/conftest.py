@@ -40,3 +40,12 @@ def digits_fp32_export(digits_checkpoint, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("digits-export") / "fp32"
     export(digits_checkpoint, out, target="rpi4")
     return out
+
+
+def one_line_error(result, code: int) -> str:
+    """A CliRunner result that exited ``code`` with exactly one ``Error:`` line and no traceback."""
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]

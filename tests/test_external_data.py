@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+from conftest import one_line_error
 from typer.testing import CliRunner
 
 from edgekit import onnx_files
@@ -29,14 +30,6 @@ CALIB = Path(__file__).resolve().parent.parent / "calib_data" / "digits"
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _one_line_error(result, code: int) -> str:
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def _matmul_model(weight: np.ndarray):
@@ -100,7 +93,7 @@ def test_hostile_or_broken_locations_are_refused(tmp_path, location):
     with pytest.raises(InputFileError, match="external data|not a file beside the model"):
         onnx_files.load(path)
     result = runner.invoke(app, ["quantize", str(path), "--method", "dynamic", "--out", str(tmp_path / "q")])
-    assert "external data" in _one_line_error(result, 2)
+    assert "external data" in one_line_error(result, 2)
     assert not (tmp_path / "q").exists()
 
 
@@ -163,7 +156,7 @@ def test_a_changed_data_file_fails_the_checksum(external_export, tmp_path):
         load_manifest(copy)
     data.unlink()
     result = runner.invoke(app, ["bundle", str(copy), "--out", str(tmp_path / "b")])
-    assert "external data file missing" in _one_line_error(result, 2)
+    assert "external data file missing" in one_line_error(result, 2)
     assert not (tmp_path / "b").exists()
 
 

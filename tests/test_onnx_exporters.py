@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
+from conftest import one_line_error
 from typer.testing import CliRunner
 
 from edgekit.artifacts import load_manifest
@@ -64,10 +65,8 @@ def test_auto_falls_back_to_torch_export_and_records_it(tmp_path):
 def test_an_explicit_exporter_is_not_second_guessed(tmp_path):
     result = runner.invoke(app, ["export", "test_onnx_exporters:cumulative", "--input-shape", "Nx8", "--format", "onnx",
                                  "--onnx-exporter", "torchscript", "--out", str(tmp_path / "ts")])
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert lines == ["Error: ONNX export (torchscript exporter) failed: Exporting the operator 'aten::logcumsumexp' "
-                     "to ONNX opset version 17 is not supported"]
+    assert one_line_error(result, 1) == ("Error: ONNX export (torchscript exporter) failed: Exporting the operator "
+                                         "'aten::logcumsumexp' to ONNX opset version 17 is not supported")
     assert not (tmp_path / "ts").exists()
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from edgekit.artifacts import InputSpec
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, UsageError, first_line
 
 ROUTES = ("torchscript", "dynamo")
 CHOICES = ("auto", *ROUTES)
@@ -90,9 +90,9 @@ def preferred_route(model_name: str) -> tuple[str, str]:
     """(exporter, why) for ``--onnx-exporter auto``: the zoo family's measured choice, else the TorchScript one."""
     if model_name.startswith("hf:"):
         return "torchscript", HF_WHY
-    from edgekit.models.registry import _ZOO_MODULES, get_spec
+    from edgekit.models.registry import get_spec, model_names
 
-    if model_name in _ZOO_MODULES:
+    if model_name in model_names():
         spec = get_spec(model_name)
         return spec.onnx_exporter, spec.onnx_exporter_why or OTHER_WHY
     return "torchscript", OTHER_WHY
@@ -224,21 +224,14 @@ def add_metadata(path: Path, provenance: dict, external_data: bool | None = None
     external data file names. ``external_data`` None keeps the model's current layout."""
     from edgekit import onnx_files
 
-    had = onnx_files.data_files(path)
-    model = onnx_files.load(path)
+    model, had = onnx_files.read(path)
+    onnx_files.attach_data(model, path)
     stamp_metadata(model, provenance)
     external = external_data if external_data is not None else (True if had else None)
     written = onnx_files.save(model, path, external)
     for stale in set(had) - set(written):
         (path.parent / stale).unlink(missing_ok=True)
     return written
-
-
-def load_onnx(path: Path):
-    """``onnx.load`` with an InputFileError for a file that is not an ONNX model (cut, random, empty)."""
-    from edgekit import onnx_files
-
-    return onnx_files.load(path)
 
 
 def stamp_metadata(model, provenance: dict) -> None:
@@ -263,7 +256,7 @@ def check_model(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError, protobuf decode errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InputFileError(f"{path} fails the ONNX checker: {first}") from None
 
 
@@ -302,7 +295,7 @@ def optimize_offline(path: Path, level: str = "extended") -> str:
             ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])  # the optimised file must load
             written = onnx_files.data_files(out)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
-            raise EdgekitError(f"ONNX Runtime could not optimise {path.name}: {str(exc).splitlines()[0]}") from None
+            raise EdgekitError(f"ONNX Runtime could not optimise {path.name}: {first_line(exc)}") from None
         for name in written:
             os.replace(out.parent / name, path.parent / name)
         os.replace(out, path)
