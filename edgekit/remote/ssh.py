@@ -96,11 +96,6 @@ def run(target: SshTarget, script: str, args: Sequence[str], *, timeout_s: float
     stderr lines go to ``on_line`` as they arrive. After ``timeout_s`` ssh is killed
     (``timed_out``); whatever runs on the board is the caller's to stop."""
     argv = target.argv(command(script, *args))
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as exc:
-        raise RemoteError(f"cannot start ssh: {exc}") from None
     out: list[bytes] = []
     err: collections.deque = collections.deque(maxlen=40)
     expired = threading.Event()
@@ -121,9 +116,14 @@ def run(target: SshTarget, script: str, args: Sequence[str], *, timeout_s: float
                threading.Thread(target=pump_err, daemon=True)]
     watchdog = threading.Timer(timeout_s, expire)
     watchdog.daemon = True
-    for thread in (*readers, watchdog):
-        thread.start()
     try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise RemoteError(f"cannot start ssh: {exc}") from None
+    try:  # from here on an interrupt (Ctrl-C, SIGTERM) must not leave ssh running
+        for thread in (*readers, watchdog):
+            thread.start()
         if feed is not None:
             try:
                 feed(proc.stdin)
@@ -141,7 +141,8 @@ def run(target: SshTarget, script: str, args: Sequence[str], *, timeout_s: float
             proc.kill()
             proc.wait()
         for thread in readers:
-            thread.join(timeout=10)
+            if thread.ident is not None:  # started
+                thread.join(timeout=10)
         proc.stdout.close()
         proc.stderr.close()
     stdout = b"".join(out).decode("utf-8", "replace")
