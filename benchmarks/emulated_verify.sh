@@ -46,17 +46,17 @@ quietly "$edgekit" train --model digits-cnn --out "$work/runs/digits"
 quietly "$edgekit" quantize "$work/runs/digits" --method static --calib calib_data/digits --target rpi4 \
   --out "$work/runs/digits-int8"
 quietly "$edgekit" export "$work/runs/digits-int8" --format onnx,torchscript --out "$work/dist"
-quietly "$edgekit" bundle "$work/dist" --target rpi4 --out "$work/dist/rpi4"
-quietly "$edgekit" bundle "$work/dist" --target rpi4 --format torchscript --out "$work/dist/rpi4-torchscript"
+quietly "$edgekit" bundle "$work/dist" --target rpi4 --out "$work/bundles/rpi4"
+quietly "$edgekit" bundle "$work/dist" --target rpi4 --format torchscript --out "$work/bundles/rpi4-torchscript"
 built=$(date +%s)
-echo "emulated_verify: int8 ONNX and TorchScript bundles for rpi4 built in $(( built - start ))s under $work/dist"
+echo "emulated_verify: int8 ONNX and TorchScript bundles for rpi4 built in $(( built - start ))s under $work/bundles"
 
-"$edgekit" verify "$work/dist/rpi4" --emulate --json "$work/verify.json"
+"$edgekit" verify "$work/bundles/rpi4" --emulate --json "$work/verify.json"
 verified=$(date +%s)
 echo "emulated_verify: ONNX bundle verified under emulation in $(( verified - built ))s (report: $work/verify.json)"
 
 if [ "${EMULATED_TORCHSCRIPT:-1}" != 0 ]; then
-  "$edgekit" verify "$work/dist/rpi4-torchscript" --emulate --index-url https://pypi.org/simple \
+  "$edgekit" verify "$work/bundles/rpi4-torchscript" --emulate --index-url https://pypi.org/simple \
     --json "$work/verify-torchscript.json"
   echo "emulated_verify: TorchScript bundle verified under emulation in $(( $(date +%s) - verified ))s" \
     "(report: $work/verify-torchscript.json)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import platform
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,7 @@ class Manifest:
             if kind not in KINDS:
                 raise ValueError(f"kind {kind!r} not in {KINDS}")
             model = _typed(data["model"], dict, "model")
-            _typed(model.get("name"), str, "model.name")
+            _plain(_typed(model.get("name"), str, "model.name"), "model.name", MODEL_NAME)
             files = tuple(_model_file(raw) for raw in _typed(data["files"], list, "files"))
             inputs = tuple(InputSpec.from_dict(_typed(s, dict, "inputs[]")) for s in _typed(data["inputs"], list, "inputs"))
             return cls(
@@ -153,7 +154,7 @@ class Manifest:
                 quantization=_typed(data.get("quantization"), (dict, type(None)), "quantization"),
                 metrics=dict(_typed(data.get("metrics") or {}, dict, "metrics")),
                 parent=_typed(data.get("parent"), (dict, type(None)), "parent"),
-                target=_typed(data.get("target"), (str, type(None)), "target"),
+                target=_plain_or_none(_typed(data.get("target"), (str, type(None)), "target"), "target", TOKEN),
                 versions=dict(_typed(data.get("versions") or {}, dict, "versions")),
                 created=str(data.get("created", "")),
             )
@@ -161,6 +162,21 @@ class Manifest:
             raise InputFileError(f"{where} is malformed: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise InputFileError(f"{where} is malformed: {exc}") from None
+
+
+# Names that reach file names, a bundle's README and command lines: plain tokens only.
+TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}$")  # zoo names, onnx:FILE, module:pkg.mod:fn, hf:TYPE
+
+
+def _plain(value: str, what: str, pattern: re.Pattern) -> str:
+    if not pattern.match(value):
+        raise ValueError(f"{what} {value[:60]!r} has characters outside {pattern.pattern}")
+    return value
+
+
+def _plain_or_none(value, what: str, pattern: re.Pattern):
+    return None if value is None else _plain(value, what, pattern)
 
 
 def _typed(value, kind, what: str):
@@ -184,6 +200,8 @@ def _model_file(raw) -> ModelFile:
     _typed(entry.precision, str, "files[].precision")
     _typed(entry.metrics, dict, "files[].metrics")
     _typed(entry.details, dict, "files[].details")
+    if "variant" in entry.details:
+        _plain(_typed(entry.details["variant"], str, "files[].details.variant"), "files[].details.variant", TOKEN)
     for data in _typed(entry.data_files, list, "files[].data_files"):
         _typed(data, dict, "files[].data_files[]")
         if set(data) != {"path", "sha256", "bytes"}:

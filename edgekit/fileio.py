@@ -142,17 +142,43 @@ def write_json(final: str | os.PathLike, obj) -> Path:
     return write_text(final, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+MAX_JSON_BYTES = 64 << 20  # manifests, bundle descriptions, bench results: far below this
+MAX_JSON_DEPTH = 32
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> dict:
+    """A JSON object from a file we did not necessarily write: size and nesting are bounded."""
     path = Path(path)
     if not path.is_file():
         raise InputFileError(f"{what} not found: {path}")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise InputFileError(f"{what} {path} is larger than {MAX_JSON_BYTES >> 20} MiB; refusing to read it")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputFileError(f"{what} {path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputFileError(f"{what} {path} is nested too deeply") from None
     if not isinstance(obj, dict):
         raise InputFileError(f"{what} {path} must hold a JSON object, not {type(obj).__name__}")
+    if json_depth(obj) > MAX_JSON_DEPTH:
+        raise InputFileError(f"{what} {path} is nested more than {MAX_JSON_DEPTH} levels deep")
     return obj
+
+
+def json_depth(obj, limit: int = MAX_JSON_DEPTH + 1) -> int:
+    """Nesting depth of a parsed JSON value (stops counting past ``limit``)."""
+    depth, level = 0, [obj]
+    while level and depth <= limit:
+        depth += 1
+        nxt = []
+        for value in level:
+            if isinstance(value, dict):
+                nxt.extend(v for v in value.values() if isinstance(v, (dict, list)))
+            elif isinstance(value, list):
+                nxt.extend(v for v in value if isinstance(v, (dict, list)))
+        level = nxt
+    return depth
 
 
 def ensure_writable_dir(path: str | os.PathLike) -> Path:
@@ -192,15 +218,19 @@ def prune_empty(created: list[Path]) -> None:
             return
 
 
-def swap_in_dir(new: str | os.PathLike, final: str | os.PathLike) -> None:
+def swap_in_dir(new: str | os.PathLike, final: str | os.PathLike, then=None) -> None:
     """Make the folder ``new`` appear as ``final``; a previous ``final`` is replaced and removed.
 
     On Linux the two folders trade places in one ``renameat2(RENAME_EXCHANGE)`` call, so there
     is no moment without a complete ``final``; elsewhere the old folder is renamed aside first.
+    ``then`` runs right after the swap, before the old folder is removed (a sibling file that
+    must follow the folder, e.g. a bundle's archive, commits there).
     """
     new, final = Path(new), Path(final)
+    then = then or (lambda: None)
     if not final.exists():
         os.replace(new, final)
+        then()
         _fsync_dir(final.parent)
         return
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
@@ -211,6 +241,7 @@ def swap_in_dir(new: str | os.PathLike, final: str | os.PathLike) -> None:
     else:
         os.replace(final, old)
         os.replace(new, final)
+    then()
     _fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
@@ -237,7 +268,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+def atomic_dir(final: str | os.PathLike, overwrite: bool = True, then=None) -> Iterator[Path]:
     """Build a folder under a temporary name, then swap it in as ``final`` on success.
 
     On failure the temporary folder is removed and any previous ``final`` is untouched. What
@@ -259,13 +290,25 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
     done = False
     try:
         yield tmp
-        swap_in_dir(tmp, final)
+        swap_in_dir(tmp, final, then)
         done = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
         if not done:
             prune_empty(created)  # a failed run leaves no empty folders behind either
+
+
+@contextlib.contextmanager
+def working_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Run third-party code that writes into the current folder inside ``path`` instead
+    (edgekit's commands are single-threaded while they do; the old folder comes back after)."""
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield Path(path)
+    finally:
+        os.chdir(previous)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

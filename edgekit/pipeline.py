@@ -8,32 +8,37 @@ Layout of the output folder::
     bench.json                  bench document (one result per variant)
     gate.json, gate.md, junit.xml
     pipeline.json, pipeline.md  the summary table
+    report.html                 the same results as pictures (self-contained: inline SVG, no script)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from edgekit.errors import UsageError
 from edgekit.fileio import make_dirs, prune_empty, write_json, write_text
+from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
+from edgekit.outputs import claim_output
 
 Progress = Callable[[str], None]
 QUANT_METHODS = ("dynamic", "static", "qat")
 DEFAULT_METHODS = ("dynamic", "static")
-SLOWER_THAN_FP32 = 1.10  # p50 ratio past which an int8 variant is flagged as slower than fp32
+DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
+DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
 FORMATS = ("torchscript", "onnx")
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     target: str = "rpi4"
-    model: str = "digits-cnn"
+    model: str = DEFAULT_MODEL
     out: Path = Path("runs/pipeline")
-    epochs: int = 20
+    epochs: int | None = None  # None: the model's default (ModelSpec.default_epochs)
     seed: int = 0
-    calib: Path = Path("calib_data/digits")
+    calib: Path | None = None  # None: the calibration set edgekit ships for the model's dataset
     methods: tuple[str, ...] = DEFAULT_METHODS
     formats: tuple[str, ...] = FORMATS
     threads: int | None = None
@@ -45,18 +50,26 @@ class PipelineConfig:
     config_path: Path | None = None
     checkpoint: Path | None = None  # start from this checkpoint artifact instead of training
     force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
+    processes: int = DEFAULT_PROCESSES
 
     def __post_init__(self) -> None:
         """Every setting is checked here, before anything is trained or written."""
         import math
 
-        for name, low in (("epochs", 1), ("min_runs", 1), ("warmup", 0), ("batch", 1)):
+        for name, low in (("epochs", 1), ("min_runs", 1), ("warmup", 0), ("batch", 1), ("processes", 1)):
             value = getattr(self, name)
+            if value is None and name == "epochs":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UsageError(f"{name.replace('_', '-')} must be an integer of at least {low}, got {value!r}")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise UsageError(f"threads must be an integer of at least 1, got {self.threads!r}")
+        from edgekit.bounds import check_runs, check_seed, check_threads
+
+        check_threads(self.threads)
+        check_seed(self.seed)
+        check_runs(self.min_runs, "min-runs")
         if not (isinstance(self.min_time_s, (int, float)) and math.isfinite(self.min_time_s) and self.min_time_s >= 0):
             raise UsageError(f"min-time must be a number of seconds, 0 or more, got {self.min_time_s!r}")
         for method in self.methods:
@@ -67,7 +80,7 @@ class PipelineConfig:
                 raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(FORMATS)}")
         if not self.formats:
             raise UsageError("no format given; choose from: torchscript, onnx")
-        if "static" in self.methods and not Path(self.calib).exists():
+        if "static" in self.methods and self.calib is not None and not Path(self.calib).exists():
             raise UsageError(
                 f"calibration data {self.calib} not found (run from the edgekit checkout, or pass --calib)"
             )
@@ -86,6 +99,7 @@ class VariantRow:
     gate: str  # pass | fail | skip
     size_ratio: float | None = None  # vs the fp32 variant of the same format, same run
     p50_ratio: float | None = None
+    p50_ratio_ci: tuple[float, float] | None = None  # 95 % interval across worker processes
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -97,6 +111,7 @@ class PipelineResult:
     rows: tuple[VariantRow, ...]
     gate_report: object  # edgekit.gates.evaluate.GateReport
     float_accuracy: float | None
+    recommended: dict | None = None  # edgekit.pipeline_verdict.recommend
 
     @property
     def passed(self) -> bool:
@@ -104,13 +119,11 @@ class PipelineResult:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """int8 variants that are slower than their fp32 counterpart: the problem users hit most."""
-        return tuple(
-            f"{row.variant} is {row.p50_ratio:.2f}x the p50 of fp32 {row.format} on this machine: "
-            "int8 is not paying off here; prefer another int8 variant or check the target's recipe"
-            for row in self.rows
-            if row.variant.startswith("int8") and row.p50_ratio is not None and row.p50_ratio > SLOWER_THAN_FP32
-        )
+        """int8 variants that are slower than their fp32 counterpart (decided on the ratio's confidence
+        interval, edgekit.pipeline_verdict): the problem users hit most."""
+        from edgekit.pipeline_verdict import slower_than_fp32, slower_warning
+
+        return tuple(slower_warning(row) for row in self.rows if slower_than_fp32(row))
 
 
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
@@ -118,13 +131,49 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> Pi
 
     say = progress or (lambda message: None)
     target = load_target(config.target)
+    config = _with_model_defaults(config)
     _check_before_work(config, target, say)  # budgets, sizes: refuse now, not after training
-    created = make_dirs(config.out)
+    inputs = [config.checkpoint, config.calib, config.config_path, target.source]
+    with claim_output(config.out, "pipeline", inputs=inputs, force=config.force):
+        created = make_dirs(config.out)
+        try:
+            marker = Path(config.out) / "pipeline.json"
+            if not marker.exists():  # claims the folder for a rerun, should this run stop half-way
+                write_json(marker, {"schema": "edgekit.pipeline", "schema_version": 1, "status": "incomplete"})
+            return _run(config, target, say)
+        except BaseException:
+            if [p.name for p in Path(config.out).iterdir()] == ["pipeline.json"] and _incomplete(marker):
+                marker.unlink()
+            prune_empty(created)  # a run that failed before writing anything leaves no empty folder
+            raise
+
+
+def _incomplete(marker: Path) -> bool:
     try:
-        return _run(config, target, say)
-    except BaseException:
-        prune_empty(created)  # a run that failed before writing anything leaves no empty folder
-        raise
+        return json.loads(marker.read_text()).get("status") == "incomplete"
+    except (OSError, ValueError):
+        return False
+
+
+def _with_model_defaults(config: PipelineConfig) -> PipelineConfig:
+    """Fill what the model decides: its training epochs and the calibration set shipped for its dataset."""
+    from dataclasses import replace
+
+    from edgekit.artifacts import load_manifest
+    from edgekit.data.calibsets import default_calibration
+    from edgekit.models import get_spec
+
+    if config.checkpoint is not None:
+        task, epochs = load_manifest(config.checkpoint)[1].task, config.epochs
+    else:
+        spec = get_spec(config.model)
+        task, epochs = spec.task, config.epochs or spec.default_epochs
+    calib = config.calib
+    if calib is None and "static" in config.methods:
+        calib = default_calibration(task.get("dataset"))
+        if calib is None:
+            raise UsageError(f"edgekit ships no calibration data for {config.model}; pass --calib FOLDER (.npy/.npz)")
+    return replace(config, epochs=epochs, calib=calib)
 
 
 def _check_before_work(config: PipelineConfig, target, say: Progress) -> None:
@@ -187,7 +236,7 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
         exports.append(export(quantized, out / "export" / f"int8-{method}", config.formats, target))
 
     model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
-    say(f"bench {len(model_paths)} variants on this machine (interleaved)")
+    say(f"bench {len(model_paths)} variants on this machine ({config.processes} worker processes each, interleaved)")
     results = bench(
         model_paths,
         target=target,
@@ -196,6 +245,7 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
         min_runs=config.min_runs,
         min_time_s=config.min_time_s,
         batch=config.batch,
+        processes=config.processes,
     )
     write_json(out / "bench.json", to_document(results))
 
@@ -203,8 +253,26 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
     report = _gate(results, target, config)
     rows = _rows(exports, results, report)
     result = PipelineResult(out, tuple(rows), report, trained.metrics.get("accuracy"))
+    result = replace(result, recommended=recommend(rows, result.float_accuracy, _drop_budget(report)))
     _write_summary(result, config, target)
+    _write_report(result, results, config, target)
     return result
+
+
+def _write_report(result: PipelineResult, results, config: PipelineConfig, target) -> None:
+    """report.html: each variant's latency distribution and the size-accuracy-latency trade-off."""
+    from edgekit.bench.html_report import write_html
+
+    verdict = "all budgets met" if result.passed else f"{len(result.gate_report.failures)} budget check(s) failed"
+    write_html(result.out / "report.html", results, title=f"edgekit pipeline: {config.model} for {target.name}",
+               subtitle=f"float test accuracy {_pct(result.float_accuracy)}; gate: {verdict}",
+               gates={row.variant: row.gate for row in result.rows})
+
+
+def _drop_budget(report) -> float | None:
+    """The accuracy-drop budget in points the gate applied (the tightest), if any."""
+    limits = [c.limit for c in report.checks if c.metric == "accuracy_drop" and c.unit == "pt" and c.limit is not None]
+    return min(limits) if limits else None
 
 
 def _gate(results, target, config: PipelineConfig):
@@ -237,25 +305,28 @@ def _rows(exports, results, report) -> list[VariantRow]:
                 gate=gate,
             )
         )
-    return _with_ratios(rows)
+    return _with_ratios(rows, results)
 
 
-def _with_ratios(rows: list[VariantRow]) -> list[VariantRow]:
-    """Size and p50 of each variant relative to the fp32 variant of the same format."""
-    from dataclasses import replace
+def _with_ratios(rows: list[VariantRow], results) -> list[VariantRow]:
+    """Size and p50 of each variant relative to the fp32 variant of the same format (p50 with its
+    95 % interval across worker processes when the bench had several)."""
+    from edgekit.pipeline_verdict import p50_ratio
 
-    fp32 = {row.format: row for row in rows if row.variant.startswith("fp32")}
+    fp32 = {row.format: (row, res) for row, res in zip(rows, results) if row.variant.startswith("fp32")}
     out = []
-    for row in rows:
-        base = fp32.get(row.format)
-        if base is None:
+    for row, res in zip(rows, results):
+        if row.format not in fp32:
             out.append(row)
             continue
+        base, base_res = fp32[row.format]
+        value, low, high = p50_ratio(res, base_res) if base.p50_ms > 0 else (None, None, None)
         out.append(
             replace(
                 row,
                 size_ratio=row.size_bytes / base.size_bytes,
-                p50_ratio=row.p50_ms / base.p50_ms if base.p50_ms > 0 else None,
+                p50_ratio=value,
+                p50_ratio_ci=None if low is None else (low, high),
             )
         )
     return out
@@ -281,7 +352,8 @@ def summary_markdown(result: PipelineResult, target_name: str) -> str:
             f"| {_pct(row.accuracy)} | {row.p50_ms:.3f}{ratio(row.p50_ratio)} | {row.p99_ms:.3f} "
             f"| {row.peak_rss_mb:.0f} MB | {row.gate} |"
         )
-    lines += ["", f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
+    lines += ["", recommendation_line(result.recommended), ""]
+    lines += [f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
     lines += [f"- Warning: {warning}" for warning in result.warnings]
     return "\n".join(lines) + "\n"
 
@@ -299,6 +371,7 @@ def _write_summary(result: PipelineResult, config: PipelineConfig, target) -> No
         "float_accuracy": result.float_accuracy,
         "passed": result.passed,
         "variants": [row.to_dict() for row in result.rows],
+        "recommended": result.recommended,
         "warnings": list(result.warnings),
     }
     write_json(result.out / "pipeline.json", doc)

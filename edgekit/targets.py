@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -16,6 +17,13 @@ ARCHES = ("aarch64", "armv7l", "x86_64")
 ENGINES = ("qnnpack", "x86", "fbgemm", "onednn")
 QUANT_TYPES = ("int8", "uint8")
 BUDGET_KEYS = ("max_size_mb", "max_p50_ms", "max_p99_ms", "max_peak_rss_mb", "max_accuracy_drop")
+# Strings from a target reach file names, README.txt and command lines: plain tokens only.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+PLATFORM_PATTERN = re.compile(r"^[A-Za-z0-9_]{0,64}$")
+CORE_PATTERN = re.compile(r"^[A-Za-z0-9._ +-]{1,64}$")  # a CPU's name, e.g. "Cortex-A72", "generic x86-64"
+LIMITS = {"cpu.cores": 1024, "cpu.ram_mb": 1 << 24, "cpu.max_mhz": 100_000, "runtime.threads": 1024}
+MAX_DESCRIPTION = 200
+MAX_TARGET_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ def load_target(name_or_path: str | os.PathLike) -> Target:
             raise unknown_name("target", text, known)
         path = known[text]
     try:
+        if path.stat().st_size > MAX_TARGET_BYTES:
+            raise InputFileError(f"target file {path} is larger than {MAX_TARGET_BYTES // 1024} KiB; not a target profile")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputFileError(f"target file {path} is not valid TOML: {exc}") from None
@@ -123,6 +133,26 @@ class _Reader:
         extra = sorted(set(self.table) - self.used)
         if extra:
             raise InputFileError(f"{self.source}: unknown key(s) in [{self.where}]: {', '.join(extra)}")
+
+
+def _check_strings(target: Target, source: str) -> None:
+    """Names are plain tokens, numbers within what any board has, text printable on one line."""
+    if not NAME_PATTERN.match(target.name):
+        raise InputFileError(f"{source}: target.name {target.name[:80]!r} must be 1-64 of A-Z a-z 0-9 . _ -")
+    if target.core and not CORE_PATTERN.match(target.core):
+        raise InputFileError(f"{source}: cpu.core {target.core[:80]!r} must be 1-64 of A-Z a-z 0-9 . _ + - and spaces")
+    if not PLATFORM_PATTERN.match(target.python_platform):
+        raise InputFileError(f"{source}: runtime.python_platform {target.python_platform[:80]!r} must be a wheel platform tag")
+    for flag in target.isa:
+        if not NAME_PATTERN.match(flag):
+            raise InputFileError(f"{source}: cpu.isa entry {flag[:80]!r} must be 1-64 of A-Z a-z 0-9 . _ -")
+    if len(target.description) > MAX_DESCRIPTION or not target.description.isprintable():
+        raise InputFileError(f"{source}: target.description must be one printable line of at most {MAX_DESCRIPTION} characters")
+    values = {"cpu.cores": target.cores, "cpu.ram_mb": target.ram_mb, "cpu.max_mhz": target.max_mhz,
+              "runtime.threads": target.threads}
+    for key, value in values.items():
+        if value is not None and value > LIMITS[key]:
+            raise InputFileError(f"{source}: {key} = {value} is larger than any board ({LIMITS[key]} at most)")
 
 
 def parse_target(data: dict, source: str = "<target>") -> Target:
@@ -166,6 +196,7 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
     )
     cpu.done()
     runtime.done()
+    _check_strings(target, source)
     if not 7 <= target.onnx_opset <= 23:
         raise InputFileError(f"{source}: runtime.onnx_opset = {target.onnx_opset} is outside 7..23")
     return target

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from edgekit.artifacts import load_manifest
 from edgekit.bundle import layout
 from edgekit.bundle.build import build_bundle, runner_source, tarball_path
+from edgekit.bundle.check_outputs import read_output
 from edgekit.bundle.requirements import download_error, pip_download_argv
 from edgekit.bundle.verify import verify_checksums
 from edgekit.cli.app import app
@@ -27,6 +28,9 @@ from edgekit.fileio import sha256_file
 runner = CliRunner()
 CORE_FILES = {"manifest.json", "reference.npz", "runner.py", "check_outputs.py", "requirements.txt",
               "bundle.json", "README.txt", "SHA256SUMS"}
+# ONNX bundles also carry the standalone server (edgekit.bundle.serving)
+SERVE_FILES = {"serve.py", "requirements-serve.txt", "edgekit_serve",
+               *(f"edgekit_serve/{name}" for name in __import__("edgekit.serve").serve.STANDALONE)}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +68,7 @@ def _host_version(dist: str) -> str:
 
 def test_bundle_layout(onnx_bundle, int8_export):
     names = {p.relative_to(onnx_bundle).as_posix() for p in onnx_bundle.rglob("*")}
-    assert names == CORE_FILES | {"model.onnx"}
+    assert names == CORE_FILES | {"model.onnx"} | SERVE_FILES
     assert (onnx_bundle / "runner.py").read_bytes() == runner_source().read_bytes()
     assert os.access(onnx_bundle / "runner.py", os.X_OK) and os.access(onnx_bundle / "check_outputs.py", os.X_OK)
     assert sha256_file(onnx_bundle / "model.onnx") == sha256_file(int8_export / "model.onnx")
@@ -94,7 +98,7 @@ def test_bundle_layout(onnx_bundle, int8_export):
 
 def test_checksums_cover_every_file_and_sha256sum_agrees(onnx_bundle):
     sums = verify_checksums(onnx_bundle)
-    assert set(sums) == (CORE_FILES - {"SHA256SUMS"}) | {"model.onnx"}
+    assert set(sums) == (CORE_FILES - {"SHA256SUMS"}) | {"model.onnx"} | (SERVE_FILES - {"edgekit_serve"})
     if shutil.which("sha256sum"):
         proc = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=onnx_bundle, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -121,19 +125,25 @@ def test_same_export_and_time_give_identical_bytes(int8_export, tmp_path):
     assert tarball_path(first).read_bytes() == tarball_path(second).read_bytes()
 
 
-def test_rebuilding_replaces_a_bundle_but_not_other_folders(int8_export, tmp_path):
+def test_rebuilding_replaces_only_what_edgekit_wrote(int8_export, tmp_path):
     out = build_bundle(int8_export, "rpi4", tmp_path / "rpi4")
-    (out / "stale.txt").write_text("left over")
-    build_bundle(int8_export, "rpi4", out)
-    assert not (out / "stale.txt").exists()
+    build_bundle(int8_export, "rpi4", out)  # a bundle edgekit wrote is replaced
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="holds notes.txt, which edgekit did not write"):
+        build_bundle(int8_export, "rpi4", out)
+    assert (out / "notes.txt").read_text() == "mine"
+    build_bundle(int8_export, "rpi4", out, force=True)  # --force replaces it
+    assert not (out / "notes.txt").exists()
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "notes.txt").write_text("mine")
-    with pytest.raises(UsageError, match="not an edgekit bundle"):
+    with pytest.raises(UsageError, match="holds notes.txt"):
         build_bundle(int8_export, "rpi4", precious)
     assert (precious / "notes.txt").read_text() == "mine"
-    with pytest.raises(UsageError, match="would replace the export folder"):
+    with pytest.raises(UsageError, match="holds the input"):
         build_bundle(int8_export, "rpi4", int8_export.parent)
+    with pytest.raises(UsageError, match="lies inside the input"):
+        build_bundle(int8_export, "rpi4", int8_export / "rpi4")
 
 
 def _run_standalone(script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -147,7 +157,10 @@ def _run_standalone(script: Path, *args: str, cwd: Path) -> subprocess.Completed
 def test_check_outputs_runs_standalone_and_matches_the_host_record(onnx_bundle, tmp_path):
     proc = _run_standalone(onnx_bundle / "check_outputs.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    last = proc.stdout.strip().splitlines()[-1]  # a plain verdict line after the JSON
+    assert last.startswith("PASS: model.onnx on ") and "cosine" in last, last
+    doc, verdict = read_output(proc.stdout)
+    assert verdict == last
     assert doc["schema"] == "edgekit.check_outputs" and doc["ok"] is True
     assert set(doc["batches"]) == {"1", "7"}
     assert doc["batches"]["7"]["shape"] == [7, 10]
@@ -161,8 +174,13 @@ def test_check_outputs_runs_standalone_and_matches_the_host_record(onnx_bundle, 
 def test_check_outputs_fails_past_a_limit(onnx_bundle, tmp_path):
     proc = _run_standalone(onnx_bundle / "check_outputs.py", "--min-cosine", "1.5", cwd=tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("Error: outputs differ from the reference: cosine")
-    assert json.loads(proc.stdout)["ok"] is False
+    assert proc.stdout.strip().splitlines()[-1].startswith("FAIL: outputs differ from the reference: cosine")
+    assert proc.stderr.strip() == ""  # one message: the verdict line
+    doc, _ = read_output(proc.stdout)
+    assert doc["ok"] is False
+    with_json = _run_standalone(onnx_bundle / "check_outputs.py", "--json", str(tmp_path / "c.json"), cwd=tmp_path)
+    assert with_json.returncode == 0 and with_json.stdout.strip().startswith("PASS: ")  # JSON in the file
+    assert json.loads((tmp_path / "c.json").read_text())["ok"] is True
 
 
 def test_the_bundled_runner_times_the_model(onnx_bundle, tmp_path):

@@ -110,6 +110,13 @@ def test_markdown_escapes_pipes():
     assert "| a\\|b | size |" in md
 
 
+def test_markdown_escapes_terminal_control_sequences():
+    """A model name from a bench file carrying ESC/OSC sequences reaches a CI summary as text."""
+    md = to_markdown(evaluate([make_result("evil\x1b]0;pwned\x07\x1b[31m")], BUDGETS))
+    assert "\x1b" not in md and "\x07" not in md
+    assert "evil\\\\x1b]0;pwned" in md  # shown escaped (and its backslash escaped for Markdown)
+
+
 def test_json_is_versioned_and_strict():
     report = evaluate([make_result(p99=math.nan)], BUDGETS)
     doc = to_json(report, inputs=["bench.json"], baseline=None)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from corpus.builders import BUILDERS, Workspace
-from corpus.hostile import assert_one_line_error, leftovers
+from corpus.hostile import assert_one_line_error, child_pids, leftovers, snapshot
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
@@ -65,7 +65,7 @@ CASES = [
     ("generate-missing", ["generate", "{tmp}/nope", "--prompt", "x"], 2, "artifact not found"),
     ("generate-manifest-version", ["generate", "{manifest_version}", "--prompt", "x"], 2, "schema version 7"),
     ("generate-classifier", ["generate", "{ckpt}", "--prompt", "x"], 2, "generate needs a language model"),
-    ("generate-max-tokens-zero", ["generate", "{ckpt}", "--prompt", "x", "--max-tokens", "0"], 2, "max_tokens must be >= 1"),
+    ("generate-max-tokens-zero", ["generate", "{ckpt}", "--prompt", "x", "--max-tokens", "0"], 2, "max_tokens must be between 1"),
     # ---- quantize (checkpoint, manifest, calibration, target, output)
     ("quantize-ckpt-truncated", ["quantize", "{ckpt_truncated}", "--method", "dynamic", "--out", "{out}"], 2, "corrupt or truncated"),
     ("quantize-ckpt-random", ["quantize", "{ckpt_random}", "--method", "dynamic", "--out", "{out}"], 2, "corrupt or truncated"),
@@ -136,7 +136,7 @@ CASES = [
     ("export-target-isa", ["export", "{ckpt}", "--target", "{c:targets/isa_numbers.toml}", "--out", "{out}"], 2, "cpu.isa must be a list of strings"),
     ("export-target-not-table", ["export", "{ckpt}", "--target", "{c:targets/table_not_table.toml}", "--out", "{out}"], 2, "target.runtime must be dict"),
     ("export-out-in-proc", ["export", "{ckpt}", "--out", "{proc}"], 1, "cannot create output folder"),
-    ("export-out-is-file", ["export", "{ckpt}", "--out", "{c:bench/good.json}"], 1, "exists and is not a folder"),
+    ("export-out-is-file", ["export", "{ckpt}", "--out", "{c:bench/good.json}"], 2, "exists and is not a folder"),
     ("export-exporter-bogus", ["export", "{ckpt}", "--onnx-exporter", "magic", "--out", "{out}"], 2, "unknown ONNX exporter"),
     # ---- bundle
     ("bundle-tampered", ["bundle", "{e_tampered}", "--out", "{out}"], 2, "does not match its manifest checksum"),
@@ -146,7 +146,7 @@ CASES = [
     ("bundle-format", ["bundle", "{fp32}", "--format", "tflite", "--out", "{out}"], 2, "unknown format 'tflite'"),
     ("bundle-target-unknown-keys", ["bundle", "{fp32}", "--target", "{c:targets/unknown_keys.toml}", "--out", "{out}"], 2, "unknown key(s)"),
     ("bundle-out-under-file", ["bundle", "{fp32}", "--out", "{blocked}"], 1, "cannot create output folder"),
-    ("bundle-out-is-export", ["bundle", "{fp32}", "--out", "{fp32}"], 2, "would replace the export folder"),
+    ("bundle-out-is-export", ["bundle", "{fp32}", "--out", "{fp32}"], 2, "is an input"),
     ("bundle-too-big-for-target", ["bundle", "{fp32}", "--target", "{c:targets/tiny_ram.toml}", "--out", "{out}"], 2, "RAM"),
     # ---- verify (a bundle)
     ("verify-tampered", ["verify", "{b_tampered}"], 2, "does not match its SHA256SUMS entry"),
@@ -156,6 +156,8 @@ CASES = [
     ("verify-bundle-version", ["verify", "{b_version}"], 2, "bundle schema version 9"),
     ("verify-model-escape", ["verify", "{b_model_escape}"], 2, "must be a file name in the bundle"),
     ("verify-missing", ["verify", "{tmp}/nope"], 2, "not found"),
+    ("verify-bundle-target-newline", ["verify", "{b_target_newline}"], 2, "target 'rpi4\\nrm -rf ~' must be"),
+    ("verify-bundle-threads-huge", ["verify", "{b_threads_huge}"], 2, "threads 1000000000"),
     ("verify-json-in-proc", ["verify", "{bundle}", "--json", "{proc}/report.json"], 1, "cannot create output folder"),
     # ---- bench
     # a model file its runtime cannot load is a tool error (1) for bench, as tests/test_bench_*.py fix it
@@ -235,6 +237,66 @@ CASES = [
     ("pipeline-too-big-for-target", ["pipeline", "--checkpoint", "{ckpt}", "--target", "{c:targets/tiny_ram.toml}", "--calib", "{calib}", "--out", "{out}"], 2, "RAM"),
     # ---- targets (a profile folder holding a broken profile)
     ("targets-broken-profile", ["targets"], 2, "unknown key(s)"),
+    # ---- outputs: never replace what edgekit did not write, never write into inputs (issue 11)
+    ("export-out-foreign", ["export", "{ckpt}", "--out", "{not_artifact}"], 2, "holds notes.txt, which edgekit did not write"),
+    ("export-out-other-kind", ["export", "{ckpt}", "--out", "{static}"], 2, "holds an edgekit quantized artifact"),
+    ("export-out-is-source", ["export", "{ckpt}", "--out", "{ckpt}"], 2, "is an input"),
+    ("export-out-inside-source", ["export", "{ckpt}", "--out", "{ckpt}/dist"], 2, "lies inside the input"),
+    ("export-out-dot", ["export", "{ckpt}", "--out", "."], 2, "must end in a folder name"),
+    ("export-out-dotdot", ["export", "{ckpt}", "--out", "a/b/.."], 2, "must end in a folder name"),
+    ("export-out-symlink", ["export", "{ckpt}", "--out", "{out_symlink}"], 2, "symbolic link"),
+    ("export-out-mount", ["export", "{ckpt}", "--out", "/proc"], 2, "mount point"),
+    ("export-out-cwd", ["export", "{ckpt}", "--out", "{tmp}"], 2, "current folder"),
+    ("quantize-dynamic-out-foreign", ["quantize", "{ckpt}", "--method", "dynamic", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("quantize-static-out-foreign", ["quantize", "{ckpt}", "--calib", "{calib}", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("quantize-qat-out-foreign", ["quantize", "{ckpt}", "--method", "qat", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("quantize-auto-out-foreign", ["quantize", "{ckpt}", "--auto", "--calib", "{calib}", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("quantize-max-drop-out-foreign", ["quantize", "{ckpt}", "--max-drop", "1", "--calib", "{calib}", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("quantize-out-other-kind", ["quantize", "{ckpt}", "--method", "dynamic", "--out", "{fp32}"], 2, "holds an edgekit export artifact"),
+    ("quantize-out-holds-source", ["quantize", "{onnx_in_folder}", "--method", "dynamic", "--out", "{tmp}/models"], 2, "holds the input"),
+    ("quantize-out-is-calib", ["quantize", "{ckpt}", "--calib", "{calib_empty}", "--out", "{calib_empty}"], 2, "is an input"),
+    ("quantize-out-symlink", ["quantize", "{ckpt}", "--method", "dynamic", "--out", "{out_symlink}"], 2, "symbolic link"),
+    ("quantize-custom-op-scratch", ["quantize", "{custom_onnx}", "--method", "dynamic", "--out", "{out}"], 2, "custom.onnx"),
+    ("quantize-onnx-huge-dims", ["quantize", "{huge_onnx}", "--method", "dynamic", "--out", "{out}"], 2, "more than this machine can spare"),
+    ("quantize-manifest-deep", ["quantize", "{manifest_deep}", "--method", "dynamic", "--out", "{out}"], 2, "nested"),
+    ("quantize-hf-huge", ["quantize", "hf:{hf_huge}", "--method", "dynamic", "--out", "{out}"], 2, "GiB"),
+    ("quantize-hf-bad-size", ["quantize", "hf:{hf_bad_size}", "--method", "dynamic", "--out", "{out}"], 2, "hidden_size"),
+    ("quantize-target-newline-name", ["quantize", "{ckpt}", "--target", "{c:targets/newline_name.toml}", "--out", "{out}"], 2, "target.name"),
+    ("quantize-target-huge-cores", ["quantize", "{ckpt}", "--target", "{c:targets/huge_cores.toml}", "--out", "{out}"], 2, "larger than any board"),
+    ("bundle-out-inside-export", ["bundle", "{fp32}", "--out", "{fp32}/rpi4"], 2, "lies inside the input"),
+    ("bundle-out-foreign", ["bundle", "{fp32}", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("bundle-target-newline-name", ["bundle", "{fp32}", "--target", "{c:targets/newline_name.toml}", "--out", "{out}"], 2, "target.name"),
+    ("bundle-target-control-description", ["bundle", "{fp32}", "--target", "{c:targets/control_description.toml}", "--out", "{out}"], 2, "description"),
+    ("pipeline-out-foreign", ["pipeline", "--checkpoint", "{ckpt}", "--calib", "{calib}", "--out", "{not_artifact}"], 2, "holds notes.txt"),
+    ("pipeline-out-is-checkpoint", ["pipeline", "--checkpoint", "{ckpt}", "--calib", "{calib}", "--out", "{ckpt}"], 2, "is an input"),
+    ("train-out-foreign", ["train", "--max-steps", "1", "--out", "{not_artifact}"], 2, "did not write (notes.txt)"),
+    ("train-out-other-kind", ["train", "--max-steps", "1", "--out", "{fp32}"], 2, "did not write"),
+    ("train-out-dot", ["train", "--max-steps", "1", "--out", "."], 2, "must end in a folder name"),
+    ("bench-json-is-model", ["bench", "{fp32_onnx}", "--json", "{fp32_onnx}"], 2, "would overwrite an input file"),
+    ("bench-json-in-artifact", ["bench", "{fp32_onnx}", "--json", "{fp32}/bench.json"], 2, "would write into the input"),
+    ("bench-json-in-bundle", ["bench", "{bundle}", "--json", "{bundle}/bench.json"], 2, "would write into the input"),
+    ("verify-json-in-bundle", ["verify", "{bundle}", "--json", "{bundle}/verify.json"], 2, "would write into the input"),
+    ("gate-json-over-result", ["gate", "{c:bench/good.json}", "--target", "rpi4", "--json", "{c:bench/good.json}"], 2, "would overwrite an input file"),
+    # ---- numbers from flags are bounded
+    ("bench-threads-huge", ["bench", "{fp32_onnx}", "--threads", "100000", "--json", "{out}"], 2, "threads must be an integer between 1 and"),
+    ("bench-min-runs-huge", ["bench", "{fp32_onnx}", "--min-runs", "1000000000", "--json", "{out}"], 2, "min-runs must be an integer between"),
+    ("bench-min-time-huge", ["bench", "{fp32_onnx}", "--min-time", "1e300", "--json", "{out}"], 2, "min-time"),
+    ("bench-host-timeout-huge", ["bench", "{bundle}", "--host", "pi@board", "--timeout", "1e300"], 2, "--timeout must be a positive number of seconds up to"),
+    ("bench-host-proxycommand", ["bench", "{bundle}", "--host", "pi@board", "--ssh-option", "ProxyCommand=touch {tmp}/pwned"], 2, "ProxyCommand is not allowed"),
+    ("bench-host-localcommand", ["bench", "{bundle}", "--host", "pi@board", "--ssh-option", "LocalCommand=touch {tmp}/pwned"], 2, "LocalCommand is not allowed"),
+    ("train-seed-huge", ["train", "--seed", "1180591620717411303424", "--out", "{out}"], 2, "seed"),
+    ("train-threads-huge", ["train", "--threads", "100000", "--out", "{out}"], 2, "threads must be an integer between 1 and"),
+    ("train-set-negative", ["train", "--set", "width=-4", "--max-steps", "1", "--out", "{out}"], 2, "width=-4"),
+    ("train-set-nan", ["train", "--set", "dropout=NaN", "--max-steps", "1", "--out", "{out}"], 2, "dropout=nan"),
+    ("train-set-huge", ["train", "--set", "width=1e8", "--max-steps", "1", "--out", "{out}"], 2, "must be an integer"),
+    ("train-set-too-big-for-memory", ["train", "--model", "transformer-lm", "--set", "d_model=65536", "--set", "n_layers=512",
+                                      "--max-steps", "1", "--out", "{out}"], 2, "GiB"),
+    ("pipeline-seed-huge", ["pipeline", "--checkpoint", "{ckpt}", "--seed", "1180591620717411303424", "--calib", "{calib}", "--out", "{out}"], 2, "seed"),
+    ("pipeline-threads-huge", ["pipeline", "--checkpoint", "{ckpt}", "--threads", "100000", "--calib", "{calib}", "--out", "{out}"], 2, "threads"),
+    ("generate-temperature-tiny", ["generate", "{lm_ckpt}", "--prompt", "x", "--temperature", "1e-300"], 2, "temperature must be 0"),
+    ("generate-max-tokens-huge", ["generate", "{lm_ckpt}", "--prompt", "x", "--max-tokens", "1000000000"], 2, "max_tokens must be between"),
+    # ---- terminal output is safe: control characters are escaped in the one Error: line
+    ("export-escape-in-path", ["export", "{escape_path}", "--out", "{out}"], 2, "\\x1b]0;pwned"),
 ]
 
 # Quantize problems whose fix belongs in edgekit/quantize (see the final report); the tests stay.
@@ -286,13 +348,17 @@ def test_bad_input_is_one_line_error_and_leaves_nothing(argv, code, message, tmp
         shutil.copyfile(CORPUS / "targets" / "unknown_keys.toml", profiles / "myboard.toml")
         monkeypatch.setenv("EDGEKIT_TARGETS_DIR", str(profiles))
     args = _resolve(argv, w)
-    before = {p for p in work.rglob("*")}
+    before = snapshot(work)
+    children = child_pids()
     monkeypatch.chdir(work)
     result = runner.invoke(app, args)
     assert_one_line_error(result, code, message)
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr, "a control character reached the terminal"
     assert leftovers(work, "out") == [], "a partial output was left behind"
-    if code != 3:  # nothing new anywhere in the workspace, not even an empty folder
-        assert {p for p in work.rglob("*")} == before
+    assert not (work / "pwned").exists(), "a payload ran"
+    assert child_pids() <= children, "a child process outlived the command"
+    if code != 3:  # nothing created, changed or deleted anywhere in the workspace, not even an empty folder
+        assert snapshot(work) == before
 
 
 def test_the_corpus_covers_every_command():
@@ -301,7 +367,7 @@ def test_the_corpus_covers_every_command():
 
     registered = {info.name or info.callback.__name__ for info in typer_app.registered_commands}
     assert registered - commands <= {"models"}, registered - commands  # `models` takes no input
-    assert len(CASES) >= 150
+    assert len(CASES) >= 200
 
 
 def test_debug_shows_the_traceback_for_the_same_input(tmp_path):

@@ -352,3 +352,68 @@ def test_remote_command_quoting_keeps_every_argument_literal(args):
         proc = subprocess.run(["sh", "-c", line], cwd=folder, capture_output=True, check=True)
         assert proc.stdout.decode("utf-8", "surrogateescape").split("\x00")[:-1] == args
         assert list(Path(folder).iterdir()) == []  # nothing ran that could create a file
+
+
+# ---------------------------------------------------------------------------------------------
+# generated manifests and target files: read, or one InputFileError; names that reach files and
+# READMEs stay plain tokens
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                      st.text(max_size=12))
+JSON_VALUE = st.recursive(JSON_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                              st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                          max_leaves=20)
+GOOD_FILE = {"path": "model.onnx", "format": "onnx", "sha256": "0" * 64, "bytes": 10}
+MANIFEST_FIELDS = {
+    "schema": st.sampled_from(["edgekit.manifest", "other"]),
+    "schema_version": st.one_of(st.just(1), JSON_LEAF),
+    "kind": st.one_of(st.sampled_from(["checkpoint", "quantized", "export"]), JSON_LEAF),
+    "model": st.one_of(st.fixed_dictionaries({"name": st.text(max_size=20)}), JSON_VALUE),
+    "inputs": st.one_of(st.just([{"name": "input", "shape": [None, 1, 8, 8], "dtype": "float32",
+                                  "dynamic_axes": {"0": "batch"}}]), JSON_VALUE),
+    "outputs": st.one_of(st.just(["logits"]), JSON_VALUE),
+    "files": st.one_of(st.just([GOOD_FILE]), st.lists(st.fixed_dictionaries(
+        {k: st.one_of(st.just(v), JSON_LEAF) for k, v in GOOD_FILE.items()}), max_size=2), JSON_VALUE),
+    "target": st.one_of(st.none(), st.text(max_size=12), JSON_LEAF),
+}
+
+
+@SETTINGS
+@given(doc=st.fixed_dictionaries({}, optional=MANIFEST_FIELDS))
+def test_generated_manifests_load_or_raise_one_input_error(doc):
+    from edgekit.artifacts import Manifest
+
+    try:
+        manifest = Manifest.from_dict(doc, "manifest.json")
+    except InputFileError as exc:
+        assert "\n" not in str(exc).strip()
+        return
+    for entry in manifest.files:  # every listed path stays inside the artifact folder
+        for rel in entry.paths():
+            assert not Path(rel).is_absolute() and ".." not in Path(rel).parts
+
+
+TARGET_TEXT = st.one_of(st.text(max_size=20), st.from_regex(r"[a-z0-9-]{1,10}", fullmatch=True))
+
+
+@SETTINGS
+@given(name=TARGET_TEXT, description=st.text(max_size=30), core=TARGET_TEXT,
+       cores=st.one_of(st.integers(-5, 2**40), st.floats(allow_nan=True)), threads=st.integers(-5, 2**20),
+       ram=st.integers(-5, 2**40), platform=TARGET_TEXT, isa=st.lists(TARGET_TEXT, max_size=3))
+def test_generated_target_files_parse_or_raise_one_input_error(name, description, core, cores, threads, ram, platform, isa):
+    import re
+
+    from edgekit.targets import parse_target
+
+    data = {"name": name, "description": description,
+            "cpu": {"arch": "aarch64", "core": core, "cores": cores, "ram_mb": ram, "isa": isa},
+            "runtime": {"threads": threads, "quantized_engine": "qnnpack", "python_platform": platform}}
+    try:
+        target = parse_target(data, "board.toml")
+    except InputFileError as exc:
+        assert "\n" not in str(exc).strip()
+        return
+    assert re.fullmatch(r"[A-Za-z0-9._-]{1,64}", target.name)  # safe in a file name, README or argv
+    assert target.description.isprintable() and "\n" not in target.description
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]{1,64}", flag) for flag in target.isa)
+    assert 0 < target.cores <= 1024 and 0 < target.threads <= 1024 and 0 < target.ram_mb <= 1 << 24

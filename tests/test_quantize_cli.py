@@ -14,9 +14,13 @@ runner = CliRunner()
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--calibrate-method", "kl"], "unknown calibration method 'kl'; choose one of: entropy, minmax, mse, percentile"),
-        (["--calibrate-method", "percentile", "--percentile", "50"], "percentile must be between 90 and 100"),
-        (["--calibrate-method", "minmax", "--percentile", "99.9"], "does not take: percentile"),
+        (["--calibrate-method", "kl", "--format", "onnx"], "unknown calibration method 'kl'; choose one of: entropy, minmax, mse, percentile"),
+        (["--calibrate-method", "percentile", "--percentile", "50", "--format", "onnx"], "percentile must be between 90 and 100"),
+        (["--calibrate-method", "minmax", "--percentile", "99.9", "--format", "onnx"], "does not take: percentile"),
+        # the TorchScript path calibrates with the engine's torch.ao observers: refused, not ignored
+        (["--calibrate-method", "entropy"], "--calibrate-method applies to the ONNX path only"),
+        (["--calibrate-method", "entropy", "--format", "onnx,torchscript"], "add --format onnx"),
+        (["--percentile", "99.9", "--format", "torchscript"], "--percentile applies to the ONNX path only"),
         (["--activation-type", "int4"], "unknown activation type 'int4'"),
         (["--exclude", "no.such.layer", "--format", "torchscript"], "no layer named no.such.layer"),
         (["--max-drop", "-2"], "max drop must be between 0 and 100"),
@@ -45,7 +49,8 @@ def test_onnx_model_from_cli_with_calibration_options(digits_fp32_export, tmp_pa
         "--calibrate-method", "mse", "--calib-batch-size", "50", "--no-calib-cache", "--out", str(tmp_path / "q"),
     ])
     assert result.exit_code == 0, result.output + result.stderr
-    assert "cosine vs float" in result.stdout
+    assert "fidelity (cosine)" in result.stdout
+    assert "drop pts" not in result.stdout  # an unlabelled ONNX model: fidelity, never an accuracy drop
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
     calib = manifest["quantization"]["calibration"]
     assert calib["method"] == "mse" and calib["cache"] == "off" and calib["samples"] == 256

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from edgekit.artifacts import MANIFEST_NAME, ModelFile, load_manifest, model_file_for
 from edgekit.bench import runner as _runner
 from edgekit.bench.result import BenchResult, from_document
+from edgekit.children import popen_kwargs
 from edgekit.errors import BenchError, EdgekitError, InputFileError, UsageError
 from edgekit.targets import Target, load_target
 
@@ -32,6 +33,7 @@ RUNNER_PATH = Path(_runner.__file__).resolve()
 # An interleaved turn lasts at least this long (and at least ``block_size`` calls): each hand-over
 # costs the runner's settle wait (worker threads stop spinning, up to ~30 ms) plus one re-warm call.
 MIN_BLOCK_S = 0.05
+MAX_PROCESSES = 64  # worker processes per model (pyperf uses 20)
 Progress = Callable[[int, int], None]  # (model index, timed runs done so far)
 
 
@@ -59,6 +61,8 @@ def bench(
     block_size: int = 10,
     timeout_s: float = 600.0,
     progress: Progress | None = None,
+    processes: int = 1,
+    lm_tokens: int = 32,
 ) -> list[BenchResult]:
     """Time each model on this machine; one result per path, in order.
 
@@ -69,11 +73,19 @@ def bench(
     and MIN_BLOCK_S seconds; each turn starts with one untimed call, and a runner hands over only
     once its worker threads stop spinning, so no model is timed beside another's busy threads.
     ``timeout_s`` bounds each runner process's life (with several models: the whole session).
+    ``processes``: time each model in this many fresh worker processes, one round each (every
+    round interleaves all models); ``min_runs``/``min_time_s`` are shared out among the rounds,
+    and each result carries a ``spread`` whose confidence interval includes the between-process
+    variance (edgekit.bench.workers).
+    Language-model artifacts also get ``tokens_per_s``: ``lm_tokens`` tokens generated greedily
+    (``edgekit.bench.lm``; 0 skips it).
     Raises UsageError for bad settings or inputs the model rejects, BenchError when a runner
     fails or times out.
     """
     _check_settings(threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time_s,
                     max_runs=max_runs, batch=batch, block_size=block_size, timeout_s=timeout_s)
+    if isinstance(processes, bool) or not isinstance(processes, int) or not 1 <= processes <= MAX_PROCESSES:
+        raise UsageError(f"processes must be an integer within 1..{MAX_PROCESSES}, got {processes!r}")
     models = [resolve_model(p) for p in _as_list(paths)]
     shape_args = _shape_args(shapes)
     if input_file is not None:
@@ -98,18 +110,31 @@ def bench(
     argvs = [_runner_argv(m, common, tgt) for m in models]
     env = {**os.environ, "OMP_NUM_THREADS": str(n_threads)}
 
-    if len(models) == 1:
+    if len(models) == 1 and processes == 1:
         progress(0, 0)
         results = [_run_plain(models[0], argvs[0], env, timeout_s)]
         progress(0, results[0].timing.runs)
-    else:
-        results = _run_interleaved(models, argvs, env, min_runs=min_runs, min_time_s=min_time_s,
+    elif processes == 1:
+        raws, _ = _run_interleaved(models, argvs, env, min_runs=min_runs, min_time_s=min_time_s,
                                    max_runs=max_runs, block_size=block_size, timeout_s=timeout_s,
                                    progress=progress)
+        results = [_to_result(m, _document(raw)) for m, raw in zip(models, raws)]
+    else:
+        results = _run_processes(models, argvs, env, processes=processes, min_runs=min_runs,
+                                 min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
+                                 timeout_s=timeout_s, progress=progress)
+        notes = notes + [f"{processes} worker processes per model, one round each; timing pools their calls, "
+                         "spread holds each process's median"]
+    if len(models) > 1:
         others = len(models) - 1
         notes = notes + [f"interleaved with {others} other model{'s' if others > 1 else ''} in turns of "
                          f">= {block_size} calls and >= {MIN_BLOCK_S * 1000:g} ms"]
-    return [replace(r, notes=tuple(notes) + r.notes) for r in results]
+    results = [replace(r, notes=tuple(notes) + r.notes) for r in results]
+    if lm_tokens:
+        from edgekit.bench.lm import with_generation_rates
+
+        results = with_generation_rates(models, results, n_threads, lm_tokens)
+    return results
 
 
 def resolve_model(path: str | os.PathLike) -> BenchModel:
@@ -183,6 +208,15 @@ def _check_settings(**values) -> None:
             raise UsageError(f"{name.replace('_', '-')} must be a number of seconds, 0 or more, got {value!r}")
     if values["timeout_s"] == 0:
         raise UsageError("timeout-s must be more than 0")
+    from edgekit.bounds import check_runs, check_threads, check_timeout
+
+    check_threads(values["threads"])
+    check_timeout(values["timeout_s"], "timeout-s")
+    check_runs(values["min_runs"], "min-runs")
+    check_runs(values["max_runs"], "max-runs")
+    check_runs(values["warmup"], "warmup", low=0)
+    if values["min_time_s"] > 0:
+        check_timeout(values["min_time_s"], "min-time-s")
     if values["max_runs"] < values["min_runs"]:
         raise UsageError(f"max-runs ({values['max_runs']}) must be at least min-runs ({values['min_runs']})")
 
@@ -232,7 +266,7 @@ def _to_result(model: BenchModel, raw) -> BenchResult:
 def _run_plain(model: BenchModel, argv: list[str], env: dict, timeout_s: float) -> BenchResult:
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, env=env, check=False)
+                              timeout=timeout_s, env=env, check=False, **popen_kwargs())
     except subprocess.TimeoutExpired:  # run() has killed the runner
         raise BenchError(f"benchmark of {model.path} timed out after {timeout_s:g} s; the runner was stopped") from None
     except OSError as exc:
@@ -253,7 +287,7 @@ class _Served:
         self.model, self.timeout_s = model, timeout_s
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
+                                         stderr=subprocess.PIPE, text=True, bufsize=1, env=env, **popen_kwargs())
         except OSError as exc:
             raise BenchError(f"cannot start the benchmark runner: {exc}") from None
         self.lines: queue.Queue = queue.Queue()
@@ -324,7 +358,8 @@ class _Served:
 
 
 def _run_interleaved(models, argvs, env, *, min_runs, min_time_s, max_runs, block_size, timeout_s,
-                     progress: Progress) -> list[BenchResult]:
+                     progress: Progress) -> tuple[list[dict], list[list[int]]]:
+    """One runner per model, interleaved; (each runner's raw result, each model's timed calls in ns)."""
     deadline = time.monotonic() + timeout_s
     min_ns = min_time_s * 1e9
     served: list[_Served] = []
@@ -337,6 +372,7 @@ def _run_interleaved(models, argvs, env, *, min_runs, min_time_s, max_runs, bloc
                 raise BenchError(f"benchmark of {model.path}: the runner did not report ready")
             progress(index, 0)
         runs, total = [0] * len(served), [0] * len(served)
+        timings: list[list[int]] = [[] for _ in served]
         done = [False] * len(served)
         while not all(done):
             for index, runner in enumerate(served):
@@ -352,6 +388,7 @@ def _run_interleaved(models, argvs, env, *, min_runs, min_time_s, max_runs, bloc
                     raise BenchError(f"benchmark of {runner.model.path}: the runner sent no timings")
                 runs[index] += len(samples)
                 total[index] += sum(samples)
+                timings[index].extend(samples)
                 done[index] = runs[index] >= max_runs or (runs[index] >= min_runs and total[index] >= min_ns)
                 progress(index, runs[index])
         raws = [runner.ask({"cmd": "finish"}, deadline).get("result") for runner in served]
@@ -359,5 +396,38 @@ def _run_interleaved(models, argvs, env, *, min_runs, min_time_s, max_runs, bloc
     finally:
         for runner in served:
             runner.close(kill=not finished)
-    return [_to_result(m, {"schema": _runner.BENCH_SCHEMA, "schema_version": _runner.BENCH_SCHEMA_VERSION,
-                           "results": [raw]}) for m, raw in zip(models, raws)]
+    return raws, timings
+
+
+def _document(raw) -> dict:
+    return {"schema": _runner.BENCH_SCHEMA, "schema_version": _runner.BENCH_SCHEMA_VERSION, "results": [raw]}
+
+
+def _run_processes(models, argvs, env, *, processes, min_runs, min_time_s, max_runs, block_size, timeout_s,
+                   progress: Progress) -> list[BenchResult]:
+    """``processes`` rounds; each starts a fresh runner per model (in a rotated order) and interleaves
+    them for its share of the runs. The rounds merge into one result per model."""
+    from edgekit.bench.workers import merge_processes
+
+    deadline = time.monotonic() + timeout_s
+    share_runs = max(1, math.ceil(min_runs / processes))
+    share_max = max(share_runs, max_runs // processes)
+    raws: list[list] = [[] for _ in models]
+    samples: list[list] = [[] for _ in models]
+    done_before = [0] * len(models)
+    for round_ in range(processes):
+        order = [(i + round_) % len(models) for i in range(len(models))]
+
+        def round_progress(index: int, runs: int, order=order) -> None:
+            progress(order[index], done_before[order[index]] + runs)
+
+        left = max(deadline - time.monotonic(), 1e-3)
+        round_raws, round_samples = _run_interleaved(
+            [models[i] for i in order], [argvs[i] for i in order], env, min_runs=share_runs,
+            min_time_s=min_time_s / processes, max_runs=share_max, block_size=block_size, timeout_s=left,
+            progress=round_progress)
+        for position, index in enumerate(order):
+            raws[index].append(round_raws[position])
+            samples[index].append(round_samples[position])
+            done_before[index] += len(round_samples[position])
+    return [_to_result(m, _document(merge_processes(r, s))) for m, r, s in zip(models, raws, samples)]

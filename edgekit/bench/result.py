@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.bench.stats import Spread
 from edgekit.errors import InputFileError
 
 BENCH_SCHEMA = "edgekit.bench"
@@ -71,6 +72,17 @@ class BenchResult:
     target: str | None = None
     created: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    tokens_per_s: float | None = None  # language models: greedy generation rate (edgekit.bench.lm)
+    # Across worker processes (bench(processes=N), N >= 2): each process's median and the 95 %
+    # confidence interval of their mean. None for a single process (older documents have none).
+    spread: Spread | None = None
+
+    @property
+    def p50_interval(self) -> tuple[float, float, float] | None:
+        """(centre, low, high) in ms of the p50 across processes; None without a spread of 2+ processes."""
+        if self.spread is None or self.spread.processes < 2:
+            return None
+        return self.spread.center, self.spread.ci_low, self.spread.ci_high
 
     @property
     def accuracy_drop_points(self) -> float | None:
@@ -85,6 +97,10 @@ class BenchResult:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["notes"] = list(self.notes)
+        if self.spread is None:
+            del data["spread"]  # documents without one read as before
+        else:
+            data["spread"] = self.spread.to_dict()
         return data
 
     @classmethod
@@ -120,11 +136,30 @@ class BenchResult:
                 target=data.get("target") if isinstance(data.get("target"), (str, type(None))) else str(data["target"]),
                 created=str(data.get("created", "")),
                 notes=tuple(str(n) for n in _list(data.get("notes", []), "notes")),
+                tokens_per_s=None if data.get("tokens_per_s") is None else _figure(data["tokens_per_s"], "tokens_per_s"),
+                spread=None if data.get("spread") is None else _spread(data["spread"]),
             )
         except KeyError as exc:
             raise InputFileError(f"{where} is not a valid edgekit bench result: missing field {exc}") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise InputFileError(f"{where} is not a valid edgekit bench result: {exc!r:.200}") from None
+
+
+def _spread(raw) -> Spread:
+    """A ``spread`` entry, checked: consistent counts, finite positive figures, low <= centre <= high."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"spread must be a JSON object, got {type(raw).__name__}")
+    medians = tuple(_figure(v, "spread.process_p50") for v in _list(raw.get("process_p50"), "spread.process_p50"))
+    processes = _count(raw.get("processes"), "spread.processes", low=1)
+    if len(medians) != processes:
+        raise ValueError(f"spread.process_p50 holds {len(medians)} values for {processes} processes")
+    center, low, high = (_figure(raw.get(k), f"spread.{k}") for k in ("center", "ci_low", "ci_high"))
+    if not (low <= center * (1 + 1e-9) and center <= high * (1 + 1e-9)):
+        raise ValueError(f"spread interval [{low}, {high}] does not hold its centre {center}")
+    confidence = _figure(raw.get("confidence", 0.95), "spread.confidence")
+    if not 0 < confidence < 1:
+        raise ValueError(f"spread.confidence must be within 0..1, got {confidence!r}")
+    return Spread(processes, medians, center, low, high, confidence)
 
 
 def _table(data: dict, key: str) -> dict:

@@ -6,6 +6,7 @@ swapped in; the archive beside it is written the same way.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -21,11 +22,13 @@ from edgekit.bundle import layout
 from edgekit.bundle.compat import check_target
 from edgekit.bundle.readme import readme_text
 from edgekit.bundle.requirements import Pins, download_wheels, pin
-from edgekit.bundle.tarball import write_tarball
+from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
+from edgekit.children import popen_kwargs
 from edgekit.errors import EdgekitError, InputFileError, UsageError
-from edgekit.fileio import atomic_dir, sha256_file, write_json, write_text
+from edgekit.fileio import atomic_dir, clean_stale_temps, sha256_file, temp_sibling, write_json, write_text
 from edgekit.limits import check_model_fits, model_memory_mb
+from edgekit.outputs import check_not_inputs, claim_output, safe_text
 from edgekit.targets import Target, load_target
 
 HOST_CHECK_TIMEOUT_S = 600.0
@@ -88,13 +91,37 @@ def build_bundle(
         from edgekit.export.onnx_export import check_model
 
         check_model(folder / entry.path)
-    out = _check_out(Path(out), folder)
-    pins = pin(entry.format, platform or tgt.python_platform, python_version)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mtime = _epoch(created)
     model_name = layout.MODEL_FILES[entry.format]
+    inputs = [folder, tgt.source if tgt.source and Path(tgt.source).is_file() else None]
+    with claim_output(out, "bundle", inputs=inputs, force=force) as out:
+        archive_path = _check_archive(out, inputs, force)
+        clean_stale_temps(archive_path)  # an archive a killed run had staged
+        pins = pin(entry.format, platform or tgt.python_platform, python_version)
+        staged_archive = temp_sibling(archive_path) if archive else None
+        try:
+            _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
+                   staged_archive, archive_path)
+        finally:
+            if staged_archive is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    staged_archive.unlink()
+    return out
 
-    with atomic_dir(out) as work:
+
+def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
+           staged_archive, archive_path) -> None:
+    """Build the bundle folder and its archive under temporary names, then commit them: the old
+    archive goes first (it no longer matches), the folder swaps in, the new archive is renamed
+    in right after (two renames apart). A kill at any moment never leaves an archive that
+    disagrees with the folder beside it: at worst a folder whose archive is missing."""
+
+    def commit_archive() -> None:
+        if staged_archive is not None:
+            os.replace(staged_archive, archive_path)
+
+    with atomic_dir(out, then=commit_archive) as work:
         shutil.copyfile(folder / entry.path, work / model_name)
         data_files = []
         for data in entry.data_files:  # the graph names its data file: it keeps that name
@@ -103,24 +130,47 @@ def build_bundle(
             data_files.append({**data, "path": name})
         bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files),))
         write_json(work / layout.MANIFEST, bundled.to_dict())
-        shutil.copyfile(reference, work / layout.REFERENCE)
+        shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
         shutil.copyfile(runner_source(), work / layout.RUNNER)
         shutil.copyfile(check_outputs_source(), work / layout.CHECK_OUTPUTS)
         for script in layout.SCRIPTS:
-            os.chmod(work / script, 0o755)
+            if (work / script).exists() or script != layout.SERVE:
+                os.chmod(work / script, 0o755)
         write_text(work / layout.REQUIREMENTS, pins.text())
+        serving = None
+        if entry.format == "onnx":  # serve.py: FastAPI + uvicorn + onnxruntime, no edgekit
+            from edgekit.bundle.serving import add_serving
+
+            serving = add_serving(work, pins)
         wheel_names = []
         if wheels:
             wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
                                           pins.platform, pins.python_version)
         info = _bundle_info(folder, manifest, entry, tgt, pins, model_name, wheel_names, mismatches, created)
+        if serving is not None:
+            info["serve"] = serving
         info["host_check"] = host_check(work, model_name, entry.format)
         write_json(work / layout.BUNDLE_JSON, info)
         write_text(work / layout.README, readme_text(info, out.name, tgt.description))
         write_checksums(work)
-        if archive:
-            write_tarball(work, tarball_path(out), out.name, mtime=mtime)
-    return out
+        if staged_archive is not None:
+            write_archive(work, staged_archive, out.name, mtime=mtime)
+        with contextlib.suppress(FileNotFoundError):
+            archive_path.unlink()  # the previous archive (ours: _check_archive proved it)
+
+
+def _check_archive(out: Path, inputs: list, force: bool) -> Path:
+    """``<out>.tar.gz`` may be replaced only when it is the archive of an edgekit bundle."""
+    archive = tarball_path(out)
+    check_not_inputs(archive, inputs, "--out's archive")
+    if archive.is_symlink() or (archive.exists() and not archive.is_file()):
+        raise UsageError(f"{safe_text(archive)} exists and is not a plain file; remove it or choose another --out")
+    if archive.exists() and not force and not is_bundle_archive(archive, out.name):
+        raise UsageError(
+            f"{safe_text(archive)} exists and is not an edgekit bundle archive; choose another --out, move it, "
+            "or pass --force to replace it"
+        )
+    return archive
 
 
 def _pick(manifest: Manifest, fmt: str | None) -> ModelFile:
@@ -132,23 +182,6 @@ def _pick(manifest: Manifest, fmt: str | None) -> ModelFile:
         if candidate in manifest.formats():
             return manifest.file(candidate)
     raise InputFileError(f"the export holds no onnx or torchscript model (it has: {', '.join(manifest.formats()) or 'none'})")
-
-
-def _check_out(out: Path, source: Path) -> Path:
-    """Refuse an output folder that would swallow the export or someone else's files."""
-    if not out.name or out.name in (".", ".."):
-        raise UsageError(f"--out {out} must name a folder for the bundle, e.g. dist/rpi4")
-    resolved, src = out.resolve(), source.resolve()
-    if resolved == src or src.is_relative_to(resolved):
-        raise UsageError(f"--out {out} would replace the export folder {source}; choose another folder")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not layout.is_bundle(out):
-        raise UsageError(f"--out {out} exists and is not an edgekit bundle; choose another folder or remove it")
-    archive = tarball_path(out)
-    if archive.exists() and not archive.is_file():
-        raise UsageError(f"{archive} exists and is not a file; remove it or choose another --out")
-    return out
 
 
 def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_names, mismatches, created) -> dict:
@@ -192,16 +225,20 @@ def host_check(work: Path, model_name: str, fmt: str) -> dict:
     env = {**os.environ, "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=HOST_CHECK_TIMEOUT_S, env=env, check=False)
+                              timeout=HOST_CHECK_TIMEOUT_S, env=env, check=False, **popen_kwargs())
     except subprocess.TimeoutExpired:
         raise EdgekitError(f"the output check of {model_name} did not finish within {HOST_CHECK_TIMEOUT_S:g} s") from None
+    from edgekit.bundle.check_outputs import read_output
+
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    fail = [line for line in proc.stdout.splitlines() if line.startswith("FAIL: ")]
     if proc.returncode != 0:
-        last = lines[-1].removeprefix("Error: ") if lines else f"exit status {proc.returncode}"
+        last = (fail[-1].removeprefix("FAIL: ") if fail else lines[-1].removeprefix("Error: ") if lines
+                else f"exit status {proc.returncode}")
         raise EdgekitError(f"the bundled {model_name} fails its output check on this host: {last}")
     try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+        doc, _ = read_output(proc.stdout)
+    except ValueError:  # json.JSONDecodeError included
         raise EdgekitError(f"the output check of {model_name} printed no JSON") from None
     return {key: doc[key] for key in ("machine", "runtime", "batches", "max_abs", "cosine", "top1_agreement",
                                       "outputs_sha256") if key in doc}

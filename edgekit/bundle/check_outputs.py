@@ -8,7 +8,8 @@ numpy + onnxruntime (or torch): standard library at module level, never edgekit.
         [--engine ENGINE] [--threads N] [--min-cosine X] [--min-top1 X] [--max-abs X] [--json OUT]
 
 Without --model it reads bundle.json (else manifest.json) beside this script. Prints one JSON
-document to stdout (or writes --json):
+document to stdout (or writes --json), then one plain verdict line, the last line of stdout:
+``PASS: ...`` or ``FAIL: ...`` (``read_output`` splits the two):
 
     {"schema": "edgekit.check_outputs", "schema_version": 1, "model": {path, format, sha256},
      "runtime": {name, version, threads, engine}, "machine": "aarch64", "python": "3.11.2",
@@ -248,10 +249,30 @@ def main(argv=None) -> int:
         os.replace(tmp, args.json)
     else:
         sys.stdout.write(text)
+    print(verdict(doc), flush=True)
+    return 0 if doc["ok"] else 1
+
+
+def verdict(doc: dict) -> str:
+    """The plain last line: ``PASS: ...`` or ``FAIL: outputs differ from the reference: ...``."""
     if not doc["ok"]:
-        print("Error: outputs differ from the reference: " + "; ".join(doc["failures"]), file=sys.stderr)
-        return 1
-    return 0
+        return "FAIL: outputs differ from the reference: " + "; ".join(doc["failures"])
+    top1 = doc.get("top1_agreement")
+    return (f"PASS: {doc['model']['path']} on {doc['machine']}: cosine {doc['cosine']:.6f}, "
+            f"max |diff| {doc['max_abs']:.4g}" + (f", top-1 agreement {top1:.2%}" if top1 is not None else "")
+            + " vs the float model")
+
+
+def read_output(stdout: str) -> tuple[dict, str]:
+    """(the JSON document, the verdict line) from this script's stdout."""
+    text = stdout.rstrip("\n")
+    head, _, last = text.rpartition("\n")
+    if not last.startswith(("PASS", "FAIL")):
+        head, last = text, ""
+    doc = json.loads(head)
+    if not isinstance(doc, dict):
+        raise ValueError("the output check's JSON is not an object")
+    return doc, last
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from edgekit.errors import InputFileError
@@ -20,7 +21,8 @@ README = "README.txt"
 CHECKSUMS = "SHA256SUMS"
 WHEELS_DIR = "wheels"
 MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt"}
-SCRIPTS = (RUNNER, CHECK_OUTPUTS)  # made executable (they carry a python3 shebang)
+SERVE = "serve.py"  # ONNX bundles only (edgekit.bundle.serving)
+SCRIPTS = (RUNNER, CHECK_OUTPUTS, SERVE)  # made executable (they carry a python3 shebang)
 
 DEFAULT_PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
 
@@ -49,4 +51,17 @@ def read_bundle_json(folder: str | Path) -> dict:
         raise InputFileError(f"{where} is malformed: model {info['model']!r} must be a file name in the bundle")
     if info["format"] not in MODEL_FILES:
         raise InputFileError(f"{where} is malformed: format {info['format']!r} not in {', '.join(MODEL_FILES)}")
+    # strings that reach file names, README.txt and command lines are plain tokens
+    for key in ("target", "variant", "python_platform", "precision"):
+        value = info.get(key)
+        if key != "target" and value in (None, ""):
+            continue
+        if not isinstance(value, str) or not _TOKEN.match(value):
+            raise InputFileError(f"{where} is malformed: {key} {str(value)[:60]!r} must be 1-64 of A-Z a-z 0-9 . _ -")
+    threads = info.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
+        raise InputFileError(f"{where} is malformed: threads {threads!r} must be an integer between 1 and 1024")
     return info
+
+
+_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

@@ -40,7 +40,7 @@ def readme_text(info: dict, bundle_name: str, description: str = "") -> str:
         "",
         "3. Check that the model computes what the host computed (max_abs, cosine and top-1",
         "   agreement against the float reference; the host's figures are in bundle.json,",
-        "   \"host_check\"):",
+        "   \"host_check\"). It prints a JSON report, then a last line PASS: or FAIL: (exit code 0 or 1):",
         f"     python3 {CHECK_OUTPUTS}",
         "",
         "4. Benchmark (prints the edgekit bench JSON document):",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.children import popen_kwargs
 
 RUNTIME_DISTS = {"onnx": "onnxruntime", "torchscript": "torch"}
 # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
@@ -114,7 +115,7 @@ def download_wheels(requirements: Path, dest: Path, platform: str, python_versio
     argv = pip_download_argv(requirements, dest, platform, python_version)
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=DOWNLOAD_TIMEOUT_S, check=False)
+                              timeout=DOWNLOAD_TIMEOUT_S, check=False, **popen_kwargs())
     except subprocess.TimeoutExpired:
         raise EdgekitError(f"pip download of the {platform} wheels took over {DOWNLOAD_TIMEOUT_S:g} s; check the network") from None
     except OSError as exc:

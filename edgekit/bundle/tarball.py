@@ -7,6 +7,7 @@ uncompressed, to a pipe (the copy to a board).
 from __future__ import annotations
 
 import gzip
+import os
 import tarfile
 from pathlib import Path
 from typing import IO
@@ -18,10 +19,37 @@ from edgekit.fileio import atomic_path
 def write_tarball(folder: Path, final: Path, top: str, mtime: int = 0) -> Path:
     """Write ``folder``'s files to ``final`` (atomically) under the directory ``top/``."""
     with atomic_path(final) as tmp:
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime) as gz:
-            with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-                add_folder(tar, folder, top, mtime)
+        write_archive(folder, tmp, top, mtime)
     return final
+
+
+def write_archive(folder: Path, path: Path, top: str, mtime: int = 0) -> None:
+    """Write ``folder``'s files into the new file ``path`` as a .tar.gz under ``top/``."""
+    with open(path, "xb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            add_folder(tar, folder, top, mtime)
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
+def is_bundle_archive(path: Path, top: str, look: int = 16) -> bool:
+    """Whether ``path`` is a .tar.gz that ``write_tarball`` made of a bundle named ``top``.
+
+    Only the first members are read (a bundle's ``bundle.json`` sorts among them), so a large
+    archive costs no more than a small one.
+    """
+    try:
+        with tarfile.open(path, mode="r|gz") as tar:
+            for index, member in enumerate(tar):
+                if index == 0 and not (member.isdir() and member.name == top):
+                    return False
+                if member.name == f"{top}/bundle.json":
+                    return True
+                if index >= look:
+                    return False
+    except (OSError, tarfile.TarError, EOFError, ValueError):
+        return False
+    return False
 
 
 def stream_tar(folder: Path, out: IO[bytes], mtime: int = 0) -> None:

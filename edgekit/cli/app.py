@@ -9,7 +9,8 @@ import typer
 from typer.core import TyperGroup
 
 from edgekit import __version__
-from edgekit.cli import bench, bundle, export, gate, generate, pipeline, quantize, targets, train, verify
+from edgekit.cli import (bench, bundle, cache, export, gate, generate, info, loadtest, pipeline, quantize, serve, targets,
+                         train, verify)
 
 
 # click's base exception, wherever this typer gets click from (it may vendor its own copy).
@@ -44,7 +45,11 @@ app = typer.Typer(
     name="edgekit",
     help="Take a PyTorch model to an ARM edge device: train, quantize, export, benchmark, gate.",
     no_args_is_help=True,
-    add_completion=False,
+    # Shell completion: `edgekit --install-completion` (bash, zsh, fish, PowerShell).
+    add_completion=True,
+    # Plain click help: option names are never cut, and it reads well at 80 columns
+    # (rich's option table truncated long names such as --calibrate-method).
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -82,7 +87,7 @@ def _restore_env(saved: dict) -> None:
 # warnings module; keep them out of users' faces unless they ask for debug output.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-for module in (pipeline, train, generate, quantize, export, bundle, verify, bench, gate, targets):
+for module in (pipeline, train, generate, quantize, export, bundle, verify, bench, serve, loadtest, gate, info, targets, cache):
     module.register(app)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from edgekit.cli.common import console, handles_errors, progress_enabled
+from edgekit.cli.options import TargetOpt
 
 
 @handles_errors
@@ -17,22 +18,26 @@ def bench_command(
     artifacts: list[Path] = typer.Argument(
         ..., metavar="ARTIFACT...", help="Model file (.onnx, TorchScript .pt) or artifact folder holding one model."
     ),
-    target: str | None = typer.Option(None, "--target", help="Target profile: its threads (capped at this host's cores) and quantized engine."),
-    threads: int | None = typer.Option(None, "--threads", help="Intra-op threads (default: the target's, else all cores)."),
+    target: TargetOpt = None,
+    threads: int | None = typer.Option(
+        None, "--threads",
+        help="Intra-op threads (default: the target's, else all cores; locally at most this host's cores minus one).",
+    ),
     warmup: int = typer.Option(10, "--warmup", help="Untimed runs before timing."),
     min_runs: int = typer.Option(50, "--min-runs", help="At least this many timed runs."),
     min_time: float = typer.Option(1.0, "--min-time", help="And at least this many seconds of timed runs."),
     max_runs: int = typer.Option(100_000, "--max-runs", help="Safety cap on timed runs."),
     batch: int = typer.Option(1, "--batch", help="Size of dynamic axes (the batch)."),
-    shape: list[str] | None = typer.Option(None, "--shape", help="Input shape NAME=DIMS, e.g. input=1x1x8x8 (repeatable)."),
+    shape: list[str] | None = typer.Option(None, "--shape", metavar="NAME=DIMS", help="Input shape NAME=DIMS, e.g. input=1x1x8x8 (repeatable)."),
     input_file: Path | None = typer.Option(None, "--input", help=".npz of input arrays by input name."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the bench document (JSON) here."),
+    html_out: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (latency distributions, size-accuracy-latency chart)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table."),
     # --- remote benchmark over SSH (edgekit.remote) ---
     host: str | None = typer.Option(None, "--host", help="Run on a board over SSH: HOST or USER@HOST. Takes one bundle or export folder; copies it once, re-uses it while unchanged."),
     port: int | None = typer.Option(None, "--port", help="With --host: SSH port."),
     identity: Path | None = typer.Option(None, "--identity", help="With --host: SSH private key file."),
-    ssh_option: list[str] | None = typer.Option(None, "--ssh-option", help="With --host: ssh -o KEY=VALUE (repeatable)."),
+    ssh_option: list[str] | None = typer.Option(None, "--ssh-option", metavar="KEY=VALUE", help="With --host: ssh -o KEY=VALUE (repeatable). Connection keys only (Port, User, IdentityFile, StrictHostKeyChecking, UserKnownHostsFile, ConnectTimeout, ProxyJump, ...); ProxyCommand, LocalCommand and other keys that run commands are refused."),
     remote_dir: str | None = typer.Option(None, "--remote-dir", help="With --host: folder for bundles on the board (default ~/.cache/edgekit)."),
     remote_python: str | None = typer.Option(None, "--remote-python", help="With --host: python on the board with numpy + the runtime (default python3)."),
     timeout: float | None = typer.Option(None, "--timeout", help="With --host: stop the runner on the board after this many seconds (default 600)."),
@@ -47,11 +52,14 @@ def bench_command(
     from edgekit.errors import UsageError
     from edgekit.fileio import ensure_writable_dir, write_json
 
+    from edgekit.outputs import check_report_paths, with_artifact_folders
+
     shapes = _parse_shapes(shape or [])
-    if json_out is not None:
-        if json_out.is_dir():
-            raise UsageError(f"--json {json_out} is a folder; name a file")
-        ensure_writable_dir(json_out.parent)  # fail now, not after the benchmark
+    reports = {"--json": json_out, "--html": html_out}
+    if json_out is not None or html_out is not None:
+        chosen = check_report_paths(reports, with_artifact_folders([*artifacts, input_file, identity, target]))
+        for path in chosen.values():
+            ensure_writable_dir(path.parent)  # fail now, not after the benchmark
     # --- remote benchmark over SSH (edgekit.remote) ---
     from edgekit.remote.options import RemoteOptions
 
@@ -71,6 +79,11 @@ def bench_command(
             )
     if json_out is not None:
         write_json(json_out, to_document(results))
+    if html_out is not None:
+        from edgekit.bench.html_report import write_html
+
+        write_html(html_out, results, title="edgekit bench",
+                   subtitle=", ".join(_labels(results)) + (f" for {target}" if target else ""))
     if not quiet:
         out = console()
         out.print(render_table(results))
@@ -146,6 +159,9 @@ def render_table(results):
                   collapse_padding=True, pad_edge=False)
     headers = ["model", "format", "precision", "size\nMB", "p50\nms", "p90\nms", "p99\nms", "mean\nms",
                "throughput\n/s", "load\nms", "peak RSS\nMB", "accuracy"]
+    generating = any(r.tokens_per_s is not None for r in results)
+    if generating:
+        headers.insert(headers.index("load\nms"), "tokens\n/s")
     if several:
         headers += ["p50 ×\nfirst", "size ×\nfirst"]
     for header in headers:
@@ -159,6 +175,8 @@ def render_table(results):
             _num(t.mean), f"{r.throughput_per_s:,.0f}", _num(t.load), f"{r.memory.peak_rss:.1f}",
             "–" if r.model.accuracy is None else f"{r.model.accuracy * 100:.2f}%",
         ]
+        if generating:
+            row.insert(headers.index("tokens\n/s"), "–" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}")
         if several:
             row.append(f"{t.p50 / first.timing.p50:.2f}×" if first.timing.p50 > 0 else "–")
             row.append(f"{r.model.bytes / first.model.bytes:.2f}×" if first.model.bytes > 0 else "–")

@@ -8,18 +8,19 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
+from edgekit.cli.options import TargetOpt
 
 
 @handles_errors
 def bundle_command(
     export_dir: Path = typer.Argument(..., help="Export folder (from edgekit export) holding model.onnx and/or model.pt."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target profile (default: the export's, else rpi4)."),
+    target: TargetOpt = None,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder (default: dist/TARGET); the .tar.gz is written beside it."),
     fmt: Optional[str] = typer.Option(None, "--format", help="onnx | torchscript: the one model to bundle (default: onnx when the export has it)."),
     wheels: bool = typer.Option(False, "--wheels", help="Download the target platform's wheels into wheels/ (needs network) for offline install."),
     platform: Optional[str] = typer.Option(None, "--platform", help="Wheel platform tag (default: the target's, e.g. manylinux2014_aarch64)."),
     python_version: str = typer.Option("3.11", "--python-version", help="The board's Python version, for --wheels."),
-    force: bool = typer.Option(False, "--force", help="Bundle a model made for another target anyway (recorded in bundle.json)."),
+    force: bool = typer.Option(False, "--force", help="Bundle a model made for another target anyway (recorded in bundle.json); replace --out even when it holds files edgekit did not write."),
     as_json: bool = typer.Option(False, "--json", help="Print bundle.json instead of a summary."),
 ) -> None:
     """Make a device bundle: model, manifest, reference data, runner, output check, pinned requirements.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -11,7 +12,7 @@ from typing import Any, Callable
 
 import typer
 
-from edgekit.errors import EXIT_TOOL_ERROR, EdgekitError
+from edgekit.errors import EXIT_TOOL_ERROR, EdgekitError, GateFailed, first_line
 
 
 def debug_enabled() -> bool:
@@ -24,8 +25,10 @@ def report_error(exc: BaseException, code: int, unexpected: bool = False) -> typ
         import traceback
 
         traceback.print_exception(exc)
+    from edgekit.outputs import safe_text
+
     text = str(exc).strip()
-    message = text.splitlines()[0] if text else type(exc).__name__
+    message = safe_text(text.splitlines()[0] if text else type(exc).__name__)
     if unexpected:
         message = f"internal error ({type(exc).__name__}): {message} (rerun with --debug for the traceback)"
     typer.echo(f"Error: {message}", err=True)
@@ -47,15 +50,31 @@ def handles_errors(func: Callable) -> Callable:
                 return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
+        except GateFailed as exc:
+            # A broken budget is a verdict, not a malfunction: one plain line, exit code 3.
+            typer.echo(first_line(exc), err=True)
+            raise typer.Exit(exc.exit_code) from None
         except EdgekitError as exc:
             raise report_error(exc, exc.exit_code) from None
         except KeyboardInterrupt:
             typer.echo("Error: interrupted", err=True)
             raise typer.Exit(130) from None
+        except OSError as exc:
+            if exc.errno in _STORAGE_ERRNOS:  # disk full, quota, read-only: the user's to fix, not a bug
+                raise report_error(EdgekitError(_storage_message(exc)), EXIT_TOOL_ERROR) from None
+            raise report_error(exc, EXIT_TOOL_ERROR, unexpected=True) from None
         except Exception as exc:  # noqa: BLE001 - last line of defence for a CLI command
             raise report_error(exc, EXIT_TOOL_ERROR, unexpected=True) from None
 
     return wrapper
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
+def _storage_message(exc: OSError) -> str:
+    where = f" while writing {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}; nothing was left half-written: free space (or choose another --out) and run again"
 
 
 def echo_json(obj: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, handles_errors
+from edgekit.cli.options import ConfigOpt, MaxDropOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt, TargetOpt
 
 HELP = (
     "Check bench results against size / latency / memory / accuracy budgets (and a baseline).\n\n"
@@ -17,14 +18,6 @@ HELP = (
     "Exit codes: 0 all budgets met, 3 a budget broken, 2 usage or input error, 1 tool error."
 )
 
-_UNITS = {
-    "max_size_mb": "Model size budget, e.g. 4, 4MB, 512KiB (bare number: MB).",
-    "max_p50_ms": "p50 latency budget, e.g. 15, 15ms, 0.015s (bare number: ms).",
-    "max_p99_ms": "p99 latency budget, e.g. 20, 20ms, 0.02s (bare number: ms).",
-    "max_peak_rss_mb": "Peak RSS budget, e.g. 768, 768MB, 1GiB (bare number: MB).",
-    "max_accuracy_drop": "Accuracy drop budget: 1.0 or 1pt = percentage points; 0.5% = relative to the float accuracy.",
-}
-
 
 def register(app: typer.Typer) -> None:
     app.command("gate", help=HELP, no_args_is_help=True)(gate)
@@ -33,15 +26,13 @@ def register(app: typer.Typer) -> None:
 @handles_errors
 def gate(
     results: list[Path] = typer.Argument(..., metavar="RESULT.json...", help="Bench result file(s) from `edgekit bench`."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target profile whose budgets apply (e.g. rpi4)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="Project file with a budgets table (default: ./edgekit.toml, else ./pyproject.toml)."
-    ),
-    max_size_mb: Optional[str] = typer.Option(None, "--max-size-mb", help=_UNITS["max_size_mb"]),
-    max_p50_ms: Optional[str] = typer.Option(None, "--max-p50-ms", help=_UNITS["max_p50_ms"]),
-    max_p99_ms: Optional[str] = typer.Option(None, "--max-p99-ms", help=_UNITS["max_p99_ms"]),
-    max_peak_rss_mb: Optional[str] = typer.Option(None, "--max-peak-rss-mb", help=_UNITS["max_peak_rss_mb"]),
-    max_accuracy_drop: Optional[str] = typer.Option(None, "--max-accuracy-drop", help=_UNITS["max_accuracy_drop"]),
+    target: TargetOpt = None,
+    config: ConfigOpt = None,
+    max_size_mb: MaxSizeOpt = None,
+    max_p50_ms: MaxP50Opt = None,
+    max_p99_ms: MaxP99Opt = None,
+    max_peak_rss_mb: MaxRssOpt = None,
+    max_accuracy_drop: MaxDropOpt = None,
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Bench result of the reference build (e.g. main)."),
     max_regression: Optional[str] = typer.Option(
         None, "--max-regression", help="Allowed p50 slow-down against --baseline: 10% or 0.10."
@@ -51,12 +42,15 @@ def gate(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the versioned JSON gate report here."),
 ) -> None:
     from edgekit.bench.result import load_results
-    from edgekit.errors import GateFailed, UsageError
+    from edgekit.errors import EXIT_GATE_FAILED, UsageError
     from edgekit.gates.budgets import NO_BUDGET_HELP, parse_regression, resolve_budgets
     from edgekit.gates.evaluate import evaluate
     from edgekit.gates.report import verdict
 
-    outputs = _check_outputs({"--junit": junit, "--markdown": markdown, "--json": json_out}, [*results, baseline])
+    from edgekit.outputs import check_report_paths
+
+    outputs = check_report_paths({"--junit": junit, "--markdown": markdown, "--json": json_out},
+                                 [*results, baseline, config])
     overrides = {
         "max_size_mb": max_size_mb,
         "max_p50_ms": max_p50_ms,
@@ -84,28 +78,8 @@ def gate(
     _render(report)
     line = verdict(report)
     console().print(line, style="bold green" if report.passed else "bold red", markup=False)
-    if not report.passed:
-        counts = report.counts
-        raise GateFailed(f"gate failed: {counts['failed']} of {counts['checks']} checks failed")
-
-
-def _check_outputs(outputs: dict[str, Optional[Path]], inputs: list[Optional[Path]]) -> dict[str, Path]:
-    """Refuse report paths that are folders, repeat each other or would overwrite an input."""
-    from edgekit.errors import UsageError
-
-    chosen = {flag: path for flag, path in outputs.items() if path is not None}
-    seen: dict[Path, str] = {}
-    inputs_resolved = {p.resolve() for p in inputs if p is not None}
-    for flag, path in chosen.items():
-        resolved = path.resolve()
-        if path.is_dir():
-            raise UsageError(f"{flag} {path} is a folder; give a file path")
-        if resolved in inputs_resolved:
-            raise UsageError(f"{flag} {path} would overwrite an input file")
-        if resolved in seen:
-            raise UsageError(f"{flag} and {seen[resolved]} both write {path}")
-        seen[resolved] = flag
-    return chosen
+    if not report.passed:  # the verdict line above is the one message: exit 3 without an "Error:"
+        raise typer.Exit(EXIT_GATE_FAILED)
 
 
 def _write_reports(report, outputs: dict[str, Path], inputs: list[str], baseline: Optional[str]) -> None:

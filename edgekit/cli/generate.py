@@ -12,19 +12,20 @@ from edgekit.cli.common import console, echo_json, handles_errors
 
 @handles_errors
 def generate_command(
-    checkpoint: Path = typer.Argument(..., help="Checkpoint artifact folder of a language model."),
+    checkpoint: Path = typer.Argument(..., metavar="ARTIFACT", help="Artifact folder of a language model: a checkpoint, or its quantized/exported artifact."),
     prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue."),
     max_tokens: int = typer.Option(100, "--max-tokens", help="Tokens to generate."),
     temperature: float = typer.Option(0.8, help="Sampling temperature (0: greedy)."),
     top_k: int = typer.Option(20, "--top-k", help="Sample among the k most likely tokens (0: all)."),
     seed: Optional[int] = typer.Option(None, help="Random seed for reproducible samples."),
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps or auto."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Model file to run: checkpoint, onnx or torchscript (default: the first of these the artifact has)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Generate text from a transformer-lm or lstm-lm checkpoint."""
+    """Generate text from a transformer-lm or lstm-lm artifact (checkpoint, or int8/exported TorchScript or ONNX)."""
     from edgekit.models.generation import generate_text
 
-    result = generate_text(checkpoint, prompt, max_tokens, temperature, top_k, seed, device)
+    result = generate_text(checkpoint, prompt, max_tokens, temperature, top_k, seed, device, fmt)
     if as_json:
         echo_json(
             {"prompt": result.prompt, "text": result.text, "tokens": result.tokens, "tokens_per_s": result.tokens_per_s}

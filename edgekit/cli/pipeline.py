@@ -8,30 +8,42 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, handles_errors, split_csv
+from edgekit.cli.options import (
+    ConfigOpt,
+    MaxDropOpt,
+    MaxP50Opt,
+    MaxP99Opt,
+    MaxRssOpt,
+    MaxSizeOpt,
+    ModelOpt,
+    SeedOpt,
+    TargetOpt,
+)
 from edgekit.errors import GateFailed
 
 
 @handles_errors
 def pipeline_command(
-    target: str = typer.Option("rpi4", "--target", "-t", help="Target profile name or .toml path."),
-    model: str = typer.Option("digits-cnn", "--model", "-m", help="Zoo model to train."),
+    target: TargetOpt = "rpi4",
+    model: ModelOpt = "digits-mobilenet",
     out: Path = typer.Option(Path("runs/pipeline"), "--out", "-o", help="Output folder."),
-    epochs: int = typer.Option(20, help="Training epochs."),
-    seed: int = typer.Option(0, help="Random seed."),
-    calib: Path = typer.Option(Path("calib_data/digits"), "--calib", help="Calibration data for static int8."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Training epochs (default: the model's; 6 for digits-mobilenet)."),
+    seed: SeedOpt = 0,
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8 (default: the set edgekit ships for the model's dataset)."),
     methods: str = typer.Option("dynamic,static", "--methods", help="Comma-separated int8 methods."),
     formats: str = typer.Option("torchscript,onnx", "--format", help="Comma-separated formats."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Benchmark threads (default: the target's, capped at this host's cores)."),
     min_runs: int = typer.Option(50, "--min-runs", help="Minimum timed runs per variant."),
     min_time: float = typer.Option(0.5, "--min-time", help="Minimum timed seconds per variant."),
-    max_size_mb: Optional[str] = typer.Option(None, "--max-size-mb", help="Override the size budget (e.g. 4, 512KiB)."),
-    max_p50_ms: Optional[str] = typer.Option(None, "--max-p50-ms", help="Override the p50 latency budget (e.g. 5, 5ms)."),
-    max_p99_ms: Optional[str] = typer.Option(None, "--max-p99-ms", help="Override the p99 latency budget (e.g. 20, 0.02s)."),
-    max_peak_rss_mb: Optional[str] = typer.Option(None, "--max-peak-rss-mb", help="Override the peak RSS budget."),
-    max_accuracy_drop: Optional[str] = typer.Option(None, "--max-accuracy-drop", help="Override the accuracy-drop budget: points (1, 1pt) or relative (0.5%)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Project budget file (edgekit.toml / pyproject.toml)."),
+    processes: int = typer.Option(4, "--processes", help="Benchmark worker processes per variant (confidence intervals across them)."),
+    max_size_mb: MaxSizeOpt = None,
+    max_p50_ms: MaxP50Opt = None,
+    max_p99_ms: MaxP99Opt = None,
+    max_peak_rss_mb: MaxRssOpt = None,
+    max_accuracy_drop: MaxDropOpt = None,
+    config: ConfigOpt = None,
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Start from this checkpoint artifact (from `edgekit train`) instead of training."),
-    force: bool = typer.Option(False, "--force", help="Go on when the model is estimated not to fit the target's RAM (a warning instead of an error)."),
+    force: bool = typer.Option(False, "--force", help="Go on when the model is estimated not to fit the target's RAM; replace --out even when it holds files edgekit did not write."),
 ) -> None:
     """Train, quantize (dynamic + static int8), export, benchmark every variant and gate on budgets.
 
@@ -40,7 +52,7 @@ def pipeline_command(
     from rich.markup import escape
     from rich.table import Table
 
-    from edgekit.pipeline import PipelineConfig, ratio, run_pipeline
+    from edgekit.pipeline import PipelineConfig, ratio, recommendation_line, run_pipeline
 
     overrides = {
         "max_size_mb": max_size_mb,
@@ -65,6 +77,7 @@ def pipeline_command(
         config_path=config,
         checkpoint=checkpoint,
         force=force,
+        processes=processes,
     )
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))
@@ -86,11 +99,13 @@ def pipeline_command(
         )
     out_console = console()
     out_console.print(table)
+    out_console.print(recommendation_line(result.recommended), markup=False, highlight=False)
     for warning in result.warnings:
         out_console.print(f"[yellow]Warning:[/yellow] {escape(warning)}")
     for check in result.gate_report.failures:
         out_console.print(f"[red]FAIL[/red] {escape(check.model)}: {escape(check.message)}")
-    out_console.print(f"Results: {out / 'pipeline.md'}, {out / 'pipeline.json'}, {out / 'gate.md'}, {out / 'junit.xml'}")
+    files = ("report.html", "pipeline.md", "pipeline.json", "bench.json", "gate.md", "gate.json", "junit.xml")
+    out_console.print("Results: " + ", ".join(str(out / name) for name in files), markup=False, highlight=False)
     if not result.passed:
         raise GateFailed(f"{len(result.gate_report.failures)} budget check(s) failed for target {target}")
 

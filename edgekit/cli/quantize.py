@@ -8,20 +8,30 @@ from typing import Optional
 
 import typer
 
-from edgekit.cli.common import console, handles_errors, progress_enabled, split_csv
+from edgekit.cli.common import console, echo_json, handles_errors, progress_enabled, split_csv
+from edgekit.cli.options import (
+    DynamicAxesOpt,
+    InputDtypeOpt,
+    InputRangeOpt,
+    InputShapeOpt,
+    JsonFlag,
+    StateDictOpt,
+    TargetOpt,
+    source_options as collect_source_options,
+)
 
 
 @handles_errors
 def quantize_command(
     source: str = typer.Argument(
-        ..., help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:CONFIG(.json|folder)."
+        ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:CONFIG(.json|folder)."
     ),
     method: str = typer.Option("static", "--method", help="dynamic | static | qat."),
     out: Path = typer.Option(..., "--out", "-o", help="Output artifact folder."),
-    target: str = typer.Option("rpi4", "--target", "-t", help="Target profile name or .toml path."),
+    target: TargetOpt = "rpi4",
     calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data folder/file (.npy/.npz); static only."),
     formats: Optional[str] = typer.Option(None, "--format", help="Comma-separated: torchscript, onnx (default: both; onnx for .onnx and hf: sources)."),
-    calibrate_method: Optional[str] = typer.Option(None, "--calibrate-method", help="minmax | percentile | entropy | mse (ONNX path)."),
+    calibrate_method: Optional[str] = typer.Option(None, "--calibrate-method", help="minmax | percentile | entropy | mse (ONNX path only: add --format onnx for a checkpoint)."),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile calibration: share of values kept (default 99.99)."),
     calib_bins: Optional[int] = typer.Option(None, "--calib-bins", help="Histogram calibrations: bins per tensor (default 2048)."),
     calib_batch_size: Optional[int] = typer.Option(None, "--calib-batch-size", help="Samples per calibration batch."),
@@ -32,24 +42,25 @@ def quantize_command(
     per_channel: Optional[bool] = typer.Option(None, "--per-channel/--per-tensor", help="Weight scales per output channel (default: the target's recipe)."),
     reduce_range: Optional[bool] = typer.Option(None, "--reduce-range/--no-reduce-range", help="ONNX: 7-bit weights (default: from the host/target ISA)."),
     op_types: Optional[str] = typer.Option(None, "--op-types", help="ONNX static: quantize only these op types, e.g. MatMul,Gemm (default: all)."),
-    exclude: Optional[list[str]] = typer.Option(None, "--exclude", help="Keep this layer in float (ONNX node or torch module name; repeatable)."),
+    exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="LAYER", help="Keep this layer in float (ONNX node or torch module name; repeatable)."),
     max_drop: Optional[float] = typer.Option(None, "--max-drop", help="Accuracy budget in points: sensitive layers fall back to float until met."),
     auto: bool = typer.Option(False, "--auto", help="Try the target's candidate recipes; keep the fastest within the budget."),
+    fusion: Optional[str] = typer.Option(None, "--fusion", help="ONNX graph layout: no-skip-ln (default) | runtime | transformer (dynamic only)."),
+    report: bool = typer.Option(False, "--report", help="Per-tensor int8 error table (SQNR, range, outliers), worst first; kept in the manifest."),
     epochs: Optional[int] = typer.Option(None, "--qat-epochs", help="QAT: fine-tuning epochs (default 3)."),
     lr: Optional[float] = typer.Option(None, "--qat-lr", help="QAT: Adam learning rate (default 5e-4)."),
-    input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help="Outside-zoo models: 1x3x224x224 or NAME=1x128 (N for a dynamic axis; repeatable)."),
-    input_dtype: Optional[list[str]] = typer.Option(None, "--input-dtype", help="Outside-zoo models: float32 | int64 ... or NAME=int64."),
-    dynamic_axes: Optional[list[str]] = typer.Option(None, "--dynamic-axes", help="Outside-zoo models: 0 or NAME=0:batch,1:sequence."),
-    input_range: Optional[list[str]] = typer.Option(None, "--input-range", help="Integer inputs: NAME=LOW:HIGH (e.g. input_ids=0:30522)."),
-    state_dict: Optional[Path] = typer.Option(None, "--state-dict", help="Weights for a package.module:factory or hf: model (loaded with weights_only=True)."),
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = None,
+    dynamic_axes: DynamicAxesOpt = None,
+    input_range: InputRangeOpt = None,
+    state_dict: StateDictOpt = None,
+    force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
+    as_json: JsonFlag = False,
 ) -> None:
     """Quantize to int8 for a target (torch path -> TorchScript, ONNX Runtime path -> ONNX)."""
     from edgekit.errors import UsageError
 
-    source_options = {
-        "input_shapes": input_shape or None, "input_dtypes": input_dtype or None,
-        "dynamic_axes": dynamic_axes or None, "input_ranges": input_range or None, "state_dict": state_dict,
-    }
+    source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict)
     fmt = tuple(split_csv(formats)) if formats is not None else None
     err = console(stderr=True)
     if auto:
@@ -60,28 +71,37 @@ def quantize_command(
             ("--activation-type", activation_type), ("--weight-type", weight_type),
             ("--per-channel/--per-tensor", per_channel is not None or None),
             ("--reduce-range/--no-reduce-range", reduce_range is not None or None), ("--op-types", op_types),
-            ("--exclude", exclude), ("--qat-epochs", epochs), ("--qat-lr", lr),
+            ("--exclude", exclude), ("--qat-epochs", epochs), ("--qat-lr", lr), ("--fusion", fusion),
         )
         tuned = [name for name, value in chosen_by_auto if value]
         if tuned:
             raise UsageError(f"--auto chooses the recipe itself; drop {', '.join(tuned)}")
         from edgekit.quantize.auto import NoCandidateError, quantize_auto
 
-        with _calibration_progress(err) as report:
+        with _calibration_progress(err) as progress:
             try:
                 folder, manifest, candidates = quantize_auto(
-                    source, out, target, calib=calib, formats=fmt, max_drop=max_drop, progress=report, **source_options
+                    source, out, target, calib=calib, formats=fmt, max_drop=max_drop, progress=progress, force=force,
+                    with_report=report, **source_options
                 )
             except NoCandidateError as exc:
-                console().print(render_candidates(exc.candidates, "Candidates (none within budget)"))
+                if not as_json:
+                    console().print(render_candidates(exc.candidates, "Candidates (none within budget)", exc.bench_inputs))
                 raise
         _warn(err, manifest)
-        console().print(render_candidates(candidates, f"Candidates for {manifest.target}"))
+        if as_json:
+            _print_json(folder, manifest)
+            return
+        console().print(render_candidates(candidates, f"Candidates for {manifest.target}",
+                                          (manifest.quantization or {}).get("bench_inputs")))
         render_files(manifest, f"Quantized (auto) for {manifest.target} -> {folder}")
+        _render_reports(manifest)
         return
 
     from edgekit.quantize.api import quantize
     from edgekit.quantize.budget import AccuracyBudgetError
+
+    _check_calibrate_method(source, method, fmt, calibrate_method, percentile, calib_bins)
 
     options = {
         "calib": calib, "formats": fmt, "calibrate_method": calibrate_method, "percentile": percentile,
@@ -89,19 +109,49 @@ def quantize_command(
         "calib_cache": False if no_calib_cache else None, "activation_type": activation_type,
         "weight_type": weight_type, "per_channel": per_channel, "reduce_range": reduce_range,
         "exclude": tuple(exclude) if exclude else None, "epochs": epochs, "lr": lr,
-        "op_types": tuple(split_csv(op_types)) if op_types else None,
+        "op_types": tuple(split_csv(op_types)) if op_types else None, "fusion": fusion,
     }
-    with _calibration_progress(err) as report:
+    with _calibration_progress(err) as progress:
         try:
-            folder, manifest = quantize(source, method, out, target, max_drop=max_drop, progress=report,
-                                        **source_options, **options)
+            folder, manifest = quantize(source, method, out, target, max_drop=max_drop, progress=progress,
+                                        force=force, with_report=report, **source_options, **options)
         except AccuracyBudgetError as exc:
-            console().print(render_budget(exc.report.to_dict(), "Accuracy budget NOT met"))
+            if not as_json:
+                console().print(render_budget(exc.report.to_dict(), "Accuracy budget NOT met"))
             raise
     _warn(err, manifest)
+    if as_json:
+        _print_json(folder, manifest)
+        return
     render_files(manifest, f"Quantized ({method}) for {manifest.target} -> {folder}")
     for report in (manifest.quantization or {}).get("budget", {}).get("files", []):
-        console().print(render_budget(report, f"Accuracy budget met ({report['format']})"))
+        if report.get("sensitivity"):  # layers had to fall back to float: show which and why
+            console().print(render_budget(report, f"Accuracy budget met ({report['format']})"))
+        else:
+            console().print(f"Accuracy budget met ({report['format']}): {_budget_caption(report)}",
+                            markup=False, highlight=False)
+    _render_reports(manifest)
+
+
+def _print_json(folder, manifest) -> None:
+    from edgekit.info import manifest_summary
+
+    echo_json(manifest_summary(folder, manifest))
+
+
+def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, percentile, calib_bins) -> None:
+    """The calibration settings steer ONNX Runtime's calibrators; the TorchScript path uses the target
+    engine's torch.ao observers, so asking for them there is refused rather than silently ignored."""
+    from edgekit.errors import UsageError
+
+    chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
+                                       ("--calib-bins", calib_bins)) if value is not None]
+    if not chosen or method != "static":
+        return
+    onnx_only_source = str(source).endswith(".onnx") or str(source).startswith("hf:")
+    if (fmt is None and not onnx_only_source) or (fmt is not None and "torchscript" in fmt):
+        raise UsageError(f"{chosen[0]} applies to the ONNX path only (TorchScript uses the target engine's "
+                         "torch.ao observers); add --format onnx")
 
 
 def _warn(err, manifest) -> None:
@@ -111,73 +161,156 @@ def _warn(err, manifest) -> None:
 
 @contextlib.contextmanager
 def _calibration_progress(err):
-    """A progress line with samples and ETA while calibration runs (only on a terminal)."""
-    if not progress_enabled():
+    """Progress of the long steps (calibration, QAT epochs, --auto candidates, sensitivity analysis).
+
+    On a terminal: one live bar, relabelled per step. Elsewhere (CI logs, pipes): one line per
+    step, at most one every 2 s per stage plus each stage's last. EDGEKIT_NO_PROGRESS=1 silences it.
+    """
+    import os
+    import time
+
+    from edgekit.quantize.progress import StepProgress
+
+    if os.environ.get("EDGEKIT_NO_PROGRESS"):
         yield None
+        return
+    if not progress_enabled():
+        last: dict[str, float] = {}
+
+        def plain(state) -> None:
+            if not isinstance(state, StepProgress):
+                return  # calibration batches: too many for a log; the stage lines frame them
+            now = time.monotonic()
+            final = state.total is not None and state.done >= state.total
+            if final or now - last.get(state.stage, -1e9) >= 2.0:
+                last[state.stage] = now
+                err.print(state.describe(), markup=False, highlight=False)
+
+        yield plain
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TextColumn("samples"),
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("calibrate", total=None)
+        task = bar.add_task("calibrating samples", total=None)
 
         def report(state) -> None:
-            bar.update(task, completed=state.samples, total=state.total)
+            if isinstance(state, StepProgress):
+                label = state.describe().split(":")[0] if state.stage in ("qat", "sensitivity", "fallback") else state.describe()
+                bar.update(task, description=label, completed=state.done, total=state.total)
+                if state.stage == "qat" and state.detail:
+                    err.print(state.describe(), markup=False, highlight=False)
+            else:
+                bar.update(task, description="calibrating samples", completed=state.samples, total=state.total)
 
         yield report
 
 
 def render_files(manifest, title: str) -> None:
+    """One row per file. Labelled models show accuracy and its drop in points; others show fidelity
+    to the float model (cosine, SQNR), which is not an accuracy and is never called a drop."""
     from rich.table import Table
 
-    table = Table("file", "format", "precision", "size KB", "accuracy", "float acc", "drop pts", "cosine vs float",
-                  "SQNR dB", title=title)
+    labelled = any(entry.metrics.get("accuracy") is not None or entry.metrics.get("float_accuracy") is not None
+                   for entry in manifest.files)
+    headers = ["file", "format", "precision", "size KB"]
+    if labelled:
+        headers += ["accuracy", "float acc", "drop pts"]
+    headers += ["fidelity (cosine)", "SQNR dB"]
+    table = Table(*headers, title=title)
     for entry in manifest.files:
         acc, ref = entry.metrics.get("accuracy"), entry.metrics.get("float_accuracy")
         parity = entry.metrics.get("parity") or {}
-        drop = entry.metrics.get("accuracy_drop_points")
-        table.add_row(
-            " + ".join(entry.paths()),
-            entry.format,
-            entry.precision,
-            f"{entry.total_bytes / 1024:.1f}",
-            "-" if acc is None else f"{acc:.4f}",
-            "-" if ref is None else f"{ref:.4f}",
-            "-" if drop is None else f"{drop:.2f}",
-            "-" if "cosine" not in parity else f"{parity['cosine']:.5f}",
-            "-" if "sqnr_db" not in parity else f"{parity['sqnr_db']:.1f}",
-        )
+        drop = entry.metrics.get("accuracy_drop_points") if acc is not None else None
+        row = [" + ".join(entry.paths()), entry.format, entry.precision, f"{entry.total_bytes / 1024:.1f}"]
+        if labelled:
+            row += ["-" if acc is None else f"{acc:.4f}", "-" if ref is None else f"{ref:.4f}",
+                    "-" if drop is None else f"{drop:.2f}"]
+        row += ["-" if "cosine" not in parity else f"{parity['cosine']:.5f}",
+                "-" if "sqnr_db" not in parity else f"{parity['sqnr_db']:.1f}"]
+        table.add_row(*row)
     console().print(table)
+
+
+def _is_fidelity(report: dict) -> bool:
+    return report.get("metric") not in (None, "accuracy")
+
+
+def _budget_caption(report: dict) -> str:
+    lat = report.get("latency_ms") or {}
+    cost = (f"size {report['bytes_int8'] / 1024:.1f} KB -> {report['bytes_final'] / 1024:.1f} KB"
+            + (f"; p50 {lat['int8']:.3f} ms -> {lat['final']:.3f} ms" if "int8" in lat else ""))
+    budget = report["budget_points"]
+    if not report.get("sensitivity"):  # nothing needed: the fully quantized file is within budget
+        if _is_fidelity(report):
+            return f"fidelity (cosine vs float) {report['int8_value']:.5f} >= {1 - budget / 100:.4f}, no layer kept in float"
+        return f"drop {report['int8_drop_points']:.2f} points within the {budget:g}-point budget, no layer kept in float"
+    if _is_fidelity(report):
+        quality = (f"fidelity (cosine vs float) {report['int8_value']:.5f} -> {report['final_value']:.5f} "
+                   f"(budget: cosine >= {1 - budget / 100:.4f})")
+    else:
+        quality = f"drop {report['int8_drop_points']:.2f} -> {report['final_drop_points']:.2f} points (budget {budget:g})"
+    return f"{report['format']}: {quality}; {cost}"
 
 
 def render_budget(report: dict, title: str):
     from rich.table import Table
 
-    table = Table("layer", "op", "drop if kept float", "kept float", title=title)
+    fidelity = _is_fidelity(report)
+    table = Table("layer", "op", "cosine if kept float" if fidelity else "drop pts if kept float", "kept float",
+                  title=title)
     fallback = set(report.get("float_layers", []))
     for entry in report.get("sensitivity", []):
-        table.add_row(entry["layer"], entry["op"], f"{entry['drop_points']:.2f}", "yes" if entry["layer"] in fallback else "")
-    lat = report.get("latency_ms") or {}
-    cost = (f"size {report['bytes_int8'] / 1024:.1f} KB -> {report['bytes_final'] / 1024:.1f} KB"
-            + (f"; p50 {lat['int8']:.3f} ms -> {lat['final']:.3f} ms" if "int8" in lat else ""))
-    table.caption = (f"{report['format']}: drop {report['int8_drop_points']:.2f} -> {report['final_drop_points']:.2f} "
-                     f"points (budget {report['budget_points']:g}); {cost}")
+        value = f"{1 - entry['drop_points'] / 100:.5f}" if fidelity else f"{entry['drop_points']:.2f}"
+        table.add_row(entry["layer"], entry["op"], value, "yes" if entry["layer"] in fallback else "")
+    table.caption = _budget_caption(report)
     return table
 
 
-def render_candidates(candidates, title: str):
+def _render_reports(manifest, rows: int = 15) -> None:
+    for entry in manifest.files:
+        found = entry.details.get("error_report")
+        if found:
+            console().print(render_report(found, f"int8 error per tensor, worst first ({entry.path})", rows))
+
+
+def render_report(report: dict, title: str, rows: int = 15):
+    from rich.table import Table
+
+    table = Table("tensor", "kind", "read by", "range", "SQNR dB", "rel err", "SQNR dB so far", "crest",
+                  "outlier ch", title=title)
+    for r in report.get("worst", [])[:rows]:
+        accum = r.get("accumulated_sqnr_db")
+        table.add_row(
+            r["tensor"][-56:], r["kind"][:3], r["op"], f"[{r['low']:.3g}, {r['high']:.3g}]", f"{r['sqnr_db']:.1f}",
+            f"{r['rel_error']:.3f}", "-" if accum is None else f"{accum:.1f}", f"{r['crest']:.0f}",
+            f"{r['outlier_channels']}/{r['channels']}",
+        )
+    table.caption = (f"{report.get('tensors', 0)} quantized activations, {report.get('weights', 0)} weights; "
+                     f"median SQNR {report.get('median_sqnr_db')} dB; {len(report.get('below_20db', []))} below 20 dB. "
+                     "SQNR: the tensor's own rounding error; so far: the int8 model vs float at that tensor "
+                     "(all upstream error); crest: max|x| / RMS")
+    return table
+
+
+def render_candidates(candidates, title: str, bench_inputs: dict | None = None):
     from rich.table import Table
 
     table = Table("recipe", "format", "size KB", "metric", "value", "drop pts", "p50 ms", "in budget", "chosen", title=title)
     for c in candidates:
+        accuracy = c.metric == "accuracy"  # else fidelity (cosine vs float): its value says it all
         table.add_row(
-            c.name, c.format, f"{c.bytes / 1024:.1f}" if c.bytes else "-", c.metric or "-",
+            c.name, c.format, f"{c.bytes / 1024:.1f}" if c.bytes else "-",
+            {"accuracy": "accuracy", "cosine": "fidelity (cosine)"}.get(c.metric, c.metric or "-"),
             "-" if c.value is None else f"{c.value:.4f}",
-            "-" if c.drop_points is None else f"{c.drop_points:.2f}",
+            "-" if c.drop_points is None or not accuracy else f"{c.drop_points:.2f}",
             "-" if c.p50_ms is None else f"{c.p50_ms:.3f}",
-            ("error: " + c.error) if c.error else ("yes" if c.meets_budget else ("-" if c.method == "fp32" else "no")),
+            ("error: " + c.error) if c.error else ("yes" if c.meets_budget else ("-" if c.method == "fp32" else
+                                                   "slower than fp32" if c.slower_than_float else "no")),
             "*" if c.chosen else "",
         )
+    if bench_inputs:
+        table.caption = "timed at " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in bench_inputs.items())
     return table
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
+from edgekit.cli.options import JsonFlag
 
 
 @handles_errors
-def targets_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def targets_command(as_json: JsonFlag = False) -> None:
     """List the target device profiles."""
     from rich.table import Table
 
@@ -16,7 +17,8 @@ def targets_command(as_json: bool = typer.Option(False, "--json", help="Print JS
 
     targets = [load_target(name) for name in available_targets()]
     if as_json:
-        echo_json({t.name: {"arch": t.arch, "core": t.core, "ram_mb": t.ram_mb, "budgets": t.budgets} for t in targets})
+        echo_json({t.name: {"arch": t.arch, "core": t.core, "cores": t.cores, "ram_mb": t.ram_mb,
+                            "quantized_engine": t.quantized_engine, "budgets": t.budgets} for t in targets})
         return
     table = Table("target", "cpu", "cores", "RAM MB", "engine", "ONNX int8", "budgets")
     for t in targets:
@@ -34,13 +36,18 @@ def targets_command(as_json: bool = typer.Option(False, "--json", help="Print JS
 
 
 @handles_errors
-def models_command() -> None:
+def models_command(as_json: JsonFlag = False) -> None:
     """List the zoo models."""
     from edgekit.models import get_spec, model_names
 
-    for name in model_names():
-        spec = get_spec(name)
-        console().print(f"{name}  {spec.description}")
+    specs = {name: get_spec(name) for name in model_names()}
+    if as_json:
+        echo_json({name: {"description": spec.description, "task": spec.task, "config": spec.default_config,
+                          "inputs": [i.to_dict() for i in spec.input_spec(spec.default_config)],
+                          "outputs": list(spec.outputs)} for name, spec in specs.items()})
+        return
+    for name, spec in specs.items():
+        console().print(f"{name}  {spec.description}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

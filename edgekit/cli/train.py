@@ -12,7 +12,8 @@ from typing import Optional
 
 import typer
 
-from edgekit.cli.common import console, handles_errors, progress_enabled
+from edgekit.cli.common import console, echo_json, handles_errors, progress_enabled
+from edgekit.cli.options import JsonFlag, ModelOpt, SeedOpt
 from edgekit.errors import UsageError
 
 
@@ -111,10 +112,10 @@ def _duration(seconds: float) -> str:
 
 @handles_errors
 def train_command(
-    model: str = typer.Option("digits-cnn", "--model", "-m", help="Zoo model name (see `edgekit models`)."),
-    out: Path = typer.Option(Path("runs/digits"), "--out", "-o", help="Run / artifact folder."),
+    model: ModelOpt = "digits-cnn",
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run / artifact folder (default: runs/MODEL)."),
     data: Optional[Path] = typer.Option(None, "--data", help="UTF-8 text file for language models (default: the Python docs)."),
-    set_: list[str] = typer.Option([], "--set", help="Model setting KEY=VALUE, repeatable (e.g. --set attention=local)."),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Model setting KEY=VALUE, repeatable (e.g. --set attention=local)."),
     tokenizer: str = typer.Option("char", help="Text tokenizer: char or word."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Text sequence length (default: the model's max_len)."),
     epochs: int = typer.Option(20, help="Training epochs."),
@@ -126,7 +127,7 @@ def train_command(
     weight_decay: float = typer.Option(1e-4, "--weight-decay", help="AdamW weight decay (weights and embeddings; not biases or norms)."),
     warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Warm-up steps (default: 5% of the steps)."),
     clip_grad_norm: Optional[float] = typer.Option(None, "--clip-grad-norm", help="Clip the gradient norm to this value."),
-    seed: int = typer.Option(0, help="Random seed (same seed, same weights on CPU)."),
+    seed: SeedOpt = 0,
     device: str = typer.Option("auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N, mps."),
     precision: str = typer.Option("auto", help="auto, fp32, bf16 or fp16 (auto: bf16/fp16 on CUDA, fp32 on CPU and for recurrent models)."),
     grad_checkpoint: bool = typer.Option(False, "--grad-checkpoint", help="Recompute transformer blocks in backward to save memory."),
@@ -138,9 +139,10 @@ def train_command(
     resume: bool = typer.Option(False, "--resume", help="Continue from last.pt: an interrupted run (in OUT.partial/, else OUT), or a finished one to train further."),
     profile: bool = typer.Option(False, "--profile", help="Write a torch.profiler trace of steps 3-5 to OUT/profile/."),
     workers: Optional[int] = typer.Option(None, "--workers", help="DataLoader workers (default: 0 on CPU, up to 4 on CUDA)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice; 1 helps small models on busy machines)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: measured per model size: 1 for small models, else all cores but one)."),
     strategy: str = typer.Option("auto", help="Under torchrun: auto (DDP), ddp or fsdp (FSDP2 fully_shard)."),
     cpu_offload: bool = typer.Option(False, "--cpu-offload", help="FSDP: keep parameters and optimizer state in host memory."),
+    as_json: JsonFlag = False,
 ) -> None:
     """Train a model on its dataset; keep the best checkpoint by validation metric."""
     from edgekit.train.config import TrainConfig
@@ -178,15 +180,29 @@ def train_command(
         strategy=strategy,
         cpu_offload=cpu_offload,
     )
+    if out is None:
+        out = Path("runs") / model
     main = is_main_process()
     err = console(stderr=True)
     renderer = (RichProgress(err) if progress_enabled() else PlainProgress(err)) if main else None
     try:
         folder, manifest = train(config, out, progress=renderer)
+    except KeyboardInterrupt:
+        if renderer is not None:
+            renderer.close()
+            renderer = None
+        if main:
+            typer.echo(f"Error: {interrupted_hint(model, out)}", err=True)
+        raise typer.Exit(130) from None
     finally:
         if renderer is not None:
             renderer.close()
     if not main:
+        return
+    if as_json:
+        from edgekit.info import manifest_summary
+
+        echo_json(manifest_summary(folder, manifest))
         return
     metric = manifest.task.get("metric", "accuracy")
     m = manifest.metrics
@@ -194,6 +210,19 @@ def train_command(
     if "perplexity" in m:
         line += f", perplexity {m['perplexity']:.2f}"
     console().print(f"{line} (best step {m['best_step']} of {m['steps']}) -> {folder}")
+
+
+def interrupted_hint(model: str, out: Path) -> str:
+    """What an interrupted run left, and the command that continues it."""
+    from edgekit.train.artifact import partial_dir
+    from edgekit.train.checkpoint import STATE_FILE
+
+    out = Path(out)
+    for folder in (partial_dir(out), out):
+        if (folder / STATE_FILE).is_file():
+            return (f"interrupted; the last saved state is in {folder / STATE_FILE}: continue with the same "
+                    f"command plus --resume (edgekit train -m {model} -o {out} ... --resume)")
+    return "interrupted before the first saved state; nothing to resume (--save-every N saves more often)"
 
 
 def register(app: typer.Typer) -> None:

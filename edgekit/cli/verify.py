@@ -18,7 +18,7 @@ def verify_command(
         help="Run the bundle on an aarch64 Debian userland under QEMU user-mode emulation and compare its outputs with this host's (needs root).",
     ),
     rootfs_cache: Path | None = typer.Option(
-        None, "--rootfs-cache", help="Folder of cached rootfs builds (default: $XDG_CACHE_HOME/edgekit/rootfs, else ~/.cache/edgekit/rootfs)."
+        None, "--rootfs-cache", help="Folder of cached rootfs builds (default: rootfs in the cache folder, see `edgekit cache`)."
     ),
     debian_release: str = typer.Option("bookworm", "--debian-release", help="Debian release of the emulated userland."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build the rootfs again even when one is cached."),
@@ -43,8 +43,9 @@ def verify_command(
     from edgekit.fileio import ensure_writable_dir, write_json
 
     if json_out is not None:
-        if json_out.is_dir():
-            raise UsageError(f"--json {json_out} is a folder; name a file")
+        from edgekit.outputs import check_report_paths
+
+        check_report_paths({"--json": json_out}, [bundle])
         ensure_writable_dir(json_out.parent)
     if not emulate:
         from edgekit.emulate.bundle import open_bundle

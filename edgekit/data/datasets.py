@@ -13,6 +13,12 @@ def _digits(split: str):
     return digits.load_split(split)
 
 
+def _digits32(split: str):
+    from edgekit.data import digits
+
+    return digits.load_split_large(split)
+
+
 def _pydoc_topics(split: str):
     from edgekit.data import text
 
@@ -27,6 +33,7 @@ def _pydoc_text(split: str):
 
 _LOADERS: dict[str, Callable] = {
     "digits": _digits,
+    "digits32": _digits32,  # the same digits upscaled to 32x32 (bilinear)
     "pydoc-topics": _pydoc_topics,  # classification: inputs (N, 64) token ids, labels (N,)
     "pydoc-text": _pydoc_text,  # language modelling: inputs (N, 128) token ids, labels = next tokens
 }

@@ -66,3 +66,39 @@ def load_split(name: str) -> ArraySplit:
 def calibration_inputs() -> np.ndarray:
     """The calibration samples: the first CALIB_SIZE of the (already shuffled) train split."""
     return load_split("train").inputs[:CALIB_SIZE]
+
+
+# -- the same digits at an edge camera's resolution ------------------------------------------------
+
+LARGE_SIZE = 32
+LARGE_INPUT_SHAPE = (1, LARGE_SIZE, LARGE_SIZE)
+
+
+def _interpolation_matrix(size_in: int, size_out: int) -> np.ndarray:
+    """(size_out, size_in) weights of 1-D linear interpolation, pixel centres aligned
+    (``torch.nn.functional.interpolate(mode="bilinear", align_corners=False)``)."""
+    scale = size_in / size_out
+    centres = np.clip((np.arange(size_out) + 0.5) * scale - 0.5, 0, size_in - 1)
+    lo = np.floor(centres).astype(int)
+    hi = np.minimum(lo + 1, size_in - 1)
+    frac = centres - lo
+    matrix = np.zeros((size_out, size_in), dtype=np.float64)
+    matrix[np.arange(size_out), lo] += 1 - frac
+    matrix[np.arange(size_out), hi] += frac
+    return matrix
+
+
+def upscale(inputs: np.ndarray, size: int = LARGE_SIZE) -> np.ndarray:
+    """(N, 1, 8, 8) -> (N, 1, size, size) float32 by bilinear interpolation (deterministic)."""
+    m = _interpolation_matrix(inputs.shape[-1], size)
+    return np.einsum("oi,ncij,pj->ncop", m, inputs.astype(np.float64), m).astype(np.float32)
+
+
+def load_split_large(name: str) -> ArraySplit:
+    """A split of the digits upscaled to 32 x 32 (the same samples and labels as ``load_split``)."""
+    split = load_split(name)
+    return ArraySplit(upscale(split.inputs), split.labels)
+
+
+def calibration_inputs_large() -> np.ndarray:
+    return upscale(calibration_inputs())

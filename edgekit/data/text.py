@@ -44,10 +44,9 @@ IGNORE_INDEX = -100  # target value for padding; cross-entropy skips it
 
 def cache_root() -> Path:
     """``$EDGEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``."""
-    if os.environ.get("EDGEKIT_CACHE_DIR"):
-        return Path(os.environ["EDGEKIT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "edgekit"
+    from edgekit.cache import cache_root as root
+
+    return root()
 
 
 # --------------------------------------------------------------------------- corpus -> documents
@@ -198,7 +197,9 @@ def _read_cache(folder: Path, key: str) -> tuple[Tokenizer, dict[str, TokenizedS
             )
             for name in SPLITS
         }
-    except (OSError, ValueError, KeyError, InputFileError):
+    except Exception:  # noqa: BLE001 - a damaged cache entry is rebuilt, never an error
+        return None
+    if any(split.tokens.ndim != 1 or split.bounds.ndim != 1 for split in splits.values()):
         return None
     return tokenizer, splits
 

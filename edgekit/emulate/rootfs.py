@@ -1,7 +1,7 @@
 """The cached arm64 Debian rootfs: built once with debootstrap, reused by every later run.
 
-Layout of the cache folder (default ``$XDG_CACHE_HOME/edgekit/rootfs``, else
-``~/.cache/edgekit/rootfs``)::
+Layout of the cache folder (default ``rootfs`` in ``edgekit.cache.cache_root()``: ``$EDGEKIT_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``)::
 
     bookworm-arm64-py3.11/              a complete rootfs, keyed by Debian release + its Python
         etc/edgekit-rootfs.json         how and when it was built
@@ -54,8 +54,9 @@ class Rootfs:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgekit" / "rootfs"
+    from edgekit.cache import cache_root
+
+    return cache_root() / "rootfs"
 
 
 def check_release(release: str) -> str:

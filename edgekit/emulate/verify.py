@@ -169,8 +169,9 @@ def verify_emulated(
 
 
 def _check_settings(timeout_s: float, atol: float, launcher: str) -> None:
-    if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
+    from edgekit.bounds import check_timeout
+
+    check_timeout(timeout_s)
     if not isinstance(atol, (int, float)) or not math.isfinite(atol) or atol < 0:
         raise UsageError(f"--atol must be a number >= 0, got {atol!r}")
     if launcher not in LAUNCHERS:

@@ -8,7 +8,7 @@ from pathlib import Path
 from edgekit.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
 from edgekit.errors import InputFileError, UsageError
 from edgekit.export import onnx_export
-from edgekit.fileio import atomic_dir
+from edgekit.outputs import commit_dir
 from edgekit.targets import Target, load_target
 
 FORMATS = ("torchscript", "onnx")
@@ -26,6 +26,7 @@ def export(
     torchscript_mode: str = "trace",
     optimize: bool = False,
     external_data: bool | None = None,
+    force: bool = False,
     **source_options,
 ) -> tuple[Path, Manifest]:
     """Export ``formats`` from an artifact into ``out``; every file is reloaded and checked.
@@ -40,7 +41,7 @@ def export(
     ``source`` is an edgekit artifact folder, or a model from outside the zoo:
     ``package.module:factory`` or ``hf:CONFIG`` with ``source_options`` (``input_shapes``,
     ``input_dtypes``, ``dynamic_axes``, ``input_ranges``, ``state_dict``) as ``edgekit quantize``
-    takes them.
+    takes them. ``out`` is replaced only when it is an export edgekit wrote (else ``force``).
     """
     if torchscript_mode not in TORCHSCRIPT_MODES:
         raise UsageError(f"unknown TorchScript mode {torchscript_mode!r}; choose from: {', '.join(TORCHSCRIPT_MODES)}")
@@ -51,7 +52,7 @@ def export(
         raise UsageError("no format given; choose from: torchscript, onnx")
     if _outside_zoo(source):
         return _export_outside_zoo(source, out, formats, target, opset, onnx_route, torchscript_mode, optimize,
-                                   external_data, source_options)
+                                   external_data, source_options, force)
     if source_options:
         raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo")
     folder, manifest = load_manifest(source)
@@ -61,7 +62,7 @@ def export(
     target = target if isinstance(target, Target) else load_target(target_name)
     opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
 
-    with atomic_dir(out) as work:
+    with commit_dir(out, "export", inputs=[folder, _target_path(target_name)], force=force) as work:
         if manifest.kind == "checkpoint":
             from edgekit.train.checkpoint import load_model_from_artifact
 
@@ -82,6 +83,10 @@ def export(
             parent=parent_ref(folder, manifest),
             target=target.name,
         )
+        if manifest.task.get("type") == "language-modeling":  # generate/serve need the vocabulary
+            from edgekit.models.lm_runtime import carry_tokenizer
+
+            carry_tokenizer(result.parent, work)
         result = finalize(result, work)
     return Path(out), result
 
@@ -106,18 +111,30 @@ def _outside_zoo(source) -> bool:
     return text.startswith("hf:") or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text) is not None)
 
 
-def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, external_data, source_options):
+def _target_path(name) -> str | None:
+    """A target given as a file path (an input to protect); None for a profile name."""
+    return str(name) if name is not None and Path(str(name)).is_file() else None
+
+
+def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, external_data, source_options,
+                        force=False):
     """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
     from edgekit.quantize.sources import resolve_source
 
     src = resolve_source(source, **source_options)
+    target_name = None if isinstance(target, Target) else target
     target = target if isinstance(target, Target) else load_target(target or "rpi4")
     opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
     origin = Manifest(
         kind="checkpoint", model=src.model_info or {"name": src.label}, inputs=src.inputs, outputs=src.outputs,
         files=(), task=src.task,
     )
-    with atomic_dir(out) as work:
+    inputs = [source_options.get("state_dict"), _target_path(target_name)]
+    if str(source).startswith("hf:"):
+        from edgekit.quantize.api import hf_config_file
+
+        inputs.append(hf_config_file(source))
+    with commit_dir(out, "export", inputs=inputs, force=force) as work:
         files = _export_float(src.load_torch(), origin, work, formats, target, opset, route, ts_mode, optimize,
                               external_data)
         result = Manifest(

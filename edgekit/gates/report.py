@@ -80,7 +80,9 @@ def table_rows(report: GateReport) -> list[Row]:
 
 
 def _md_cell(text: str) -> str:
-    text = " ".join(str(text).split())  # no newlines inside a table row
+    from edgekit.outputs import safe_text
+
+    text = safe_text(" ".join(str(text).split()))  # no newlines inside a row; ESC/OSC shown, never sent
     for char, escaped in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("`", "\\`")):
         text = text.replace(char, escaped)
     return text or " "

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -29,62 +29,67 @@ def sample_tokens(model, prompt_ids, max_tokens: int, temperature: float = 1.0, 
     """
     import torch
 
+    device = next(model.parameters()).device
+    model.eval()
+
+    def step(window: list[int]):
+        with torch.inference_mode():
+            return model(torch.tensor([window], dtype=torch.long, device=device))[0, -1].float()
+
+    return list(iter_tokens(step, prompt_ids, max_tokens, temperature, top_k, context, seed))
+
+
+def iter_tokens(step, prompt_ids, max_tokens: int, temperature: float = 1.0, top_k: int = 0,
+                context: int | None = None, seed: int | None = None):
+    """Yield ``max_tokens`` new ids one at a time; ``step(window)`` gives the next token's logits.
+
+    ``step`` may be any runtime (torch module, TorchScript, ONNX Runtime: see
+    ``edgekit.models.lm_runtime``); it returns a 1-D float torch tensor.
+    """
+    import torch
+
     check_sampling(max_tokens, temperature, top_k)
     if len(prompt_ids) == 0:
         raise UsageError("the prompt is empty; give at least one character")
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device)
+    generator = torch.Generator()
     generator.manual_seed(seed if seed is not None else torch.seed())
-    ids = list(prompt_ids)
-    model.eval()
-    with torch.inference_mode():
-        for _ in range(max_tokens):
-            window = ids[-context:] if context else ids
-            logits = model(torch.tensor([window], dtype=torch.long, device=device))[0, -1].float()
-            if temperature == 0:
-                ids.append(int(logits.argmax()))
-                continue
+    ids = [int(i) for i in prompt_ids]
+    for _ in range(max_tokens):
+        window = ids[-context:] if context else ids
+        logits = step(window).float().cpu()
+        if temperature == 0:
+            ids.append(int(logits.argmax()))
+        else:
             logits = logits / temperature
             if top_k:
                 kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             probs = torch.softmax(logits, dim=-1)
             ids.append(int(torch.multinomial(probs, 1, generator=generator)))
-    return ids[len(prompt_ids):]
+        yield ids[-1]
 
 
 def check_sampling(max_tokens: int, temperature: float, top_k: int) -> None:
-    if max_tokens < 1:
-        raise UsageError(f"max_tokens must be >= 1, got {max_tokens}")
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise UsageError(f"temperature must be >= 0 and finite, got {temperature}")
-    if top_k < 0:
-        raise UsageError(f"top_k must be >= 0 (0: no limit), got {top_k}")
+    from edgekit.bounds import check_sampling as check
+
+    check(max_tokens, temperature, top_k)
 
 
 def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temperature: float = 0.8,
-                  top_k: int = 20, seed: int | None = None, device: str = "cpu") -> Generated:
-    """Continue ``prompt`` with the language model in a checkpoint artifact."""
+                  top_k: int = 20, seed: int | None = None, device: str = "cpu", fmt: str | None = None,
+                  threads: int | None = None) -> Generated:
+    """Continue ``prompt`` with the language model in an artifact: a checkpoint, or a quantized or
+    exported one (TorchScript or ONNX; ``fmt`` picks the file, default as in ``lm_runtime.FORMAT_ORDER``)."""
     import time
 
     from edgekit.artifacts import load_manifest
-    from edgekit.data.tokenizer import Tokenizer
-    from edgekit.train.checkpoint import load_checkpoint, load_model_from_artifact
-    from edgekit.train.distributed import select_device
+    from edgekit.models.lm_runtime import check_language_model, load_language_model, load_tokenizer
 
     check_sampling(max_tokens, temperature, top_k)  # before anything is loaded
     folder, manifest = load_manifest(artifact)
-    if manifest.task.get("type") != "language-modeling":
-        raise UsageError(
-            f"{folder} holds a {manifest.task.get('type', 'unknown')} model ({manifest.model['name']}); "
-            "generate needs a language model such as transformer-lm or lstm-lm"
-        )
-    _, meta = load_checkpoint(folder / manifest.file("checkpoint").path)
-    if "tokenizer" not in meta:
-        raise InputFileError(f"checkpoint in {folder} carries no tokenizer")
-    tokenizer = Tokenizer.from_dict(meta["tokenizer"])
-    model = load_model_from_artifact(folder, manifest).to(select_device(device))
-    context = manifest.model.get("config", {}).get("max_len")
+    check_language_model(folder, manifest)
+    tokenizer = load_tokenizer(folder, manifest)
+    lm = load_language_model(folder, manifest, fmt, device, threads)
     started = time.perf_counter()
-    new = sample_tokens(model, tokenizer.encode(prompt).tolist(), max_tokens, temperature, top_k, context, seed)
+    new = list(iter_tokens(lm.step, tokenizer.encode(prompt).tolist(), max_tokens, temperature, top_k, lm.context, seed))
     return Generated(prompt, tokenizer.decode(new), len(new), time.perf_counter() - started)

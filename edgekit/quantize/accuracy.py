@@ -38,12 +38,27 @@ def fidelity(predict, cases: dict) -> dict:
         ref = np.asarray(expected, dtype=np.float64)
         if got.shape != ref.shape:
             raise ParityError(f"output shape {got.shape} != float model's {ref.shape}")
+        keep = real_positions(inputs, ref.shape)
+        if keep is not None:
+            got, ref = got[keep], ref[keep]
         denom = np.linalg.norm(ref) * np.linalg.norm(got)
         cos.append(float((ref * got).sum() / denom) if denom > 0 else 1.0)
         noise = float(((ref - got) ** 2).sum())
         sqnr.append(float(10 * np.log10((ref**2).sum() / noise)) if noise > 0 else float("inf"))
         top1.append(float((ref.argmax(-1) == got.argmax(-1)).mean()))
     return {"cosine": round(min(cos), 6), "sqnr_db": round(min(sqnr), 3), "top1_agreement": round(min(top1), 6)}
+
+
+def real_positions(inputs: dict, shape: tuple) -> np.ndarray | None:
+    """The (batch, position) cells of a sequence output that hold real tokens, from an integer
+    ``*mask*`` input of the same two leading sizes; None when there is no such input. Outputs at
+    padded positions are never read (pooling and heads skip them), so fidelity leaves them out."""
+    for name, value in inputs.items():
+        value = np.asarray(value)
+        if ("mask" in name.lower() and value.dtype.kind in "iub" and value.ndim == 2 and len(shape) >= 2
+                and value.shape == tuple(shape[:2]) and value.any()):
+            return value.astype(bool)
+    return None
 
 
 def predictor(path: Path, fmt: str, details: dict | None = None):

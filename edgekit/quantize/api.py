@@ -8,7 +8,7 @@ from typing import Callable
 
 from edgekit.artifacts import Manifest, describe_file, finalize
 from edgekit.errors import UsageError
-from edgekit.fileio import atomic_dir
+from edgekit.outputs import commit_dir
 from edgekit.targets import Target, load_target
 
 SOURCE_OPTIONS = ("input_shapes", "input_dtypes", "dynamic_axes", "input_ranges", "state_dict")
@@ -22,6 +22,8 @@ def quantize(
     *,
     max_drop: float | None = None,
     progress: Callable | None = None,
+    force: bool = False,
+    with_report: bool = False,
     **options,
 ) -> tuple[Path, Manifest]:
     """Quantize ``source`` with ``method`` for ``target``; write an artifact to ``out``.
@@ -39,15 +41,19 @@ def quantize(
     source_options = {k: options.pop(k) for k in SOURCE_OPTIONS if k in options}
     method_spec = get_method(method)
     src = _resolve(source, source_options)
-    if method == "static" and options.get("calib") is None and src.task.get("dataset") != "digits":
-        raise UsageError(f"static quantization of {src.label} needs calibration data: --calib FOLDER (.npy/.npz)")
+    if method == "static" and options.get("calib") is None:
+        from edgekit.data.calibsets import default_calibration
+
+        options["calib"] = default_calibration(src.task.get("dataset"))  # shipped in the package
+        if options["calib"] is None:
+            raise UsageError(f"static quantization of {src.label} needs calibration data: --calib FOLDER (.npy/.npz)")
     config = make_config(method, **_default_formats(src, method, options))
     _check_fit(src, method, config)
     target = target if isinstance(target, Target) else load_target(target)
     if max_drop is not None and not (isinstance(max_drop, (int, float)) and 0 <= max_drop <= 100):
         raise UsageError(f"max drop must be between 0 and 100 points, got {max_drop!r}")
 
-    with atomic_dir(out) as work:
+    with commit_dir(out, "quantized", inputs=input_paths(source, options, source_options, target), force=force) as work:
         job = new_job(src, target, work, method, progress)
         if getattr(config, "calib", None) is not None:
             from edgekit.limits import check_calibration_size
@@ -55,7 +61,7 @@ def quantize(
             if warning := check_calibration_size(config.calib):
                 job.warnings.append(warning)
         produced = method_spec.handler(job, config)
-        cases = write_reference(job)
+        cases = write_reference(job, getattr(config, "calib", None))
         files, budgets = [], []
         for item in produced:
             if max_drop is not None:
@@ -63,6 +69,12 @@ def quantize(
 
                 item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
                 budgets.append(report.to_dict())
+            if with_report and item.format == "onnx":
+                from dataclasses import replace
+
+                found = error_report(job, job.dest / item.path, getattr(config, "calib", None), cases,
+                                     job.activation_ranges(config) if method == "static" else None)
+                item = replace(item, details={**item.details, "error_report": found})
             files.append(describe_produced(job, item, cases, f"int8-{method}-{item.format}", method))
         quantization = {
             "method": method,
@@ -79,6 +91,21 @@ def quantize(
 # pieces shared with ``auto.py``
 
 
+def input_paths(source, options: dict, source_options: dict, target) -> list:
+    """The files and folders a quantize run reads: its output may be none of them, nor hold one."""
+    paths = [hf_config_file(source) if str(source).startswith("hf:") else source, options.get("calib"),
+             source_options.get("state_dict")]
+    if isinstance(target, Target) and target.source:
+        paths.append(target.source)
+    return paths
+
+
+def hf_config_file(source) -> Path:
+    """``hf:FOLDER`` reads FOLDER/config.json, ``hf:FILE`` the file: the one input to protect."""
+    path = Path(str(source)[3:])
+    return path / "config.json" if path.is_dir() else path
+
+
 def _resolve(source, source_options):
     from edgekit.quantize.sources import resolve_source
 
@@ -92,8 +119,12 @@ def new_job(src, target: Target, work: Path, method: str, progress=None):
     return QuantJob(src, target, work, provenance, progress)
 
 
-def write_reference(job) -> dict:
-    """reference.npz: the float model (QAT: the network it trained) on fixed inputs."""
+def write_reference(job, calib=None) -> dict:
+    """reference.npz: the float model (QAT: the network it trained) on fixed inputs.
+
+    A model from outside the zoo with calibration data is held to the user's own inputs: the
+    reference cases are calibration rows (their shapes, e.g. 128-token padded sentences), not
+    random ones."""
     from edgekit.evaluation import onnx_predictor, torch_predictor
     from edgekit.export.reference import REFERENCE_FILE, read_reference, write_reference as write_torch_reference
     from edgekit.quantize import accuracy
@@ -109,9 +140,44 @@ def write_reference(job) -> dict:
             predict = torch_predictor(job.float_model())
         else:
             predict = onnx_predictor(job.float_onnx())
+        feed = calibration_feed(calib, job.source.inputs) if calib is not None else None
         accuracy.write_reference(path, predict, job.source.inputs, job.source.task, job.input_ranges(),
-                                 job.source.reference_feed)
+                                 feed or job.source.reference_feed)
     return read_reference(path)
+
+
+REPORT_SAMPLES = 32
+
+
+def error_report(job, path: Path, calib, cases: dict, ranges=None) -> dict:
+    """Every quantized tensor's error in the int8 ONNX file ``path`` (``quantize/report.py``), on the
+    calibration data (at most REPORT_SAMPLES samples; without calibration data, on the reference
+    inputs), summarized for the manifest."""
+    from edgekit.quantize.report import summarize, tensor_report
+
+    if calib is not None:
+        from edgekit.quantize.calibration import open_calibration
+
+        batches = open_calibration(calib, job.source.inputs, 8, REPORT_SAMPLES).feeds()
+    else:
+        batches = (inputs for _, (inputs, _) in sorted(cases.items()))
+    return summarize(tensor_report(job.prepared_onnx(), path, batches, ranges))
+
+
+def calibration_feed(calib, specs):
+    """``feed(batch)`` -> the first ``batch`` calibration rows (repeated when there are fewer)."""
+    import numpy as np
+
+    from edgekit.export.reference import BATCH_SIZES
+    from edgekit.quantize.calibration import open_calibration
+
+    first = next(open_calibration(calib, specs, batch_size=max(BATCH_SIZES)).feeds())
+
+    def feed(batch: int) -> dict:
+        rows = np.arange(batch) % len(next(iter(first.values())))
+        return {name: np.ascontiguousarray(value[rows]) for name, value in first.items()}
+
+    return feed
 
 
 def describe_produced(job, item, cases: dict, variant: str, method: str):
@@ -151,6 +217,10 @@ def finish(job, files: list, quantization: dict) -> Manifest:
         parent=src.parent,
         target=job.target.name,
     )
+    if src.task.get("type") == "language-modeling":  # generate/serve need the vocabulary
+        from edgekit.models.lm_runtime import carry_tokenizer
+
+        carry_tokenizer(src.parent, job.work)
     return finalize(result, job.work)
 
 

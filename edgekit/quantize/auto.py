@@ -16,7 +16,8 @@ from typing import Callable
 
 from edgekit.artifacts import Manifest
 from edgekit.errors import EdgekitError, GateFailed, UsageError
-from edgekit.fileio import atomic_dir
+from edgekit.outputs import commit_dir
+from edgekit.quantize.progress import report
 from edgekit.targets import Target, load_target
 
 
@@ -35,20 +36,29 @@ class Candidate:
     meets_budget: bool = False
     chosen: bool = False
     error: str | None = None
+    slower_than_float: bool = False  # never chosen: int8 that costs time is no int8 worth having
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 class NoCandidateError(GateFailed):
-    def __init__(self, message: str, candidates: list[Candidate]):
+    def __init__(self, message: str, candidates: list[Candidate], bench_inputs: dict | None = None):
         super().__init__(message)
         self.candidates = candidates
+        self.bench_inputs = bench_inputs or {}
 
 
-def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...]) -> list[tuple[str, str, dict]]:
-    """(name, method, options) in a stable order; static ones only with calibration data."""
+def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...], transformer: bool = False) -> list[tuple[str, str, dict]]:
+    """(name, method, options) in a stable order; static ones only with calibration data.
+
+    ``transformer``: the model has residual Add -> LayerNormalization pairs; its graph layouts
+    (``quantize/fusion.py``: ORT's own session fusions, ORT's transformer optimizer) are candidates
+    beside the default one."""
     out = [("dynamic", "dynamic", {})]
+    if transformer and "onnx" in formats:
+        out.append(("dynamic-fused", "dynamic", {"fusion": "transformer"}))
+        out.append(("dynamic-runtime", "dynamic", {"fusion": "runtime"}))
     if has_calib:
         out.append(("static-minmax", "static", {"calibrate_method": "minmax"}))
         out.append(("static-percentile", "static", {"calibrate_method": "percentile"}))
@@ -56,7 +66,8 @@ def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...]) -> list[tu
         out.append(("static-mse", "static", {"calibrate_method": "mse"}))
         # weights-heavy ops only (MatMul/Gemm/Conv): LayerNorm, Softmax, Add stay float; the usual
         # recipe for transformer encoders
-        out.append(("static-matmul", "static", {"calibrate_method": "percentile", "op_types": ("MatMul", "Gemm", "Conv")}))
+        # (minmax: clipping a trained transformer's outlier channels costs more than the coarser step)
+        out.append(("static-matmul", "static", {"calibrate_method": "minmax", "op_types": ("MatMul", "Gemm", "Conv", "Gather")}))
     return out
 
 
@@ -70,6 +81,8 @@ def quantize_auto(
     max_drop: float | None = None,
     progress: Callable | None = None,
     bench_settings: dict | None = None,
+    force: bool = False,
+    with_report: bool = False,
     **source_options,
 ) -> tuple[Path, Manifest, list[Candidate]]:
     from edgekit.bench.api import bench
@@ -85,41 +98,49 @@ def quantize_auto(
     settings = {"warmup": 5, "min_runs": 30, "min_time_s": 0.5, **(bench_settings or {})}
     # bench settings: threads, warmup, min_runs, min_time_s, input_file (default: the reference inputs)
 
-    with atomic_dir(out) as work:
+    inputs = api.input_paths(source, {"calib": calib}, source_options, target)
+    with commit_dir(out, "quantized", inputs=inputs, force=force) as work:
         job = api.new_job(src, target, work, "auto", progress)
-        cases = api.write_reference(job)
+        cases = api.write_reference(job, calib)
         candidates: list[Candidate] = []
         built: list[tuple[Candidate, object]] = []
-        for name, method, options in candidate_recipes(src, calib is not None, formats):
-            extra = {"calib": calib} if method == "static" else {}
+        plan = []
+        transformer = "onnx" in formats and bool(job.fused_onnx("no-skip-ln")[1].get("skip_layernorm_blocked"))
+        for name, method, options in candidate_recipes(src, calib is not None, formats, transformer):
             for fmt in formats:
                 if src.kind == "onnx" and fmt == "torchscript":
                     continue
+                if fmt == "torchscript" and "fusion" in options:
+                    continue  # graph layouts are an ONNX matter
                 if fmt == "torchscript" and method == "static" and (options.get("calibrate_method") != "minmax" or "op_types" in options):
                     continue  # the torch path has one observer recipe per engine; one candidate is enough
-                label = name if fmt == "onnx" else method
-                cand = Candidate(label, method, fmt, options)
-                candidates.append(cand)
-                folder = job.scratch / f"cand-{len(candidates)}"
-                folder.mkdir()
-                job.out = folder
-                try:
-                    config = make_config(method, formats=(fmt,), **extra, **options)
-                    item = get_method(method).handler(job, config)[0]
-                    entry = api.describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
-                except EdgekitError as exc:
-                    cand.error = str(exc).splitlines()[0]
-                    continue
-                finally:
-                    job.out = None
-                _stamp(folder, entry, src, target)
-                cand.path = str(folder / entry.path)
-                cand.bytes = entry.total_bytes
-                cand.metric = entry.metrics["metric"]
-                cand.value = entry.metrics["accuracy"] if cand.metric == "accuracy" else entry.metrics["fidelity"]["cosine"]
-                cand.drop_points = entry.metrics["accuracy_drop_points"]
-                cand.meets_budget = cand.drop_points <= budget
-                built.append((cand, entry))
+                plan.append((name, method, options, fmt))
+        for name, method, options, fmt in plan:
+            extra = {"calib": calib} if method == "static" else {}
+            label = name if fmt == "onnx" else method
+            cand = Candidate(label, method, fmt, options)
+            candidates.append(cand)
+            report(progress, "auto", len(candidates) - 1, len(plan), f"building {label} ({fmt})")
+            folder = job.scratch / f"cand-{len(candidates)}"
+            folder.mkdir()
+            job.out = folder
+            try:
+                config = make_config(method, formats=(fmt,), **extra, **options)
+                item = get_method(method).handler(job, config)[0]
+                entry = api.describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
+            except EdgekitError as exc:
+                cand.error = str(exc).splitlines()[0]
+                continue
+            finally:
+                job.out = None
+            _stamp(folder, entry, src, target)
+            cand.path = str(folder / entry.path)
+            cand.bytes = entry.total_bytes
+            cand.metric = entry.metrics["metric"]
+            cand.value = entry.metrics["accuracy"] if cand.metric == "accuracy" else entry.metrics["fidelity"]["cosine"]
+            cand.drop_points = entry.metrics["accuracy_drop_points"]
+            cand.meets_budget = cand.drop_points <= budget
+            built.append((cand, entry))
 
         timed = [c for c, _ in built]
         floats = _float_files(job, formats)
@@ -129,13 +150,19 @@ def quantize_auto(
 
             settings["input_file"] = job.scratch / "bench-inputs.npz"
             np.savez(settings["input_file"], **cases[min(cases)][0])
+        bench_inputs = _shapes(settings["input_file"])
         if paths:
+            report(progress, "auto-bench", 0, len(paths), f"{len(paths)} files, interleaved")
             results = bench(paths, target=target, **settings)
             for cand, result in zip(timed, results):
                 cand.p50_ms = round(result.timing.p50, 4)
             for (fmt, path), result in zip(floats, results[len(timed):]):
                 ref = Candidate(f"fp32 {fmt}", "fp32", fmt, {}, str(path), path.stat().st_size, p50_ms=round(result.timing.p50, 4))
                 candidates.append(ref)
+                for cand in timed:
+                    if cand.format == fmt and cand.p50_ms is not None and cand.p50_ms >= ref.p50_ms:
+                        cand.slower_than_float = True
+                        cand.meets_budget = False
 
         files = []
         for fmt in formats:
@@ -147,13 +174,19 @@ def quantize_auto(
             for rel in entry.paths():
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
+            if with_report and fmt == "onnx":
+                ranges = (job.activation_ranges(make_config("static", calib=calib, formats=(fmt,), **cand.options))
+                          if cand.method == "static" else None)
+                details["error_report"] = api.error_report(job, Path(cand.path), calib, cases, ranges)
             from dataclasses import replace
 
             files.append(replace(entry, details=details))
         if not files:
+            slow = sum(c.slower_than_float for c in timed)
             raise NoCandidateError(
-                f"no int8 candidate is within the {budget:g}-point accuracy budget for {target.name} "
-                f"({len(built)} built, {len(candidates) - len(built) - len(floats)} failed)", candidates)
+                f"no int8 candidate is within the {budget:g}-point accuracy budget and faster than float for "
+                f"{target.name} ({len(built)} built, {len(candidates) - len(built) - len(floats)} failed, "
+                f"{slow} slower than float)", candidates, bench_inputs)
         for cand in candidates:
             if cand.path.startswith(str(work)):
                 cand.path = Path(cand.path).name if cand.chosen else ""
@@ -162,9 +195,18 @@ def quantize_auto(
             "config": {"calib": str(calib) if calib else None, "formats": list(formats), "max_drop_points": budget},
             "calibration": job.calibration_info or None,
             "candidates": [c.to_dict() for c in candidates],
+            "bench_inputs": bench_inputs,
         }
         result = api.finish(job, files, quantization)
     return Path(out), result, candidates
+
+
+def _shapes(path) -> dict:
+    """Input name -> shape of the batch every candidate was timed on (the user's shapes)."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        return {name: list(data[name].shape) for name in data.files}
 
 
 def _stamp(folder: Path, entry, src, target: Target) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from edgekit.errors import GateFailed
 from edgekit.quantize import accuracy
 from edgekit.quantize.methods import Produced
+from edgekit.quantize.progress import report as report_progress
 
 
 @dataclass
@@ -112,8 +113,10 @@ def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, 
 
     layers = candidate_layers(job, config, method.name, fmt)
     sensitivity = []
-    for name, op in layers:
+    report_progress(job.progress, "sensitivity", 0, len(layers), fmt)
+    for index, (name, op) in enumerate(layers, 1):
         drop, sqnr = search_drop(build([name]))
+        report_progress(job.progress, "sensitivity", index, len(layers), name)
         sensitivity.append({"layer": name, "op": op, "drop_points": round(drop, 4), "sqnr_db": round(sqnr, 3)})
     # the most sensitive layer: the lowest remaining drop with it in float, then the best SQNR
     sensitivity.sort(key=lambda s: (s["drop_points"], -s["sqnr_db"]))
@@ -123,6 +126,7 @@ def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, 
     final = item
     for entry in sensitivity:
         excluded.append(entry["layer"])
+        report_progress(job.progress, "fallback", len(excluded), len(sensitivity), entry["layer"])
         final = build(excluded)
         measured = test_measure(job.dest / final.path, final.details)
         report.final_value = measured.value

@@ -23,10 +23,9 @@ CACHE_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    if env := os.environ.get("EDGEKIT_CACHE_DIR"):
-        return Path(env) / "calibration"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "edgekit" / "calibration"
+    from edgekit.cache import cache_root
+
+    return cache_root() / "calibration"
 
 
 def files_fingerprint(files) -> str:
@@ -68,7 +67,7 @@ class CalibrationCache:
                 return None
             ranges = {name: TensorRange.from_json(value) for name, value in data["ranges"].items()}
             return ranges, int(data["samples"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except Exception:  # noqa: BLE001 - any damage to a cache entry only costs a recalibration
             return None
 
     def store(self, key: str, ranges: dict[str, TensorRange], samples: int, about: dict) -> Path:

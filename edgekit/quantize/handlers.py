@@ -25,6 +25,20 @@ def _split_exclude(job: QuantJob, config) -> tuple[tuple[str, ...], tuple[str, .
     return tuple(n for n in config.exclude if n in modules), tuple(n for n in config.exclude if n in nodes)
 
 
+def _check_quantizable(job: QuantJob, excluded) -> None:
+    """UsageError when no layer with a constant weight is left to quantize: the result would be the
+    float model under an int8 label."""
+    from edgekit.errors import UsageError
+    from edgekit.quantize import ort_backend
+
+    nodes = ort_backend.weighted_nodes(job.prepared_onnx())
+    left = [name for name, _ in nodes if name not in set(excluded)]
+    if not left:
+        what = "every one is excluded" if nodes else "it has none"
+        raise UsageError(f"nothing to quantize in {job.source.label}: int8 needs layers with constant weights "
+                         f"({', '.join(ort_backend.WEIGHTED_OPS)}) and {what}")
+
+
 def _small_lookups(job: QuantJob, notes: list[str]) -> list[str]:
     from edgekit.quantize import ort_backend
 
@@ -51,10 +65,14 @@ def dynamic(job: QuantJob, config: DynamicConfig) -> list[Produced]:
         recipe = job.recipe(config)
         notes = list(recipe.notes)
         lookups = _small_lookups(job, notes)
-        details = ort_backend.dynamic_int8(job.prepared_onnx(), job.dest / ONNX_FILE, recipe, (*onnx_exclude, *lookups))
+        _check_quantizable(job, (*onnx_exclude, *lookups))
+        graph, fusion = job.fused_onnx(config.fusion)
+        # the transformer optimizer's contrib ops have no type information for the quantizer
+        extra = {"DefaultTensorType": 1} if config.fusion == "transformer" else None
+        details = ort_backend.dynamic_int8(graph, job.dest / ONNX_FILE, recipe, (*onnx_exclude, *lookups), extra)
         if onnx_exclude or lookups:
             details["float_nodes"] = [*onnx_exclude, *lookups]
-        produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization",
+        produced.append(Produced(ONNX_FILE, "onnx", {**details, **fusion, "backend": "onnxruntime.quantization",
                                                      "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter}))
     return produced
 
@@ -89,9 +107,14 @@ def static(job: QuantJob, config: StaticConfig) -> list[Produced]:
         if stem:
             notes.append(f"thin input convolution kept in float ({', '.join(stem)}): int8 gains nothing there")
         lookups = _small_lookups(job, notes)
-        details = ort_backend.static_int8_qdq(job.prepared_onnx(), job.dest / ONNX_FILE, ranges, recipe,
-                                              (*onnx_exclude, *stem, *lookups), config.op_types)
-        produced.append(Produced(ONNX_FILE, "onnx", {**details, "backend": "onnxruntime.quantization",
+        _check_quantizable(job, (*onnx_exclude, *stem, *lookups))
+        graph, fusion = job.fused_onnx(config.fusion)  # same tensor names: the ranges still apply
+        extra = None if config.quantize_matmul_outputs else {"OpTypesToExcludeOutputQuantization": ["MatMul"]}
+        details = ort_backend.static_int8_qdq(graph, job.dest / ONNX_FILE, ranges, recipe,
+                                              (*onnx_exclude, *stem, *lookups), config.op_types, extra)
+        if not config.quantize_matmul_outputs:
+            details["float_outputs"] = ["MatMul"]
+        produced.append(Produced(ONNX_FILE, "onnx", {**details, **fusion, "backend": "onnxruntime.quantization",
                                                      "calibrate_method": config.calibrate_method,
                                                      "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter}))
     return produced

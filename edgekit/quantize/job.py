@@ -26,6 +26,7 @@ class QuantJob:
     reference_model: object = None  # a handler's own float yardstick (QAT: the fine-tuned network)
     onnx_exporter: dict = field(default_factory=dict)  # which exporter made the float ONNX, and why
     _ranges: dict = field(default_factory=dict)
+    _fused: dict = field(default_factory=dict)
 
     @property
     def dest(self) -> Path:
@@ -90,6 +91,14 @@ class QuantJob:
     def prepared_onnx(self) -> Path:
         """The float ONNX model after ORT's pre-processing: what is calibrated and quantized."""
         return self._prepared
+
+    def fused_onnx(self, fusion: str) -> tuple[Path, dict]:
+        """The prepared model in a fusion layout (``quantize/fusion.py``), built once per layout."""
+        from edgekit.quantize.fusion import apply_fusion
+
+        if fusion not in self._fused:
+            self._fused[fusion] = apply_fusion(self.prepared_onnx(), self.scratch / f"graph-{fusion}.onnx", fusion)
+        return self._fused[fusion]
 
     # -- recipes and calibration ---------------------------------------------------------------
     def recipe(self, config):

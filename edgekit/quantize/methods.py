@@ -45,10 +45,14 @@ class DynamicConfig:
     per_channel: bool | None = None
     reduce_range: bool | None = None
     exclude: tuple[str, ...] = ()  # layers kept in float (ONNX node names / torch module names)
+    fusion: str = "no-skip-ln"  # ONNX: graph layout before quantization (see quantize/fusion.py)
 
     def __post_init__(self) -> None:
+        from edgekit.quantize.fusion import check_fusion
+
         _check_formats(self.formats)
         _check_quant_type("weight type", self.weight_type)
+        check_fusion(self.fusion)
 
 
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy", "mse")
@@ -73,10 +77,16 @@ class StaticConfig:
     exclude: tuple[str, ...] = ()
     float_stem: bool = True  # ONNX: keep a thin input convolution (<= 32 MACs per output) in float
     op_types: tuple[str, ...] = ()  # ONNX: quantize only these op types (e.g. MatMul,Gemm); empty = all
+    fusion: str = "no-skip-ln"  # ONNX: runtime | no-skip-ln (see quantize/fusion.py)
+    # ONNX: MatMul outputs stay float (DequantizeLinear -> MatMul fuses into MatMulIntegerToFloat); a
+    # transformer's FFN output has outlier channels (crest factor ~200) that an 8-bit step cannot hold
+    quantize_matmul_outputs: bool = False
 
     def __post_init__(self) -> None:
         from edgekit.quantize.calibrators import make_calibration
 
+        if self.fusion not in ("runtime", "no-skip-ln"):
+            raise UsageError(f"static quantization takes --fusion runtime or no-skip-ln, not {self.fusion!r}")
         _check_formats(self.formats)
         if self.calibrate_method not in CALIBRATE_METHODS:
             raise unknown_name("calibration method", self.calibrate_method, CALIBRATE_METHODS)

@@ -94,10 +94,12 @@ def collect_ranges(
 
     started = time.perf_counter()
     samples = 0
+    padding = PaddingCheck()
     for batch in batches:
         missing = feeds - set(batch)
         if missing:
             raise UsageError(f"calibration batch lacks model input(s): {', '.join(sorted(missing))}")
+        padding.add(batch)
         try:
             values = session.run(names, {k: v for k, v in batch.items() if k in feeds})
         except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument)
@@ -110,4 +112,33 @@ def collect_ranges(
             progress(CalibrationProgress(samples, total, time.perf_counter() - started))
     if samples == 0:
         raise InputFileError("calibration produced no batches")
+    padding.check()
     return calibrator.compute(), samples
+
+
+class PaddingCheck:
+    """Raises when the calibration set is padding only: every mask input (an integer ``*mask*``
+    input) is 0 everywhere, or every integer input is 0 everywhere. Ranges from such a set describe
+    no real input, and the int8 model built from them would be silently useless."""
+
+    def __init__(self):
+        self.nonzero: dict[str, bool] = {}
+
+    def add(self, batch: Mapping[str, np.ndarray]) -> None:
+        for name, value in batch.items():
+            value = np.asarray(value)
+            if value.dtype.kind in "iub":
+                self.nonzero[name] = self.nonzero.get(name, False) or bool(value.any())
+
+    def check(self) -> None:
+        from edgekit.errors import InputFileError
+
+        if not self.nonzero:
+            return
+        masks = [n for n in self.nonzero if "mask" in n.lower()]
+        empty_masks = [n for n in masks if not self.nonzero[n]]
+        if empty_masks:
+            raise InputFileError(f"calibration data is padding only: {', '.join(empty_masks)} is 0 in every sample")
+        if not any(self.nonzero.values()):
+            raise InputFileError(f"calibration data is padding only: {', '.join(self.nonzero)} "
+                                 f"{'is' if len(self.nonzero) == 1 else 'are'} 0 in every sample")

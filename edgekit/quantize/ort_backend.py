@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from edgekit import onnx_files
+from edgekit.fileio import working_dir
 from edgekit.quantize.calibrators import TensorRange
 from edgekit.quantize.recipes import OnnxRecipe
 
@@ -54,7 +55,9 @@ def preprocess(float_path: Path, out_path: Path) -> Path:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     external = bool(onnx_files.data_files(float_path))
-    with quiet():
+    float_path, out_path = Path(float_path).absolute(), Path(out_path).absolute()
+    # ORT's shape inference drops sym_shape_infer_temp.onnx into the working folder when it fails
+    with quiet(), working_dir(out_path.parent):
         quant_pre_process(str(float_path), str(out_path), auto_merge=True, save_as_external_data=external,
                           all_tensors_to_one_file=True, external_data_location=onnx_files.data_file_name(out_path))
     model = onnx_files.load(out_path)
@@ -143,7 +146,8 @@ def _external(prepared: Path) -> bool:
     return bool(onnx_files.data_files(prepared))
 
 
-def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_exclude: Iterable[str] = ()) -> dict:
+def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_exclude: Iterable[str] = (),
+                 extra: dict | None = None) -> dict:
     from onnxruntime.quantization import quantize_dynamic
 
     with quiet():
@@ -155,6 +159,7 @@ def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_ex
             reduce_range=recipe.reduce_range,
             weight_type=_quant_type(recipe.weight_type),
             nodes_to_exclude=list(nodes_to_exclude),
+            extra_options=dict(extra or {}),
         )
     return {
         "format": "QOperator (dynamic)",
@@ -171,6 +176,7 @@ def static_int8_qdq(
     recipe: OnnxRecipe,
     nodes_to_exclude: Iterable[str] = (),
     op_types: Iterable[str] = (),
+    extra: dict | None = None,
 ) -> dict:
     """QDQ int8 with the given activation ranges (mask-like tensors and their nodes stay float).
 
@@ -213,7 +219,7 @@ def static_int8_qdq(
                 op_types_to_quantize=list(op_types) or None,
                 calibrate_method=CalibrationMethod.MinMax,
                 calibration_cache_path=str(cache),
-                extra_options={"CalibTensorRangeSymmetric": False},
+                extra_options={"CalibTensorRangeSymmetric": False, **(extra or {})},
             )
     return {
         "format": "QDQ",

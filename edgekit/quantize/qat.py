@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from edgekit.quantize.handlers import ONNX_FILE, TORCHSCRIPT_FILE
 from edgekit.quantize.methods import Produced, QatConfig
+from edgekit.quantize.progress import report
 
 
 def quantization_aware_training(job, config: QatConfig) -> list[Produced]:
@@ -59,6 +60,7 @@ def quantization_aware_training(job, config: QatConfig) -> list[Produced]:
             for start in range(0, len(y_all), config.batch_size):
                 prepared(x_all[start : start + config.batch_size])
         best = (val_accuracy(), 0, copy.deepcopy(prepared.state_dict()))
+        report(job.progress, "qat", 0, config.epochs, f"PTQ val accuracy {best[0]:.4f}")
         for epoch in range(1, config.epochs + 1):
             if epoch == config.epochs and config.epochs > 1:
                 torch_backend.freeze_observers(prepared)
@@ -75,6 +77,8 @@ def quantization_aware_training(job, config: QatConfig) -> list[Produced]:
                 total += float(loss.detach()) * len(idx)
             accuracy = val_accuracy()
             history.append({"epoch": epoch, "train_loss": round(total / len(order), 5), "val_accuracy": round(accuracy, 5)})
+            report(job.progress, "qat", epoch, config.epochs,
+                   f"loss {total / len(order):.4f}, val accuracy {accuracy:.4f}")
             if accuracy >= best[0]:  # ties: the later epoch (trained longer with the final ranges)
                 best = (accuracy, epoch, copy.deepcopy(prepared.state_dict()))
         prepared.load_state_dict(best[2])

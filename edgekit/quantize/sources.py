@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -178,7 +178,35 @@ def build_specs(
             except ValueError:
                 raise UsageError(f"bad input range {range_text!r}: use LOW:HIGH, e.g. 0:30522") from None
         specs.append(InputSpec(name, tuple(shape), dtype, dyn, value_range))
+    check_input_memory(specs)
     return tuple(specs)
+
+
+INPUT_MEMORY_SHARE = 0.25
+
+
+def check_input_memory(specs, batch: int = 7, sequence: int = 16) -> None:
+    """Refuse fixed input dimensions whose example batches could not be allocated (a graph
+    declaring a 10^9-wide input), before any array is made."""
+    import math
+
+    import numpy as np
+    import psutil
+
+    total, worst = 0, None
+    for spec in specs:
+        shape = spec.concrete_shape(batch=batch, sequence=sequence)
+        size = math.prod(shape) * np.dtype(spec.dtype).itemsize
+        total += size
+        if worst is None or size > worst[1]:
+            worst = (spec, size, shape)
+    available = psutil.virtual_memory().available
+    if worst is not None and total > INPUT_MEMORY_SHARE * available:
+        spec, _, shape = worst
+        raise UsageError(
+            f"input {spec.name!r} of shape {'x'.join(map(str, shape))} needs {total / 2**30:,.1f} GiB per example batch, "
+            f"more than this machine can spare ({available / 2**30:,.1f} GiB available); give smaller --input-shape"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,14 +239,62 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
                 dims.append(None)
                 dyn[index] = dim.dim_param or ("batch" if index == 0 else "sequence" if index == 1 else f"dim{index}")
         defaults[vi.name] = InputSpec(vi.name, tuple(dims), dtype, dyn)
+    vocab = _lookup_sizes(model)
+    for name, rows in vocab.items():  # token ids index an embedding table: that is their range
+        if name in defaults and defaults[name].value_range is None:
+            defaults[name] = replace(defaults[name], value_range=(0.0, float(rows)))
     names = list(defaults)
     specs = build_specs(names, spec_args, defaults)
     return ModelSource(
         kind="onnx", label=str(path), inputs=specs, outputs=tuple(o.name for o in model.graph.output),
-        model_info={"name": f"onnx:{path.name}", "source": str(path.resolve())},
+        model_info={"name": "onnx:" + re.sub(r"[^A-Za-z0-9._-]", "_", path.name)[:120], "source": str(path.resolve())},
         parent={"path": str(path.resolve()), "kind": "onnx", "sha256": sha256_file(path)},
-        onnx_path=path,
+        onnx_path=path, reference_feed=_token_feed(specs, vocab),
     )
+
+
+def _lookup_sizes(model) -> dict[str, int]:
+    """Graph inputs used as indices into a constant table (Gather): input name -> table rows."""
+    inputs = {vi.name for vi in model.graph.input}
+    tables = {i.name: (i.dims[0] if i.dims else 0) for i in model.graph.initializer}
+    out = {}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in inputs and node.input[0] in tables:
+            out[node.input[1]] = int(tables[node.input[0]])
+    return {k: v for k, v in out.items() if v > 1}
+
+
+def _token_feed(specs, vocab: dict[str, int]):
+    """A transformer's inputs (token ids indexing an embedding, int masks, other int ids): right-padded
+    rows like a tokenizer's, so fidelity is measured on inputs the model was made for (random ids
+    with a random 0/1 mask are not). None for any other kind of model."""
+    import numpy as np
+
+    token = [s for s in specs if s.name in vocab]
+    if len(token) != 1 or any(np.dtype(s.dtype).kind not in "iu" or len(s.shape) != 2 for s in specs):
+        return None
+    ids_name, rows = token[0].name, vocab[token[0].name]
+
+    def feed(batch: int) -> dict:
+        from edgekit.export.reference import sequence_length
+
+        rng = np.random.default_rng(4321 + batch)
+        length = token[0].shape[1] or sequence_length(batch)
+        lens = rng.integers(max(1, length // 2), length + 1, size=batch)
+        lens[0] = length
+        mask = (np.arange(length)[None, :] < lens[:, None])
+        out = {}
+        for spec in specs:
+            if spec.name == ids_name:
+                value = rng.integers(min(1000, rows - 1), rows, size=(batch, length)) * mask
+            elif "mask" in spec.name.lower():
+                value = mask
+            else:
+                value = np.zeros((batch, length))
+            out[spec.name] = value.astype(spec.dtype)
+        return out
+
+    return feed
 
 
 def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
@@ -298,17 +374,46 @@ def _named_single(spec_args, names: list[str]):
     return [[v if "=" in v else f"{names[0]}={v}" for v in (arg or [])] for arg in spec_args]
 
 
+HF_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "type_vocab_size", "d_model", "n_layer", "n_head", "n_embd", "n_positions")
+
+
+def _check_hf_sizes(config: dict, where) -> None:
+    """Sizes in a transformers config are positive integers within reason, and the weights they
+    imply fit in memory (estimated on the meta device, nothing allocated): checked before any
+    model is built."""
+    for key in HF_SIZE_KEYS:
+        if key in config:
+            value = config[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 22:
+                raise InputFileError(f"{where}: {key} = {value!r} must be an integer between 1 and {1 << 22}")
+    hidden = config.get("hidden_size") or config.get("d_model") or config.get("n_embd") or 768
+    layers = config.get("num_hidden_layers") or config.get("n_layer") or 12
+    inner = config.get("intermediate_size") or 4 * hidden
+    vocab = config.get("vocab_size", 30522)
+    positions = config.get("max_position_embeddings") or config.get("n_positions") or 512
+    params = (vocab + positions) * hidden + layers * (4 * hidden * hidden + 2 * hidden * inner)
+    import psutil
+
+    available = psutil.virtual_memory().available
+    if params * 4 > 0.5 * available:
+        raise InputFileError(
+            f"{where} describes a model of about {params * 4 / 2**30:.1f} GiB of fp32 weights; "
+            f"this machine has {available / 2**30:.1f} GiB available"
+        )
+
+
 def _hf_source(path_text: str, state_dict, spec_args) -> ModelSource:
     path = Path(path_text)
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise InputFileError(f"Hugging Face config not found: {config_file} (give hf:CONFIG.json or hf:FOLDER)")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputFileError(f"{config_file} is not valid JSON ({exc})") from None
-    if not isinstance(config, dict) or "model_type" not in config:
+    from edgekit.fileio import read_json
+
+    config = read_json(config_file, "Hugging Face config")
+    if not isinstance(config.get("model_type"), str) or not re.match(r"^[A-Za-z0-9_-]{1,64}$", config["model_type"]):
         raise InputFileError(f"{config_file} is not a transformers config (no model_type)")
+    _check_hf_sizes(config, config_file)
     vocab = int(config.get("vocab_size", 2))
     defaults = {
         "input_ids": InputSpec("input_ids", (None, None), "int64", {0: "batch", 1: "sequence"}, (0.0, float(vocab))),

@@ -83,8 +83,9 @@ def run_remote_bench(
     python = check_remote_path(remote_python, "--remote-python")
     runner_args = _runner_args(threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time_s,
                                max_runs=max_runs, batch=batch, shapes=shapes)
-    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s!r}")
+    from edgekit.bounds import check_timeout
+
+    check_timeout(timeout_s)
     say = on_line or (lambda line: None)
     with tempfile.TemporaryDirectory(prefix="edgekit-remote-") as scratch:
         bundle, info = resolve_bundle(source, target, fmt, Path(scratch), force)

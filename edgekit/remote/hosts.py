@@ -91,8 +91,21 @@ def _ipv6(inner: str, text: str) -> str:
     return inner
 
 
+# ssh -o keys that only change how the connection is made. Keys that run local commands
+# (ProxyCommand, LocalCommand, KnownHostsCommand), load code (PKCS11Provider,
+# SecurityKeyProvider) or open forwards are refused: CI jobs paste these from pull requests.
+ALLOWED_SSH_OPTIONS = {k.lower(): k for k in (
+    "Port", "User", "IdentityFile", "IdentitiesOnly", "CertificateFile", "StrictHostKeyChecking",
+    "UserKnownHostsFile", "GlobalKnownHostsFile", "HostKeyAlias", "HostKeyAlgorithms", "CheckHostIP",
+    "ConnectTimeout", "ConnectionAttempts", "ServerAliveInterval", "ServerAliveCountMax", "TCPKeepAlive",
+    "Compression", "LogLevel", "AddressFamily", "Ciphers", "MACs", "KexAlgorithms",
+    "PubkeyAcceptedAlgorithms", "PubkeyAcceptedKeyTypes", "PreferredAuthentications", "ProxyJump",
+    "UpdateHostKeys", "VerifyHostKeyDNS", "RekeyLimit", "IPQoS",
+)}
+
+
 def parse_ssh_option(text: str) -> str:
-    """``Key=Value`` for ``ssh -o``; returns it unchanged, or raises UsageError."""
+    """``Key=Value`` for ``ssh -o``, for an allow-listed key; returns it, or raises UsageError."""
     key, eq, value = str(text).partition("=")
     if not eq or not _OPTION_KEY.match(key) or not value:
         raise UsageError(f"--ssh-option {text!r} must be KEY=VALUE, e.g. StrictHostKeyChecking=accept-new")
@@ -100,6 +113,13 @@ def parse_ssh_option(text: str) -> str:
         raise UsageError(f"--ssh-option {text!r} contains control characters")
     if key.lower() in RESERVED_OPTIONS:
         raise UsageError(f"--ssh-option {key} cannot be changed: {RESERVED_OPTIONS[key.lower()]}")
+    if key.lower() not in ALLOWED_SSH_OPTIONS:
+        raise UsageError(
+            f"--ssh-option {key} is not allowed (it can run commands or open tunnels); put it in ~/.ssh/config "
+            f"for this host if you trust it. Allowed: {', '.join(sorted(ALLOWED_SSH_OPTIONS.values()))}"
+        )
+    if key.lower() == "proxyjump" and (value.startswith("-") or any(c.isspace() for c in value)):
+        raise UsageError(f"--ssh-option {text!r}: ProxyJump takes [user@]host[:port][,...]")
     return f"{key}={value}"
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
+from edgekit.children import popen_kwargs
 from edgekit.errors import InputFileError, RemoteError
 from edgekit.remote.hosts import Host, check_port, parse_host, parse_ssh_option
 
@@ -118,7 +119,7 @@ def run(target: SshTarget, script: str, args: Sequence[str], *, timeout_s: float
     watchdog.daemon = True
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_kwargs())
     except OSError as exc:
         raise RemoteError(f"cannot start ssh: {exc}") from None
     try:  # from here on an interrupt (Ctrl-C, SIGTERM) must not leave ssh running

@@ -22,6 +22,7 @@ from pathlib import Path
 from edgekit.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
+from edgekit.outputs import safe_text
 from edgekit.train.batches import eval_batches
 from edgekit.train.checkpoint import CHECKPOINT_FILE, STATE_FILE
 from edgekit.train.tasks import evaluate
@@ -79,15 +80,26 @@ def plan_folders(out: Path, resume: bool) -> RunFolders:
         raise UsageError(
             f"nothing to resume in {out}: no {STATE_FILE} there or in {partial} (train without --resume first)"
         )
+    foreign = _foreign(out)
+    if foreign:  # edgekit replaces only what it wrote
+        held = "a trained model and files" if _finished(out) else "files"
+        raise UsageError(
+            f"--out {safe_text(out)} holds {held} edgekit train did not write ({safe_text(', '.join(foreign[:3]))}); "
+            "move them, or train into another --out"
+        )
     if _finished(out):
-        foreign = _foreign(out)
-        if foreign:
-            raise UsageError(
-                f"{out} holds a trained model and files edgekit train did not write ({', '.join(foreign[:3])}); "
-                "move them, or train into another --out"
-            )
+        if _manifest_kind(out) != "checkpoint":
+            raise UsageError(f"--out {safe_text(out)} holds an edgekit {_manifest_kind(out)} artifact, not a checkpoint; "
+                             "train into another --out")
         return RunFolders(out, partial)
     return RunFolders(out, out)
+
+
+def _manifest_kind(folder: Path) -> str:
+    from edgekit.outputs import _read_proof
+
+    doc = _read_proof(folder / MANIFEST_NAME) or {}
+    return doc.get("kind") if isinstance(doc.get("kind"), str) else "unknown"
 
 
 def prepare_folders(folders: RunFolders, resume: bool) -> list[Path]:

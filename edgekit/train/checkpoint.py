@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import InputFileError
+from edgekit.errors import EdgekitError, InputFileError
 from edgekit.fileio import atomic_path
 
 CHECKPOINT_FILE = "checkpoint.pt"  # the model: best weights by validation metric + config
@@ -17,8 +20,22 @@ def save_checkpoint(path: Path, state_dict: dict, meta: dict[str, Any]) -> None:
     import torch
 
     payload = {"model": {k: v.detach().cpu() for k, v in state_dict.items()}, "meta": json.dumps(meta)}
+    _save(payload, path)
+
+
+def _save(payload: dict, path: Path) -> None:
+    """torch.save, atomically, with a full disk reported as the OSError it is (torch's own
+    writer turns it into an opaque RuntimeError)."""
+    import torch
+
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        try:
+            torch.save(payload, tmp)
+        except RuntimeError as exc:
+            free = shutil.disk_usage(tmp.parent).free
+            if free < max(tmp.stat().st_size, 1 << 20):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
+            raise EdgekitError(f"cannot write {path}: {str(exc).strip().splitlines()[0][:200]}") from None
 
 
 def _load_payload(path: Path) -> dict:
@@ -77,8 +94,7 @@ def save_train_state(
         "rng": {k: v.cpu() for k, v in rng.items()},
         "meta": json.dumps(meta),
     }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    _save(payload, path)
 
 
 def load_train_state(path: Path) -> dict[str, Any]:

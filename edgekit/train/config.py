@@ -66,7 +66,7 @@ class TrainConfig:
     resume: bool = False
     profile: bool = False
     workers: int | None = None  # DataLoader workers (None: 0 on CPU, a few on CUDA)
-    threads: int | None = None  # torch intra-op CPU threads for this run (None: leave torch's setting)
+    threads: int | None = None  # torch intra-op CPU threads (None: edgekit.train.threads.default_threads on CPU)
     strategy: str = "auto"  # auto: DDP when launched by torchrun with several processes
     cpu_offload: bool = False  # FSDP only: keep parameters and optimizer state in host memory
 
@@ -83,6 +83,10 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise UsageError(f"{name} must be an integer >= 0, got {value!r}")
+        from edgekit.bounds import check_seed, check_threads
+
+        check_threads(self.threads)
+        check_seed(self.seed)
         if not (_finite(self.lr) and self.lr > 0):
             raise UsageError(f"lr must be positive and finite, got {self.lr!r}")
         if not (_finite(self.min_lr) and 0 <= self.min_lr <= self.lr):

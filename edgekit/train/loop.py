@@ -24,6 +24,7 @@ from pathlib import Path
 from edgekit.artifacts import Manifest
 from edgekit.errors import EdgekitError, InputFileError, UsageError
 from edgekit.fileio import prune_empty, write_json
+from edgekit.outputs import check_not_inputs, normalise_out, output_lock
 from edgekit.train import distributed, precision
 from edgekit.train import artifact
 from edgekit.train.artifact import finish
@@ -64,17 +65,24 @@ def _train(config: TrainConfig, out: Path, progress: Progress | None, rt) -> tup
     from edgekit.models import get_spec
     from edgekit.train.tasks import task_for
 
+    from edgekit.models.registry import check_model_memory
+
     spec = get_spec(config.model)
     task = task_for(spec)
-    folders = artifact.plan_folders(out, config.resume)  # every rank, before rank 0 changes anything
-    rt.barrier()
-    created = artifact.prepare_folders(folders, config.resume) if rt.is_main else []
-    rt.barrier()
-    try:
-        return _run(config, folders, progress, rt, spec, task)
-    except BaseException:
-        prune_empty(created)  # a run that failed before writing anything leaves no empty folder
-        raise
+    settings = spec.config(config.model_config)  # bad or oversized settings: refused before any folder exists
+    check_model_memory(spec.name, lambda: spec.factory(**settings))
+    out = normalise_out(out)
+    check_not_inputs(out, [config.data])
+    with output_lock(out) if rt.is_main else contextlib.nullcontext():  # one run per folder at a time
+        folders = artifact.plan_folders(out, config.resume)  # every rank, before rank 0 changes anything
+        rt.barrier()
+        created = artifact.prepare_folders(folders, config.resume) if rt.is_main else []
+        rt.barrier()
+        try:
+            return _run(config, folders, progress, rt, spec, task)
+        except BaseException:
+            prune_empty(created)  # a run that failed before writing anything leaves no empty folder
+            raise
 
 
 def _run(config: TrainConfig, folders, progress: Progress | None, rt, spec, task) -> tuple[Path, Manifest]:
@@ -102,6 +110,12 @@ def _run(config: TrainConfig, folders, progress: Progress | None, rt, spec, task
     device = rt.device
     amp_dtype = precision.resolve_precision(config.precision, device, spec.recurrent)
     raw = build_model(config.model, model_config).to(device)
+    if config.threads is None and torch.device(device).type == "cpu" and rt.world_size == 1:
+        from edgekit.train.threads import default_threads
+
+        chosen = default_threads(sum(p.numel() for p in raw.parameters()))  # measured: edgekit/train/threads.py
+        if chosen is not None:
+            torch.set_num_threads(chosen)  # train() puts the caller's setting back
     if config.grad_checkpoint:
         if not hasattr(raw, "set_grad_checkpointing"):
             raise UsageError(

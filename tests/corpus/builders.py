@@ -321,6 +321,88 @@ def _tiny_bundle(w):
     return build_bundle(w.int8, str(CORPUS / "targets" / "tiny_ram.toml"), w.path("tiny"), force=True, archive=False)
 
 
+# ---- outputs (tests/test_output_safety.py has the stateful cases)
+
+
+def _out_symlink(w):
+    real = w.path("real-out")
+    real.mkdir()
+    link = w.path("link-out")
+    link.symlink_to(real, target_is_directory=True)
+    return link
+
+
+def _onnx_in_folder(w):
+    folder = w.path("models")
+    folder.mkdir()
+    shutil.copyfile(w.fp32 / "model.onnx", folder / "model.onnx")
+    return folder / "model.onnx"
+
+
+def _onnx_huge_fixed_dims(w):
+    """A valid graph whose input declares 1 x 100000 x 100000 floats (40 GB per sample)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 100000, 100000])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100000, 100000])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "huge", [x], [y])
+    path = w.path("huge.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _onnx_custom_domain_op(w):
+    """A MatMul feeding an op from a domain no runtime knows (quantize must fail cleanly, in scratch)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    weight = numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Mystery", ["h"], ["y"], name="mystery", domain="com.example.custom")]
+    graph = helper.make_graph(nodes, "custom", [x], [y], initializer=[weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example.custom", 1)])
+    path = w.path("custom.onnx")
+    onnx.save(model, str(path))
+    return path
+
+
+def _manifest_deep(w):
+    """A manifest with 5,000 levels of nesting (past any sane depth, near the parser's recursion limit)."""
+    folder = w.copy(w.ckpt, "deep")
+    text = json.dumps(json.loads((folder / "manifest.json").read_text()))
+    (folder / "manifest.json").write_text('{"deep": ' + "[" * 5000 + "]" * 5000 + ", " + text[1:])
+    return folder
+
+
+def _hf_config_huge(w):
+    path = w.path("hf-huge.json")
+    path.write_text(json.dumps({"model_type": "bert", "hidden_size": 1 << 22, "num_hidden_layers": 4096,
+                                "num_attention_heads": 16, "intermediate_size": 1 << 22, "vocab_size": 30522}))
+    return path
+
+
+def _hf_config_bad_size(w):
+    path = w.path("hf-bad.json")
+    path.write_text(json.dumps({"model_type": "bert", "hidden_size": -384}))
+    return path
+
+
+def _lm_checkpoint(w):
+    """A checkpoint that claims to hold a language model (sampling settings are checked first)."""
+    from corpus.hostile import as_language_model
+
+    folder = w.copy(w.ckpt, "lm")
+    as_language_model(folder)
+    return folder
+
+
+def _escape_path(w):
+    return w.path("\x1b]0;pwned\x07\x1b[31mred")
+
+
 BUILDERS = {
     "random_onnx": lambda w: w.random_bytes("random.onnx"),
     "random_pt": lambda w: w.random_bytes("random.pt"),
@@ -359,6 +441,8 @@ BUILDERS = {
     "b_no_sums": _bundle_with("nosums", _bundle_no_sums),
     "b_version": _bundle_with("version", _bundle_json_edit(schema_version=9)),
     "b_model_escape": _bundle_with("modelesc", _bundle_json_edit(model="../model.onnx")),
+    "b_target_newline": _bundle_with("tgtnl", _bundle_json_edit(target="rpi4\nrm -rf ~")),
+    "b_threads_huge": _bundle_with("threads", _bundle_json_edit(threads=10**9)),
     "calib_shape": _calib(np.zeros((8, 3, 8, 8), dtype=np.float32)),
     "calib_rank": _calib(np.zeros((8, 64), dtype=np.float32)),
     "calib_strings": _calib(np.array([["a"] * 64] * 4, dtype="<U1").reshape(4, 1, 8, 8)),
@@ -377,5 +461,14 @@ BUILDERS = {
     "not_artifact": _not_an_artifact,
     "tiny_bundle": _tiny_bundle,
     "blocked": lambda w: w.file_blocking() / "sub",
+    "out_symlink": _out_symlink,
+    "onnx_in_folder": _onnx_in_folder,
+    "huge_onnx": _onnx_huge_fixed_dims,
+    "custom_onnx": _onnx_custom_domain_op,
+    "manifest_deep": _manifest_deep,
+    "hf_huge": _hf_config_huge,
+    "hf_bad_size": _hf_config_bad_size,
+    "escape_path": _escape_path,
+    "lm_ckpt": _lm_checkpoint,
     "proc": lambda w: Path("/proc/edgekit-cannot-write-here"),
 }

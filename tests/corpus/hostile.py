@@ -86,3 +86,31 @@ def assert_one_line_error(result, code: int, message: str | None = None) -> None
 def leftovers(folder: Path, name: str) -> list[str]:
     """``name`` and edgekit temporaries of it (``.name.*``) in ``folder``."""
     return sorted(p.name for p in folder.iterdir() if p.name == name or p.name.startswith(f".{name}."))
+
+
+def snapshot(folder: Path) -> dict[str, tuple]:
+    """Every entry under ``folder`` with its kind and content (files by SHA-256, links by target)."""
+    state = {}
+    for path in folder.rglob("*"):
+        rel = str(path.relative_to(folder))
+        if path.is_symlink():
+            state[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            state[rel] = ("dir",)
+        else:
+            state[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+    return state
+
+
+def child_pids() -> set[int]:
+    """Live descendants of this process (a zombie awaiting its wait() does not count)."""
+    import psutil
+
+    alive = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive

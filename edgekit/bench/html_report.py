@@ -1,0 +1,303 @@
+"""A self-contained HTML report of bench results: one page, inline SVG, no script, no external asset.
+
+For a reviewer opening a CI artifact: each variant's latency distribution (all on one shared
+millisecond scale, so they compare by eye) and the size–accuracy–latency trade-off (a bubble per
+variant: x = p50 latency, y = accuracy, area = size on disk), then the figures as a table.
+
+The distribution is drawn from the quantiles the bench result keeps: the line runs from the
+fastest run to p99, the box from p50 to p90, a diamond marks the mean and a dot the slowest run.
+Every variant has one colour, used in its distribution chart, its bubble and its table row.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+# Okabe-Ito, the colour-blind-safe palette (yellow left out: too faint on white), then extra hues.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+           "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#9467BD")
+
+DIST_W, DIST_H = 720, 66
+LEFT, RIGHT = 12, 700
+SCATTER_W, SCATTER_H = 720, 420
+
+
+def variant_label(result) -> str:
+    return result.model.variant or Path(result.model.path).name
+
+
+def colors(n: int) -> list[str]:
+    """``n`` distinct colours: the palette, then evenly spaced hues."""
+    if n <= len(PALETTE):
+        return list(PALETTE[:n])
+    extra = [_hsl_hex(360 * i / (n - len(PALETTE)), 0.55, 0.45) for i in range(n - len(PALETTE))]
+    return [*PALETTE, *extra]
+
+
+def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates: dict | None = None) -> str:
+    """The report page for ``results`` (BenchResult list); ``gates``: variant label -> pass | fail | skip."""
+    if not results:
+        raise ValueError("no results to report")
+    labels = _unique([variant_label(r) for r in results])
+    palette = colors(len(results))
+    scale_max = _nice_max(max(r.timing.p99 for r in results) * 1.08)
+    figures = "\n".join(
+        _distribution_figure(r, label, color, scale_max) for r, label, color in zip(results, labels, palette)
+    )
+    host = results[0].host or {}
+    runtime = results[0].runtime or {}
+    facts = (f"{host.get('machine', '?')}, {host.get('cpu_model') or 'unknown CPU'}, "
+             f"{host.get('logical_cores', '?')} logical cores; {runtime.get('threads', '?')} threads; "
+             f"mode {results[0].mode}" + (f"; target {results[0].target}" if results[0].target else ""))
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px;
+       color: #1b1b1b; background: #ffffff; max-width: 860px; }}
+h1 {{ font-size: 22px; margin: 0 0 4px; }}
+h2 {{ font-size: 17px; margin: 28px 0 6px; }}
+p.sub, p.note {{ color: #555; font-size: 13px; margin: 2px 0; }}
+figure {{ margin: 8px 0 12px; }}
+figcaption {{ font-size: 13px; margin-bottom: 2px; }}
+figcaption .swatch {{ display: inline-block; width: 10px; height: 10px; margin-right: 6px; }}
+svg text {{ font-size: 11px; fill: #333; }}
+table {{ border-collapse: collapse; font-size: 12px; margin-top: 6px; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }}
+th:first-child, td:first-child {{ text-align: left; }}
+td.fail {{ color: #b00020; font-weight: 600; }} td.pass {{ color: #1b7f3b; }}
+</style>
+</head>
+<body>
+<h1>{_e(title)}</h1>
+{f'<p class="sub">{_e(subtitle)}</p>' if subtitle else ''}
+<p class="sub">{_e(facts)}</p>
+<h2>Latency distribution per variant (ms, same scale)</h2>
+<p class="note">Line: fastest run to p99. Box: p50 to p90, dark bar at p50. Diamond: mean. Dot: slowest run
+(an arrow when it lies off the scale).</p>
+{figures}
+<h2>Size, accuracy and latency</h2>
+<p class="note">Each bubble is a variant: further left is faster, higher is more accurate, a larger bubble is a
+larger file. The best trade-off sits top left with a small bubble.</p>
+{_tradeoff_svg(results, labels, palette)}
+<h2>Figures</h2>
+{_table(results, labels, palette, gates or {})}
+</body>
+</html>
+"""
+
+
+def write_html(path: str | Path, results, **kwargs) -> Path:
+    from edgekit.fileio import write_text
+
+    write_text(Path(path), render_html(results, **kwargs))
+    return Path(path)
+
+
+# --------------------------------------------------------------------------------- distribution
+
+
+def _distribution_figure(result, label: str, color: str, scale_max: float) -> str:
+    t = result.timing
+
+    def x(ms: float) -> float:
+        return LEFT + (RIGHT - LEFT) * min(max(ms, 0.0), scale_max) / scale_max
+
+    y, box_h = 24, 16
+    parts = [
+        f'<line x1="{x(t.min):.1f}" y1="{y}" x2="{x(t.p99):.1f}" y2="{y}" stroke="{color}" stroke-width="2"/>',
+        f'<line x1="{x(t.min):.1f}" y1="{y - 6}" x2="{x(t.min):.1f}" y2="{y + 6}" stroke="{color}" stroke-width="2"/>',
+        f'<line x1="{x(t.p99):.1f}" y1="{y - 6}" x2="{x(t.p99):.1f}" y2="{y + 6}" stroke="{color}" stroke-width="2"/>',
+        f'<rect class="box" x="{x(t.p50):.1f}" y="{y - box_h / 2}" width="{max(x(t.p90) - x(t.p50), 3):.1f}" '
+        f'height="{box_h}" fill="{color}"/>',
+        f'<rect x="{x(t.p50) - 1:.1f}" y="{y - box_h / 2 - 2}" width="3" height="{box_h + 4}" fill="#1b1b1b"/>',
+        _diamond(x(t.mean), y, 5, "#ffffff", color),
+    ]
+    if t.max <= scale_max:
+        parts.append(f'<circle cx="{x(t.max):.1f}" cy="{y}" r="3.5" fill="#ffffff" stroke="{color}" stroke-width="2"/>')
+    else:
+        parts.append(f'<path d="M{RIGHT + 2} {y - 5} L{RIGHT + 10} {y} L{RIGHT + 2} {y + 5} Z" fill="{color}"/>')
+    parts.append(f'<text x="{min(x(t.p50), RIGHT - 80):.1f}" y="{y - 12}">p50 {_num(t.p50)}</text>')
+    parts.append(_axis(scale_max, 46))
+    caption = (f'<span class="swatch" style="background:{color}"></span><b>{_e(label)}</b> '
+               f"({_e(result.model.format)}, {_e(result.model.precision)}): p50 {_num(t.p50)} ms, "
+               f"p90 {_num(t.p90)}, p99 {_num(t.p99)}, max {_num(t.max)}; {t.runs} runs")
+    return (f'<figure class="variant" data-variant="{_e(label)}">\n<figcaption>{caption}</figcaption>\n'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{DIST_W}" height="{DIST_H}" '
+            f'viewBox="0 0 {DIST_W} {DIST_H}" role="img" aria-label="latency distribution of {_e(label)}">'
+            + "".join(parts) + "</svg>\n</figure>")
+
+
+def _axis(scale_max: float, y: float) -> str:
+    out = [f'<line x1="{LEFT}" y1="{y}" x2="{RIGHT}" y2="{y}" stroke="#999" stroke-width="1"/>']
+    for value in _ticks(0.0, scale_max):
+        px = LEFT + (RIGHT - LEFT) * value / scale_max
+        anchor = "start" if value == 0 else "middle"
+        out.append(f'<line x1="{px:.1f}" y1="{y}" x2="{px:.1f}" y2="{y + 4}" stroke="#999"/>')
+        out.append(f'<text x="{px:.1f}" y="{y + 16}" text-anchor="{anchor}">{_num(value)}</text>')
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------ trade-off
+
+
+def _tradeoff_svg(results, labels, palette) -> str:
+    accuracies = [r.model.accuracy for r in results]
+    use_accuracy = all(a is not None for a in accuracies)
+    y_values = [100 * a for a in accuracies] if use_accuracy else [r.size_mb for r in results]
+    y_name = "accuracy (%)" if use_accuracy else "size (MB)"
+    left, right, top, bottom = 64, SCATTER_W - 24, 20, SCATTER_H - 48
+    x_max = _nice_max(max(r.timing.p50 for r in results) * 1.15)
+    y_lo, y_hi = min(y_values), max(y_values)
+    pad = max((y_hi - y_lo) * 0.25, 0.5 if use_accuracy else y_hi * 0.1 or 0.1)
+    y_lo, y_hi = (max(0.0, y_lo - pad), min(100.0, y_hi + pad)) if use_accuracy else (0.0, y_hi + pad)
+    if y_hi <= y_lo:
+        y_hi = y_lo + 1
+    biggest = max(r.model.bytes for r in results) or 1
+
+    def px(v):
+        return left + (right - left) * v / x_max
+
+    def py(v):
+        return bottom - (bottom - top) * (v - y_lo) / (y_hi - y_lo)
+
+    out = [f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="#fafafa" stroke="#ccc"/>']
+    for v in _ticks(0.0, x_max):
+        out.append(f'<line x1="{px(v):.1f}" y1="{top}" x2="{px(v):.1f}" y2="{bottom}" stroke="#e6e6e6"/>')
+        out.append(f'<text x="{px(v):.1f}" y="{bottom + 16}" text-anchor="middle">{_num(v)}</text>')
+    for v in _ticks(y_lo, y_hi):
+        out.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{right}" y2="{py(v):.1f}" stroke="#e6e6e6"/>')
+        out.append(f'<text x="{left - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{_num(v)}</text>')
+    out.append(f'<text x="{(left + right) / 2}" y="{SCATTER_H - 10}" text-anchor="middle">p50 latency (ms)</text>')
+    out.append(f'<text x="14" y="{(top + bottom) / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 14 {(top + bottom) / 2})">{y_name}</text>')
+    order = sorted(range(len(results)), key=lambda i: -results[i].model.bytes)  # small bubbles on top
+    for i in order:
+        r = results[i]
+        radius = 5 + 20 * math.sqrt(r.model.bytes / biggest)
+        cx, cy = px(r.timing.p50), py(y_values[i])
+        out.append(f'<circle class="bubble" data-variant="{_e(labels[i])}" cx="{cx:.1f}" cy="{cy:.1f}" '
+                   f'r="{radius:.1f}" fill="{palette[i]}" fill-opacity="0.55" stroke="{palette[i]}" stroke-width="1.5"/>')
+    placed = []  # boxes labels must avoid (x0, y0, x1, y1): the bubbles, then each label drawn
+    for i, r in enumerate(results):
+        cx, cy, radius = px(r.timing.p50), py(y_values[i]), 5 + 20 * math.sqrt(r.model.bytes / biggest)
+        placed.append((cx - radius, cy - radius, cx + radius, cy + radius))
+    for i, r in enumerate(results):
+        cx, cy = px(r.timing.p50), py(y_values[i])
+        radius = 5 + 20 * math.sqrt(r.model.bytes / biggest)
+        text = f"{labels[i]} ({_size(r.model.bytes)})"
+        width = 6.3 * len(text)
+        right_side = cx + radius + 4 + width <= right
+        x0 = cx + radius + 4 if right_side else cx - radius - 4 - width
+        y = _free_row(placed, x0, x0 + width, cy + 4, top + 12, bottom - 4)
+        placed.append((x0, y - 11, x0 + width, y + 2))
+        out.append(f'<text x="{x0:.1f}" y="{y:.1f}">{_e(text)}</text>')
+    return (f'<figure class="tradeoff"><svg xmlns="http://www.w3.org/2000/svg" width="{SCATTER_W}" '
+            f'height="{SCATTER_H}" viewBox="0 0 {SCATTER_W} {SCATTER_H}" role="img" '
+            f'aria-label="size, accuracy and latency of every variant">' + "".join(out) + "</svg></figure>")
+
+
+# ---------------------------------------------------------------------------------------- table
+
+
+def _table(results, labels, palette, gates: dict) -> str:
+    first = results[0]
+    rows = []
+    for r, label, color in zip(results, labels, palette):
+        t = r.timing
+        acc = "–" if r.model.accuracy is None else f"{100 * r.model.accuracy:.2f}%"
+        ratio = f"{t.p50 / first.timing.p50:.2f}×" if first.timing.p50 > 0 else "–"
+        size_ratio = f"{r.model.bytes / first.model.bytes:.2f}×" if first.model.bytes > 0 else "–"
+        gate = gates.get(label, "")
+        rows.append(
+            f'<tr><td><span style="color:{color}">■</span> {_e(label)}</td>'
+            f"<td>{_e(r.model.format)} {_e(r.model.precision)}</td><td>{_size(r.model.bytes)}</td><td>{acc}</td>"
+            f"<td>{_num(t.p50)}</td><td>{_num(t.p90)}</td><td>{_num(t.p99)}</td><td>{ratio}</td>"
+            f"<td>{size_ratio}</td><td>{r.memory.peak_rss:.0f} MB</td><td class=\"{_e(gate)}\">{_e(gate or '–')}</td></tr>"
+        )
+    head = ("<tr><th>variant</th><th>model</th><th>size</th><th>accuracy</th><th>p50 ms</th>"
+            f"<th>p90 ms</th><th>p99 ms</th><th>p50 ×</th><th>size ×</th><th>peak RSS</th>"
+            "<th>gate</th></tr>")
+    note = f'<p class="note">Ratios (×) are against the first variant, {_e(labels[0])}, measured in the same run.</p>'
+    return f"<table>\n{head}\n" + "\n".join(rows) + f"\n</table>\n{note}"
+
+
+# -------------------------------------------------------------------------------------- helpers
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def _num(value: float) -> str:
+    """Three significant digits, never scientific."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if value == 0:
+        return "0"
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024:.1f} KB" if n < 1024 * 1024 else f"{n / (1024 * 1024):.2f} MB"
+
+
+def _nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 × 10^k at or above ``value``."""
+    if not (value > 0 and math.isfinite(value)):
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * power >= value:
+            return step * power
+    return 10 * power
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    step = _nice_max(span / count)
+    start = math.ceil(lo / step) * step
+    ticks, value = [], start
+    while value <= hi + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def _free_row(placed, x0: float, x1: float, y: float, lo: float, hi: float) -> float:
+    """The baseline nearest ``y`` (within lo..hi) where a label spanning x0..x1 overlaps none placed."""
+    for step in range(0, 40):
+        for candidate in ((y + 13 * (step // 2 + 1) * (1 if step % 2 else -1)) if step else y,):
+            if lo <= candidate <= hi and not any(
+                    x0 < bx1 and bx0 < x1 and candidate - 11 < by1 and by0 < candidate + 2 for bx0, by0, bx1, by1 in placed):
+                return candidate
+    return y
+
+
+def _diamond(cx: float, cy: float, r: float, fill: str, stroke: str) -> str:
+    return (f'<path d="M{cx:.1f} {cy - r} L{cx + r:.1f} {cy} L{cx:.1f} {cy + r} L{cx - r:.1f} {cy} Z" '
+            f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"/>')
+
+
+def _hsl_hex(h: float, s: float, lightness: float) -> str:
+    import colorsys
+
+    r, g, b = colorsys.hls_to_rgb(h / 360, lightness, s)
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"

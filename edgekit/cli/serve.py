@@ -1,0 +1,86 @@
+"""``edgekit serve``: an HTTP API for an exported model (FastAPI on uvicorn, or Ray Serve with --ray)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from edgekit.cli.common import handles_errors
+
+
+@handles_errors
+def serve_command(
+    artifact: Path = typer.Argument(..., help="Artifact folder, model file in one, or bundle folder."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. Anything but loopback needs an API key."),
+    port: int = typer.Option(8000, "--port", help="Port (0: any free port; the address is printed)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EDGEKIT_API_KEY", show_envvar=True,
+                                          help="Key every request must carry (Authorization: Bearer KEY or X-API-Key)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="onnx, torchscript or checkpoint, when the artifact holds several."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the runtime."),
+    max_batch: int = typer.Option(16, "--max-batch", help="Micro-batching: most rows per model call (1: off)."),
+    max_wait_ms: float = typer.Option(2.0, "--max-wait-ms", help="Micro-batching: longest wait for more requests."),
+    queue_size: int = typer.Option(256, "--queue-size", help="Requests waiting at most; more get 503 + Retry-After."),
+    max_body_mb: float = typer.Option(8.0, "--max-body-mb", help="Largest request body (413 beyond)."),
+    allow_nonfinite: bool = typer.Option(False, "--allow-nonfinite", help="Accept NaN/Inf in float inputs (else 422)."),
+    ray: bool = typer.Option(False, "--ray", help="Deploy on Ray Serve (pip install 'edgekit[ray]')."),
+    replicas: int = typer.Option(1, "--replicas", help="With --ray: fixed number of replicas."),
+    min_replicas: Optional[int] = typer.Option(None, "--min-replicas", help="With --ray: autoscale from this many..."),
+    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="...to this many replicas."),
+    cpus_per_replica: float = typer.Option(1.0, "--cpus-per-replica", help="With --ray: CPUs Ray reserves per replica."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --ray: an existing Ray cluster (e.g. HEAD:6379 or auto); default: a local instance."),
+) -> None:
+    """Serve a model over HTTP: /v1/predict (micro-batched), /v1/generate (language models, SSE), /metrics.
+
+    Binds 127.0.0.1 unless told otherwise. SIGTERM stops accepting, finishes accepted requests, exits 0.
+    """
+    from edgekit.errors import UsageError
+    from edgekit.serve.auth import bind_error
+
+    why = bind_error(host, api_key)
+    if why:
+        raise UsageError(why)
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be within 0..65535, got {port}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {threads}")
+    if not (max_body_mb > 0):
+        raise UsageError(f"--max-body-mb must be > 0, got {max_body_mb}")
+    if not ray and (replicas != 1 or min_replicas is not None or max_replicas is not None or address):
+        raise UsageError("--replicas, --min-replicas, --max-replicas and --address apply with --ray")
+    try:
+        from edgekit.serve.app import ServeSettings
+    except ImportError:
+        raise UsageError("serving needs FastAPI and uvicorn: pip install 'edgekit[serve]'") from None
+    try:
+        settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
+                                 max_body_bytes=int(max_body_mb * (1 << 20)), api_key=api_key or None,
+                                 allow_nonfinite=allow_nonfinite)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    say = lambda line: typer.echo(line, err=True)  # noqa: E731
+    if ray:
+        from edgekit.serve.ray_app import Scaling, deploy
+
+        scaling = Scaling(replicas, min_replicas, max_replicas, cpus_per_replica=cpus_per_replica)
+        deploy(artifact, settings, fmt=fmt, threads=threads, scaling=scaling, address=address, host=host,
+               port=port or 8000, announce=say)
+        return
+    from edgekit.errors import EdgekitError
+    from edgekit.serve.app import create_app
+    from edgekit.serve.loader import load_served_model
+    from edgekit.serve.standalone import address as url_of, open_socket, serve_forever
+
+    model = load_served_model(artifact, fmt, threads)
+    app = create_app(model, settings, warmup_feed=model.example_feed())
+    try:
+        sock = open_socket(host, port)
+    except OSError as exc:
+        raise EdgekitError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+    say(f"serving {model.summary['path']} ({model.summary['format']}, {model.summary['precision']}) on {url_of(sock)}")
+    serve_forever(app, sock)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

@@ -1,0 +1,105 @@
+"""``describe``: what an artifact or bundle holds, as one JSON-able summary (``edgekit info``).
+
+Reads only the manifest (``manifest.json``) or bundle description (``bundle.json``) and the file
+sizes on disk; no model is loaded, so it is quick and safe on any folder a user points at.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.errors import InputFileError
+
+SUMMARY_SCHEMA = "edgekit.info"
+SUMMARY_VERSION = 1
+
+
+def describe(path: str | Path, verify: bool = False) -> dict:
+    """Summary of the artifact folder, model file inside one, or bundle folder at ``path``.
+
+    ``verify``: also check every model file against its recorded size and SHA-256.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"artifact not found: {path}")
+    folder = path if path.is_dir() else path.parent
+    summary = _artifact(path, verify)
+    if (folder / "bundle.json").is_file():
+        summary.update(_bundle(folder))
+    return summary
+
+
+def manifest_summary(folder: Path, manifest) -> dict:
+    """The summary of a loaded manifest (also what train/quantize/export print with ``--json``)."""
+    files = []
+    for entry in manifest.files:
+        metrics = entry.metrics or {}
+        fidelity = metrics.get("fidelity") or metrics.get("parity") or {}
+        files.append({
+            "path": entry.path,
+            "format": entry.format,
+            "precision": entry.precision,
+            "bytes": entry.total_bytes,
+            "sha256": entry.sha256,
+            "variant": (entry.details or {}).get("variant"),
+            "metric": metrics.get("metric") or ("accuracy" if metrics.get("accuracy") is not None else None),
+            "accuracy": metrics.get("accuracy"),
+            "float_accuracy": metrics.get("float_accuracy"),
+            "accuracy_drop_points": metrics.get("accuracy_drop_points") if metrics.get("accuracy") is not None else None,
+            "fidelity": {k: fidelity[k] for k in ("cosine", "sqnr_db", "top1_agreement") if k in fidelity} or None,
+        })
+    quantization = manifest.quantization or {}
+    recipe = None
+    if quantization:
+        recipe = {
+            "method": quantization.get("method"),
+            "config": quantization.get("config"),
+            "recipe_sha256": quantization.get("recipe_sha256"),
+            "calibration": quantization.get("calibration"),
+        }
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_VERSION,
+        "type": "artifact",
+        "path": str(folder),
+        "kind": manifest.kind,
+        "model": manifest.model.get("name"),
+        "task": manifest.task.get("type"),
+        "target": manifest.target,
+        "recipe": recipe,
+        "files": files,
+        "total_bytes": sum(f["bytes"] for f in files),
+        "metrics": manifest.metrics,
+        "inputs": [spec.to_dict() for spec in manifest.inputs],
+        "outputs": list(manifest.outputs),
+        "provenance": {"created": manifest.created, "versions": manifest.versions, "parent": manifest.parent},
+    }
+
+
+def _artifact(path: Path, verify: bool) -> dict:
+    from edgekit.artifacts import load_manifest
+
+    folder, manifest = load_manifest(path, verify=verify)
+    summary = manifest_summary(folder, manifest)
+    summary["verified"] = verify
+    return summary
+
+
+def _bundle(folder: Path) -> dict:
+    """What bundle.json adds to the bundled manifest: the runtime pinned for the board, the host check."""
+    from edgekit.bundle.layout import read_bundle_json
+
+    info = read_bundle_json(folder)
+    return {
+        "type": "bundle",
+        "target": info["target"],
+        "bundle": {
+            "variant": info.get("variant"),
+            "runtime": info.get("runtime"),
+            "python_platform": info.get("python_platform"),
+            "python_version": info.get("python_version"),
+            "host_check": info.get("host_check"),
+            "folder_bytes": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
+            "created": info.get("created"),
+        },
+    }

@@ -1,0 +1,232 @@
+"""The HTTP API of a served model (FastAPI).
+
+    POST /v1/predict    JSON, .npy or .npz body -> {"outputs": {name: nested lists}}
+                        (``Accept: application/x-npz`` answers with an .npz)
+    POST /v1/generate   language models: {"prompt", "max_tokens", "temperature", "top_k", "seed",
+                        "stream"}; with "stream": true, server-sent events, one per token
+    GET  /v1/model      the manifest summary
+    GET  /healthz       alive;   GET /readyz   model loaded and warmed up
+    GET  /metrics       Prometheus text
+
+A model is any object with ``specs`` (input spec dicts, see ``inputs.spec_from_dict``),
+``outputs`` (names), ``summary`` (dict), ``run(feed) -> list of arrays`` and optionally
+``generator`` (``check(max_tokens, temperature, top_k)`` and ``stream(prompt, max_tokens,
+temperature, top_k, seed) -> iterator of text pieces``).
+
+Standalone: numpy, fastapi/starlette and this package's standalone modules only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from .auth import OPEN_PATHS, authorized
+from .batcher import MicroBatcher, Overloaded
+from .inputs import InputError, batchable, decode, validate
+from .metrics import Metrics
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    max_batch: int = 16
+    max_wait_ms: float = 2.0
+    queue_size: int = 256
+    max_body_bytes: int = 8 << 20
+    api_key: str | None = None
+    allow_nonfinite: bool = False
+    retry_after_s: int = 1
+    max_generations: int = 4  # generations running or waiting; more get 503
+    max_new_tokens: int = 1024
+
+    def __post_init__(self):
+        if self.max_batch < 1 or self.queue_size < 1 or self.max_body_bytes < 1 or self.max_generations < 1:
+            raise ValueError("max_batch, queue_size, max_body_bytes and max_generations must be >= 1")
+        if not 0 <= self.max_wait_ms <= 10_000:
+            raise ValueError(f"max_wait_ms must be within 0..10000, got {self.max_wait_ms}")
+
+
+def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: dict | None = None) -> FastAPI:
+    metrics = Metrics()
+    can_batch = batchable(model.specs)
+    batcher = MicroBatcher(model.run, max_batch=settings.max_batch, max_wait_s=settings.max_wait_ms / 1000,
+                           queue_size=settings.queue_size, batchable=can_batch, on_batch=metrics.observe_batch)
+    metrics.queue_depth = lambda: batcher.depth
+    state = {"ready": False, "generations": 0}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        batcher.start()
+        if warmup_feed is not None:
+            await batcher.call_in_thread(model.run, warmup_feed)
+        state["ready"] = True
+        yield
+        state["ready"] = False
+        await batcher.stop()
+
+    app = FastAPI(title="edgekit serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.batcher = batcher
+    app.state.metrics = metrics
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        started = time.perf_counter()
+        path = request.url.path
+        if path not in OPEN_PATHS and not authorized(request.headers, settings.api_key):
+            response = JSONResponse({"error": "missing or wrong API key"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+        else:
+            response = await call_next(request)
+        metrics.observe_request(path if path in ROUTES else "other", response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz():
+        if not state["ready"]:
+            return JSONResponse({"status": "starting"}, status_code=503, headers={"Retry-After": "1"})
+        return {"status": "ready"}
+
+    @app.get("/v1/model")
+    async def model_info():
+        return {**model.summary, "batching": {"dynamic_batch_axis": can_batch, "max_batch": batcher.max_batch,
+                                              "max_wait_ms": settings.max_wait_ms, "queue_size": settings.queue_size},
+                "generate": getattr(model, "generator", None) is not None}
+
+    @app.get("/metrics")
+    async def prometheus():
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/predict")
+    async def predict(request: Request):
+        try:
+            body = await read_body(request, settings.max_body_bytes)
+            arrays = decode(body, request.headers.get("content-type", ""), model.specs, settings.max_body_bytes)
+            feed = validate(arrays, model.specs, settings.allow_nonfinite)
+        except InputError as exc:
+            return JSONResponse(exc.detail, status_code=exc.status)
+        try:
+            outputs = await batcher.submit(feed)
+        except Overloaded as exc:
+            return overloaded(str(exc), settings.retry_after_s)
+        except Exception as exc:  # the runtime refused the input or failed
+            return JSONResponse({"error": f"inference failed: {str(exc).splitlines()[0][:300]}"}, status_code=500)
+        named = dict(zip(model.outputs, outputs))
+        if "application/x-npz" in request.headers.get("accept", ""):
+            buffer = io.BytesIO()
+            np.savez(buffer, **named)
+            return Response(buffer.getvalue(), media_type="application/x-npz")
+        return Response(json.dumps({"outputs": {k: v.tolist() for k, v in named.items()}}),
+                        media_type="application/json")
+
+    @app.post("/v1/generate")
+    async def generate(request: Request):
+        generator = getattr(model, "generator", None)
+        if generator is None:
+            return JSONResponse({"error": "this model is not a language model; use /v1/predict"}, status_code=404)
+        try:
+            body = await read_body(request, settings.max_body_bytes)
+            params = generation_params(body, settings.max_new_tokens)
+            generator.check(params["max_tokens"], params["temperature"], params["top_k"])
+        except InputError as exc:
+            return JSONResponse(exc.detail, status_code=exc.status)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=422)
+        if state["generations"] >= settings.max_generations:
+            return overloaded(f"{settings.max_generations} generations are running or waiting", settings.retry_after_s)
+        try:
+            pieces = generator.stream(params["prompt"], params["max_tokens"], params["temperature"], params["top_k"],
+                                      params["seed"])
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=422)
+        state["generations"] += 1
+        if not params["stream"]:
+            try:
+                text = "".join(await batcher.call_in_thread(list, pieces))
+            except ValueError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=422)
+            finally:
+                state["generations"] -= 1
+            return {"prompt": params["prompt"], "text": text}
+        return StreamingResponse(sse_events(pieces, batcher, state), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    return app
+
+
+ROUTES = ("/v1/predict", "/v1/generate", "/v1/model", "/healthz", "/readyz", "/metrics")
+
+
+def overloaded(why: str, retry_after_s: int) -> JSONResponse:
+    return JSONResponse({"error": f"overloaded: {why}; retry later"}, status_code=503,
+                        headers={"Retry-After": str(retry_after_s)})
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes (declared or sent)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InputError(400, "malformed Content-Length header")
+        if int(declared) > limit:
+            raise InputError(413, f"the body is {int(declared)} bytes; the limit is {limit}", limit=limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise InputError(413, f"the body passes the {limit}-byte limit", limit=limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def generation_params(body: bytes, max_new_tokens: int) -> dict:
+    try:
+        doc = json.loads(body or b"{}", parse_constant=lambda token: (_ for _ in ()).throw(ValueError(token)))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(422, f"malformed JSON body: {str(exc)[:200]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("prompt"), str) or not doc["prompt"]:
+        raise InputError(422, 'the body must be a JSON object with a non-empty "prompt" string')
+    params = {"prompt": doc["prompt"], "max_tokens": doc.get("max_tokens", 64), "temperature": doc.get("temperature", 0.8),
+              "top_k": doc.get("top_k", 20), "seed": doc.get("seed"), "stream": doc.get("stream", False)}
+    for key, kinds in (("max_tokens", int), ("top_k", int), ("temperature", (int, float)), ("stream", bool)):
+        if isinstance(params[key], bool) != (kinds is bool) or not isinstance(params[key], kinds):
+            raise InputError(422, f'"{key}" has the wrong type: {params[key]!r}', field=key)
+    if params["seed"] is not None and (isinstance(params["seed"], bool) or not isinstance(params["seed"], int)):
+        raise InputError(422, f'"seed" must be an integer, got {params["seed"]!r}', field="seed")
+    if not 1 <= params["max_tokens"] <= max_new_tokens:
+        raise InputError(422, f'"max_tokens" must be within 1..{max_new_tokens}', field="max_tokens")
+    return params
+
+
+async def sse_events(pieces, batcher: MicroBatcher, state: dict):
+    """One ``data:`` event per generated piece, then ``event: done``; generation runs off the event loop."""
+    done = object()
+    count = 0
+    try:
+        while True:
+            try:
+                piece = await batcher.call_in_thread(next, pieces, done)
+            except ValueError as exc:
+                yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
+                return
+            if piece is done:
+                break
+            count += 1
+            yield f"data: {json.dumps({'token': piece})}\n\n"
+        yield f"event: done\ndata: {json.dumps({'tokens': count})}\n\n"
+    finally:
+        state["generations"] -= 1
+        with contextlib.suppress(Exception):
+            pieces.close()
+        await asyncio.sleep(0)
