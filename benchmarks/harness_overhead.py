@@ -2,8 +2,11 @@
 
 Builds a tiny ONNX MLP in a temporary folder, then alternates, round after round:
   * edgekit:  ``edgekit.bench.api.bench([model])`` (the runner in its own process), its p50;
-  * bare:     a plain ``session.run`` loop in this process, same threads and session options, its p50.
-Prints both medians over the rounds and their ratio (goal: within 2 %).
+  * bare:     a plain ``session.run`` loop in a fresh Python process, same threads and session
+              options, its p50.
+Prints both medians over the rounds and their ratio (goal: within 2 %). Both sides start a new
+process every round: one process can settle faster or slower than another (up to ~50 % seen on a
+2-core VM), so a bare loop kept in this one process would compare one process against many.
 
     python benchmarks/harness_overhead.py [--rounds 6] [--threads 1] [--min-time 1.0] [--hidden 64]
 """
@@ -11,6 +14,7 @@ Prints both medians over the rounds and their ratio (goal: within 2 %).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -71,15 +75,30 @@ def bare_p50(path: Path, threads: int, warmup: int, min_runs: int, min_time_s: f
     return float(np.percentile(samples, 50)) / 1e6, len(samples)
 
 
+def bare_in_fresh_process(model: Path, args) -> tuple[float, int]:
+    import subprocess
+
+    argv = [sys.executable, __file__, "--bare-child", str(model), "--threads", str(args.threads),
+            "--warmup", str(args.warmup), "--min-runs", str(args.min_runs), "--min-time", str(args.min_time)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}).stdout.split()
+    return float(out[0]), int(out[1])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--min-runs", type=int, default=200)
     parser.add_argument("--min-time", type=float, default=1.0)
     parser.add_argument("--hidden", type=int, default=64, help="hidden width of the MLP (bigger: slower calls)")
+    parser.add_argument("--bare-child", metavar="MODEL", help=argparse.SUPPRESS)  # internal: one bare round
     args = parser.parse_args(argv)
+    if args.bare_child:
+        p50, runs = bare_p50(Path(args.bare_child), args.threads, args.warmup, args.min_runs, args.min_time)
+        print(f"{p50!r} {runs}")
+        return 0
 
     from edgekit.bench.api import bench
 
@@ -92,11 +111,11 @@ def main(argv=None) -> int:
             for which in order:
                 if which == "edgekit":
                     (res,) = bench([model], threads=args.threads, warmup=args.warmup, min_runs=args.min_runs,
-                                   min_time_s=args.min_time, max_runs=10**8)
+                                   min_time_s=args.min_time, max_runs=10**7)
                     ours.append(res.timing.p50)
                     runs = res.timing.runs
                 else:
-                    p50, runs = bare_p50(model, args.threads, args.warmup, args.min_runs, args.min_time)
+                    p50, runs = bare_in_fresh_process(model, args)
                     bare.append(p50)
                 print(f"round {round_index + 1} {which:8s} p50 {(ours if which == 'edgekit' else bare)[-1] * 1000:9.3f} us"
                       f"  ({runs} runs)", file=sys.stderr)

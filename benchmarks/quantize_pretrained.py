@@ -9,7 +9,7 @@ calibration and evaluation sentences come from disjoint modules (``tests/pretrai
 Side by side on the same float file, timed interleaved in one ``edgekit.bench`` session (batch 1,
 one 128-token row, 1 thread):
 
-* fp32 (ONNX Runtime);
+* fp32 (ONNX Runtime), also in edgekit's ``no-skip-ln`` and ``transformer`` graph layouts;
 * ORT ``quantize_dynamic(per_channel=True)`` and ``quantize_static`` with its defaults (QDQ,
   per-tensor, MinMax, its own calibration on the same calibration set);
 * edgekit ``quantize --method dynamic``, ``--method dynamic --fusion transformer``,
@@ -88,6 +88,13 @@ def main() -> None:
                     return next(self.it, None)
 
             quantize_static(str(f32), str(tmp / "ort" / "static.onnx"), Reader(), quant_format=QuantFormat.QDQ)
+        # the float model in edgekit's graph layouts too: how much of int8's gain is the layout's
+        from edgekit.quantize.fusion import apply_fusion
+
+        for fusion in ("no-skip-ln", "transformer"):
+            path, info = apply_fusion(f32, tmp / "fp32" / f"{fusion}.onnx", fusion, f32)
+            models[f"fp32 {fusion}"] = path
+            recipe[f"fp32 {fusion}"] = str(info)
         models["ORT dynamic (per-channel)"] = tmp / "ort" / "dynamic.onnx"
         recipe["ORT dynamic (per-channel)"] = "quantize_dynamic(per_channel=True)"
         models["ORT static (defaults)"] = tmp / "ort" / "static.onnx"
@@ -98,6 +105,8 @@ def main() -> None:
             "edgekit dynamic": ["--method", "dynamic"],
             "edgekit dynamic --fusion transformer": ["--method", "dynamic", "--fusion", "transformer"],
             "edgekit static MatMul,Gather": ["--method", "static", "--calib", str(calib), "--op-types", "MatMul,Gather"],
+            "edgekit static --smooth": ["--method", "static", "--calib", str(calib), "--op-types", "MatMul,Gather",
+                                        "--smooth"],
         }
         if not args.skip_auto:
             runs["edgekit --auto"] = ["--auto", "--calib", str(calib), "--max-drop", "2"]
@@ -108,7 +117,8 @@ def main() -> None:
             entry = manifest.file("onnx")
             d = entry.details
             recipe[name] = " ".join(str(x) for x in (d.get("auto_recipe", ""), d.get("recipe", ""),
-                                                      f"fusion={d.get('fusion')}") if x)
+                                                      f"fusion={d.get('fusion')}", d.get("fused_ops", ""),
+                                                      d.get("smoothquant", "")) if x)
             models[name] = out / entry.path
             if manifest.quantization.get("bench_inputs"):
                 recipe[name] += f" (auto timed at {manifest.quantization['bench_inputs']})"
@@ -122,8 +132,9 @@ def main() -> None:
             for name, result in zip(models, results):
                 p50s[name].append(result.timing.p50)
         p50 = {name: float(np.median(v)) for name, v in p50s.items()}
-        base, ort_dyn = p50["fp32"], p50["ORT dynamic (per-channel)"]
-        ort_static = p50["ORT static (defaults)"]
+        # ratios within each session (the models ran interleaved there), then their median
+        ratio = {name: {ref: float(np.median(np.array(p50s[name]) / np.array(p50s[ref])))
+                        for ref in ("fp32", "ORT dynamic (per-channel)", "ORT static (defaults)")} for name in models}
         size = {name: sum(f.stat().st_size for f in path.parent.glob(path.name + "*")) for name, path in models.items()}
 
         print(f"{enc.NAME} (pretrained, 6 layers, hidden 384), seq {enc.SEQ}, batch 1, 1 thread, "
@@ -133,15 +144,18 @@ def main() -> None:
         print(head)
         for name in models:
             c = fidelity[name]
+            r = ratio[name]
             print(f"{name:<38} {size[name] / 2**20:6.1f} {size[name] / size['fp32']:5.2f}x {p50[name]:7.2f} "
-                  f"{p50[name] / base:7.3f}x {p50[name] / ort_dyn:9.3f}x {p50[name] / ort_static:8.3f}x "
+                  f"{r['fp32']:7.3f}x {r['ORT dynamic (per-channel)']:9.3f}x {r['ORT static (defaults)']:8.3f}x "
                   f"{c.mean():9.5f} {c.min():8.5f}")
         print("\nrecipes:")
         for name in models:
             print(f"  {name}: {recipe[name]}")
-        print("\np50 per session (ms):")
+        print("\np50 per session (ms), and the ratio to ORT dynamic in each session:")
+        dyn = np.array(p50s["ORT dynamic (per-channel)"])
         for name in models:
-            print(f"  {name:<38} " + " ".join(f"{v:.2f}" for v in p50s[name]))
+            print(f"  {name:<38} " + " ".join(f"{v:.2f}" for v in p50s[name])
+                  + "   | " + " ".join(f"{v:.3f}" for v in np.array(p50s[name]) / dyn))
 
 
 if __name__ == "__main__":

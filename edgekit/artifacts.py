@@ -13,6 +13,7 @@ from typing import Any
 from edgekit import __version__
 from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import read_json, sha256_file, write_json
+from edgekit.outputs import safe_text
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "edgekit.manifest"
@@ -159,9 +160,9 @@ class Manifest:
                 created=str(data.get("created", "")),
             )
         except InputFileError as exc:
-            raise InputFileError(f"{where} is malformed: {exc}") from None
+            raise InputFileError(f"{where} is malformed: {safe_text(exc)}") from None
         except (KeyError, TypeError, ValueError) as exc:
-            raise InputFileError(f"{where} is malformed: {exc}") from None
+            raise InputFileError(f"{where} is malformed: {safe_text(exc)}") from None
 
 
 # Names that reach file names, a bundle's README and command lines: plain tokens only.

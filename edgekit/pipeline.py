@@ -51,6 +51,7 @@ class PipelineConfig:
     checkpoint: Path | None = None  # start from this checkpoint artifact instead of training
     force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
     processes: int = DEFAULT_PROCESSES
+    reference: bool = True  # time the reference workload in every bench round (regression gates normalise by it)
 
     def __post_init__(self) -> None:
         """Every setting is checked here, before anything is trained or written."""
@@ -222,7 +223,8 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
         say(f"using checkpoint {checkpoint} ({trained.model['name']}, test accuracy {trained.metrics.get('accuracy', float('nan')):.4f})")
     else:
         say(f"train {config.model} ({config.epochs} epochs)")
-        checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed), out / "checkpoint")
+        checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed),
+                                    out / "checkpoint", progress=_epoch_lines(say))
         say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
 
     exports = []
@@ -246,6 +248,7 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
         min_time_s=config.min_time_s,
         batch=config.batch,
         processes=config.processes,
+        reference=config.reference,
     )
     write_json(out / "bench.json", to_document(results))
 
@@ -257,6 +260,18 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
     _write_summary(result, config, target)
     _write_report(result, results, config, target)
     return result
+
+
+def _epoch_lines(say: Progress):
+    """Training progress for the pipeline's log: one line per evaluation (each epoch)."""
+
+    def report(record: dict) -> None:
+        if record.get("event") == "eval":
+            metrics = ", ".join(f"{k[4:].replace('_', ' ')} {v:.4f}" for k, v in record.items()
+                                if k.startswith("val_") and isinstance(v, float))
+            say(f"  epoch {record['epoch']}/{record['epochs']}: {metrics}")
+
+    return report
 
 
 def _write_report(result: PipelineResult, results, config: PipelineConfig, target) -> None:

@@ -80,7 +80,7 @@ def recommendation_line(rec: dict[str, Any] | None) -> str:
     if rec is None:
         return "No int8 variant qualifies (accuracy within budget and gate not failed)."
     interval = "" if rec["p50_ratio_ci"] is None else f" (95% CI {rec['p50_ratio_ci'][0]:.2f}-{rec['p50_ratio_ci'][1]:.2f}x)"
-    drop = "" if rec["accuracy_drop_points"] is None else f", accuracy {-rec['accuracy_drop_points']:+.2f} pt"
+    drop = "" if rec["accuracy_drop_points"] is None else f", accuracy {-rec['accuracy_drop_points'] + 0.0:+.2f} pt"
     size = "" if rec["size_ratio"] is None else f", {rec['size_ratio']:.2f}x the size"
     return (f"Recommended: {rec['variant']}: {rec['p50_ratio']:.2f}x the p50 of fp32 {rec['format']}{interval}"
             f"{size}{drop}")

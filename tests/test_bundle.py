@@ -113,8 +113,9 @@ def test_tarball_unpacks_to_the_same_folder(onnx_bundle, tmp_path):
         assert all(m.uid == 0 and m.mtime > 0 for m in members)
         tar.extractall(tmp_path, filter="data")
     verify_checksums(tmp_path / "rpi4")
-    for path in onnx_bundle.iterdir():
-        assert (tmp_path / "rpi4" / path.name).read_bytes() == path.read_bytes()
+    for path in onnx_bundle.rglob("*"):
+        if path.is_file():
+            assert (tmp_path / "rpi4" / path.relative_to(onnx_bundle)).read_bytes() == path.read_bytes()
 
 
 def test_same_export_and_time_give_identical_bytes(int8_export, tmp_path):
@@ -348,3 +349,17 @@ def test_bundle_modules_import_light():
             "edgekit.remote.options; print(' '.join(m for m in ('torch', 'onnxruntime', 'onnx', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+def test_info_describes_a_bundle(onnx_bundle):
+    result = runner.invoke(app, ["info", str(onnx_bundle), "--json", "--verify"])
+    assert result.exit_code == 0, result.output + result.stderr
+    info = json.loads(result.stdout)
+    described = layout.read_bundle_json(onnx_bundle)
+    assert info["type"] == "bundle" and info["target"] == described["target"]
+    assert info["bundle"]["runtime"] == described["runtime"]
+    assert info["bundle"]["host_check"]["cosine"] == described["host_check"]["cosine"]
+    assert [f["path"] for f in info["files"]] == ["model.onnx"]
+    assert info["files"][0]["bytes"] == (onnx_bundle / "model.onnx").stat().st_size
+    text = runner.invoke(app, ["info", str(onnx_bundle)])
+    assert text.exit_code == 0 and "bundle (export artifact inside)" in text.stdout

@@ -146,8 +146,50 @@ def test_sensitivity_and_auto_report_progress(tmp_path):
     assert [e.done for e in layers] == list(range(len(layers))) and len(layers) >= 2  # then one per layer
 
     events.clear()
-    quantize_auto("test_quantize_sources:tiny_net", tmp_path / "a", "x86-64", calib=calib, max_drop=100,
-                  progress=events.append, bench_settings={"min_runs": 3, "min_time_s": 0, "warmup": 1}, **source)
+    from edgekit.quantize.auto import NoCandidateError
+
+    try:  # on a net this small int8 may well be slower than float: then --auto refuses, after its progress
+        quantize_auto("test_quantize_sources:tiny_net", tmp_path / "a", "x86-64", calib=calib, max_drop=100,
+                      progress=events.append, bench_settings={"min_runs": 3, "min_time_s": 0, "warmup": 1}, **source)
+    except NoCandidateError as exc:
+        assert "slower than float" in str(exc)
     auto = [e for e in events if isinstance(e, StepProgress) and e.stage == "auto"]
     assert [e.done for e in auto] == list(range(auto[0].total)) and auto[0].total >= 2
     assert any(isinstance(e, StepProgress) and e.stage == "auto-bench" for e in events)
+
+
+def test_progress_renderers_take_every_kind_of_report(monkeypatch):
+    """The live bar (a terminal) and the log lines both accept calibration and step reports."""
+    import io
+
+    from rich.console import Console
+
+    import edgekit.cli.quantize as cli_quantize
+    from edgekit.quantize.onnx_calibrate import CalibrationProgress
+    from edgekit.quantize.progress import StepProgress
+
+    reports = [CalibrationProgress(32, 256, 0.1), StepProgress("qat", 0, 2, "PTQ val accuracy 0.9"),
+               StepProgress("qat", 1, 2, "loss 0.1"), StepProgress("sensitivity", 2, 5, "conv1"),
+               StepProgress("auto", 0, 3, "building dynamic (onnx)"), StepProgress("qat", 2, 2, "loss 0.05")]
+    monkeypatch.delenv("EDGEKIT_NO_PROGRESS", raising=False)
+    for terminal in (True, False):
+        monkeypatch.setattr(cli_quantize, "progress_enabled", lambda terminal=terminal: terminal)
+        sink = io.StringIO()
+        err = Console(file=sink, force_terminal=terminal, width=100)
+        with cli_quantize._calibration_progress(err) as report:
+            for item in reports:
+                report(item)
+        text = sink.getvalue()
+        assert "QAT epoch 1/2: loss 0.1" in text and "QAT epoch 2/2: loss 0.05" in text
+        if not terminal:  # a log: step lines only (no calibration batches), the last of each stage kept
+            assert "calibrating" not in text and "sensitivity: layer 2/5: conv1" in text
+
+
+def test_pipeline_reports_each_training_epoch():
+    from edgekit.pipeline import _epoch_lines
+
+    said = []
+    report = _epoch_lines(said.append)
+    report({"event": "step", "step": 1})
+    report({"event": "eval", "epoch": 2, "epochs": 20, "val_accuracy": 0.91234, "val_loss": 0.3, "step": 40})
+    assert said == ["  epoch 2/20: accuracy 0.9123, loss 0.3000"]

@@ -84,6 +84,9 @@ def _require_cache(bundle: Path, index_url: str | None = None) -> None:
     key = requirements_key(text, opened.wheels, fs.python)
     if not (fs.path / VENVS_DIR.lstrip("/") / key / MARKER).is_file():
         pytest.skip(f"no cached venv for this bundle's requirements in {fs.path}; {PREPARE}")
+    serving = bundle / "requirements-serve.txt"  # serve.py's venv (edgekit.emulate.serve_check), from the index
+    if serving.is_file() and not (fs.path / VENVS_DIR.lstrip("/") / requirements_key(serving.read_text(encoding="utf-8"), [], fs.python) / MARKER).is_file():
+        pytest.skip(f"no cached venv for this bundle's serve.py requirements in {fs.path}; {PREPARE}")
 
 
 def _verify(bundle: Path, out: Path, *extra: str):
@@ -110,6 +113,10 @@ def test_int8_bundle_matches_the_host_under_emulation(emulation_ready, int8_onnx
     assert bench["result"]["mode"] == "emulated" and bench["result"]["host"]["emulated"] is True
     assert bench["result"]["host"]["machine"] == "aarch64" and bench["result"]["timing"]["runs"] == 10
     assert "functional check under emulation" in result.stdout and "not the device's latency" in result.stdout
+    serve = report["serve"]  # the bundle's serve.py, started under QEMU, answered like the emulated probe
+    assert serve["ok"] and serve["exit_code"] == 0 and [b["batch"] for b in serve["batches"]] == [1, 7]
+    assert all(b["passed"] and b["vs_probe"]["top1_agreement"] == 1.0 for b in serve["batches"])
+    assert "serve: serve.py answered /v1/predict" in result.stdout
     assert "PASS" in result.stdout
     assert "using the cached rootfs" in result.stderr and "using the cached venv" in result.stderr  # progress
 

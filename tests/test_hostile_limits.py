@@ -144,11 +144,12 @@ def test_pipeline_refuses_before_training_unless_forced(tmp_path):
     from edgekit.pipeline import PipelineConfig, _check_before_work
 
     target = load_target(str(TINY))
-    config = PipelineConfig(out=tmp_path / "p", calib=REPO / "calib_data" / "digits", target=str(TINY))
+    config = PipelineConfig(out=tmp_path / "p", model="digits-cnn", calib=REPO / "calib_data" / "digits", target=str(TINY))
     with pytest.raises(ResourceLimitError, match="the fp32 torchscript model of digits-cnn needs about 256 MB"):
         _check_before_work(config, target, lambda message: None)
     said = []
-    forced = PipelineConfig(out=tmp_path / "p", calib=REPO / "calib_data" / "digits", target=str(TINY), force=True)
+    forced = PipelineConfig(out=tmp_path / "p", model="digits-cnn", calib=REPO / "calib_data" / "digits", target=str(TINY),
+                            force=True)
     _check_before_work(forced, target, said.append)
     assert len(said) == 2 and all(line.startswith("Warning: the fp32 ") for line in said)
     assert not (tmp_path / "p").exists()  # checks write nothing

@@ -137,3 +137,5 @@ def test_serve_streams_generated_tokens_as_server_sent_events(lm):
         bad = httpx.post(f"{url}/v1/generate", json={"prompt": "", "max_tokens": 3}, timeout=60)
         assert bad.status_code == 422
         assert httpx.post(f"{url}/v1/predict", json={"inputs": [[2, 3, 4]]}, timeout=60).status_code == 200
+        past = httpx.post(f"{url}/v1/predict", json={"inputs": [[2, 3, 10**6]]}, timeout=60)
+        assert past.status_code == 422 and past.json()["input"] == "tokens" and "outside" in past.json()["error"]

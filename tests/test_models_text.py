@@ -147,7 +147,7 @@ def test_sampling_respects_top_k_and_temperature():
         top = set(torch.topk(model(torch.tensor([prompt]))[0, -1], 3).indices.tolist())
     firsts = {sample_tokens(model, prompt, 1, 2.0, 3, 24, seed=s)[0] for s in range(30)}
     assert firsts <= top
-    with pytest.raises(UsageError, match="temperature must be >= 0"):
+    with pytest.raises(UsageError, match="temperature must be 0 .greedy. or between"):
         sample_tokens(model, prompt, 5, temperature=-1)
     with pytest.raises(UsageError, match="prompt is empty"):
         sample_tokens(model, [], 5)

@@ -22,7 +22,8 @@ def pipeline_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipeline") / "out"
     # Generous latency/RSS budgets: this test checks the hand-offs, not this machine's speed.
     args = [
-        "pipeline", "--target", "rpi4", "--out", str(out), "--epochs", "8", "--calib", str(CALIB_DIGITS),
+        "pipeline", "--model", "digits-cnn", "--target", "rpi4", "--out", str(out), "--epochs", "8",
+        "--calib", str(CALIB_DIGITS), "--processes", "2",
         "--min-runs", "5", "--min-time", "0.05", "--max-p99-ms", "10s", "--max-peak-rss-mb", "8GiB",
     ]
     result = runner.invoke(app, args)
@@ -54,6 +55,20 @@ def test_pipeline_runs_every_stage_and_passes(pipeline_run):
     bench = json.loads((out / "bench.json").read_text())
     onnx_result = next(r for r in bench["results"] if r["model"]["variant"] == "int8-static-onnx")
     assert onnx_result["runtime"]["torch_imported"] is False  # timed like on a device without torch
+    # two worker processes per variant: every result has its spread, every ratio its interval
+    for res in bench["results"]:
+        spread = res["spread"]
+        assert spread["processes"] == 2 and len(spread["process_p50"]) == 2
+        assert spread["ci_low"] <= spread["center"] <= spread["ci_high"]
+    for row in summary["variants"]:
+        low, high = row["p50_ratio_ci"]
+        assert low <= row["p50_ratio"] <= high
+    recommended = summary["recommended"]
+    assert recommended["variant"].startswith("int8") and recommended["accuracy_drop_points"] <= 1.0
+    chosen = next(row for row in summary["variants"] if row["variant"] == recommended["variant"])
+    assert chosen["p50_ms"] == min(row["p50_ms"] for row in summary["variants"] if row["variant"].startswith("int8")
+                                   and row["accuracy"] >= summary["float_accuracy"] - 0.01)
+    assert "Recommended: " + recommended["variant"] in result.stdout
 
 
 @pytest.mark.slow
@@ -83,3 +98,17 @@ def test_pipeline_bad_target_and_calib(tmp_path):
     result = runner.invoke(app, ["pipeline", "--calib", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "calibration data" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_pipeline_writes_a_picture_of_its_results(pipeline_run):
+    """report.html: one latency chart per variant and the trade-off chart, self-contained."""
+    import re
+
+    out, result = pipeline_run
+    page = (out / "report.html").read_text()
+    assert set(re.findall(r'<figure class="variant" data-variant="([^"]+)"', page)) == VARIANTS
+    assert page.count('<circle class="bubble"') == len(VARIANTS)
+    assert "<script" not in page.lower() and not re.search(r'(src|href)\s*=\s*["\']?(https?:|//)', page)
+    for name in ("report.html", "bench.json", "gate.json", "pipeline.md"):
+        assert name in result.stdout, name

@@ -81,7 +81,7 @@ def test_report_ranks_the_outlier_tensor_worst(tmp_path):
     assert acts["x"].sqnr_db < acts["r"].sqnr_db  # the outlier channel sets a coarse step for all
     assert acts["x"].outlier_channels == 1 and acts["x"].channels == 16
     assert acts["x"].crest > acts["r"].crest
-    assert all(r.accumulated_sqnr_db is not None for r in acts.values())
+    assert acts["x"].accumulated_sqnr_db is not None and acts["r"].accumulated_sqnr_db is not None
     assert [r.sqnr_db for r in rows] == sorted(r.sqnr_db for r in rows)  # worst first
     assert {r.tensor for r in rows if r.kind == "weight"} == {"w1", "w2"}
     # a tighter (calibrated) range clips the outlier: its own error is larger than with min/max
@@ -203,3 +203,42 @@ def test_report_option_on_a_token_model(tmp_path):
     ref = np.load(tmp_path / "q" / "reference.npz")
     assert ref["b1/input/input_ids"].shape == (1, 16)
     np.testing.assert_array_equal(ref["b7/input/attention_mask"], mask[:7])
+
+
+def test_auto_never_picks_an_int8_candidate_slower_than_float(tmp_path, monkeypatch):
+    """Timing is faked (no wall-clock threshold): every int8 candidate "runs" slower than fp32, so
+    --auto refuses them all with the table, instead of shipping a slower model."""
+    from types import SimpleNamespace
+
+    import edgekit.bench.api
+    from edgekit.quantize.auto import NoCandidateError, quantize_auto
+
+    model = _token_model(tmp_path / "m.onnx")
+
+    def fake_bench(paths, **settings):
+        return [SimpleNamespace(timing=SimpleNamespace(p50=1.0 if "fp32" in str(p) else 2.0)) for p in paths]
+
+    monkeypatch.setattr(edgekit.bench.api, "bench", fake_bench)
+    with pytest.raises(NoCandidateError) as caught:
+        quantize_auto(model, tmp_path / "q", "x86-64", formats=("onnx",), max_drop=100)
+    assert "faster than float" in str(caught.value)
+    int8 = [c for c in caught.value.candidates if c.method != "fp32"]
+    assert int8 and all(c.slower_than_float and not c.chosen for c in int8)
+    assert caught.value.bench_inputs == {"input_ids": [1, 16], "attention_mask": [1, 16]}
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"input_ids": np.ones((4, 16, 2), np.int64), "attention_mask": np.ones((4, 16), np.int64)}, "expects (N, N)"),
+    ({"input_ids": np.full((4, 16), 99, np.int64), "attention_mask": np.ones((4, 16), np.int64)}, "outside [0, 50)"),
+])
+def test_calibration_shapes_and_ids_that_do_not_fit_are_one_line_errors(tmp_path, arrays, message):
+    """Wrong rank, and token ids past the embedding table (its rows are the ids' range)."""
+    from conftest import one_line_error
+
+    model = _token_model(tmp_path / "m.onnx")
+    (tmp_path / "calib").mkdir()
+    np.savez(tmp_path / "calib" / "b.npz", **arrays)
+    result = runner.invoke(app, ["quantize", str(model), "--calib", str(tmp_path / "calib"), "--target", "x86-64",
+                                 "--out", str(tmp_path / "q")])
+    assert message in one_line_error(result, 2)

@@ -257,6 +257,11 @@ def test_serve_usage_errors_are_one_line():
     assert "URL or --serve" in one_line_error(result, 2)
     result = CliRunner().invoke(app, ["serve", "nowhere", "--replicas", "2"])
     assert "--ray" in one_line_error(result, 2)
+    for flags in (["--threads", "100000"], ["--max-body-mb", "1e9"], ["--queue-size", "0"], ["--max-wait-ms", "-1"]):
+        result = CliRunner().invoke(app, ["serve", "nowhere", *flags])
+        one_line_error(result, 2)  # refused before anything is loaded or started
+    result = CliRunner().invoke(app, ["loadtest", "--serve", "nowhere", "--threads", "100000"])
+    assert "--threads" in one_line_error(result, 2)
 
 
 BLOCK_EDGEKIT_AND_TORCH = """
@@ -304,3 +309,28 @@ def test_bundle_serve_py_refuses_a_public_bind_without_a_key(digits_fp32_export,
     proc = subprocess.run([sys.executable, str(bundle / "serve.py"), "--host", "0.0.0.0", "--port", "0"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("Error: binding 0.0.0.0")
+
+
+def test_npz_that_expands_past_the_limit_is_413_before_reading():
+    from edgekit.serve.inputs import InputError, read_npz
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, input=np.zeros((1024, 1024), np.float32))  # 4 MiB of zeros, a few KiB zipped
+    assert len(buffer.getvalue()) < 64 << 10
+    with pytest.raises(InputError) as caught:
+        read_npz(buffer.getvalue(), max_bytes=1 << 20)
+    assert caught.value.status == 413
+
+
+def test_spec_checks_against_an_independent_reference():
+    from edgekit.serve.inputs import InputError, spec_from_dict, validate
+
+    specs = [spec_from_dict({"name": "tokens", "shape": [None, None], "dtype": "int64",
+                             "dynamic_axes": {"0": "batch", "1": "sequence"}, "value_range": [0, 50]})]
+    feed = validate({"tokens": np.array([[1, 2, 49]], np.uint8)}, specs)
+    assert feed["tokens"].dtype == np.int64 and feed["tokens"].tolist() == [[1, 2, 49]]
+    for bad, fragment in ((np.array([[1.5]]), "expects int64"), (np.array([[50]]), "outside [0, 50)"),
+                          (np.array([1, 2]), "2 dimensions"), (np.zeros((1, 0), np.int64), "empty"),
+                          (np.array([[2**63 + 1]], np.uint64), "do not fit int64")):
+        with pytest.raises(InputError, match=fragment.replace("[", r"\[").replace(")", r"\)")):
+            validate({"tokens": bad}, specs)

@@ -62,6 +62,7 @@ def bench(
     timeout_s: float = 600.0,
     progress: Progress | None = None,
     processes: int = 1,
+    reference: bool = False,
     lm_tokens: int = 32,
 ) -> list[BenchResult]:
     """Time each model on this machine; one result per path, in order.
@@ -76,7 +77,9 @@ def bench(
     ``processes``: time each model in this many fresh worker processes, one round each (every
     round interleaves all models); ``min_runs``/``min_time_s`` are shared out among the rounds,
     and each result carries a ``spread`` whose confidence interval includes the between-process
-    variance (edgekit.bench.workers).
+    variance (edgekit.bench.workers). ``reference``: also time a fixed reference workload
+    (edgekit.bench.reference) in every round and record its per-round medians in each result's
+    ``reference``, so a regression gate can normalise away the machine's state.
     Language-model artifacts also get ``tokens_per_s``: ``lm_tokens`` tokens generated greedily
     (``edgekit.bench.lm``; 0 skips it).
     Raises UsageError for bad settings or inputs the model rejects, BenchError when a runner
@@ -101,6 +104,7 @@ def bench(
         "--threads", str(n_threads), "--warmup", str(warmup), "--min-runs", str(min_runs),
         "--min-time", repr(float(min_time_s)), "--max-runs", str(max_runs), "--batch", str(batch),
     ]
+    timing_args = list(common)  # what the reference workload shares with the models
     for text in shape_args:
         common += ["--shape", text]
     if input_file is not None:
@@ -109,8 +113,15 @@ def bench(
         common += ["--target", tgt.name]
     argvs = [_runner_argv(m, common, tgt) for m in models]
     env = {**os.environ, "OMP_NUM_THREADS": str(n_threads)}
+    from edgekit.bench import workers  # several processes per model: rounds, merging (imports this module)
 
-    if len(models) == 1 and processes == 1:
+    if reference:
+        results = workers.with_reference(models, argvs, timing_args, env, processes=processes, min_runs=min_runs,
+                                         min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
+                                         timeout_s=timeout_s, progress=progress)
+        notes = notes + [f"{processes} worker process{'es' if processes > 1 else ''} per model and a reference "
+                         "workload timed in every round (reference)"]
+    elif len(models) == 1 and processes == 1:
         progress(0, 0)
         results = [_run_plain(models[0], argvs[0], env, timeout_s)]
         progress(0, results[0].timing.runs)
@@ -120,9 +131,9 @@ def bench(
                                    progress=progress)
         results = [_to_result(m, _document(raw)) for m, raw in zip(models, raws)]
     else:
-        results = _run_processes(models, argvs, env, processes=processes, min_runs=min_runs,
-                                 min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
-                                 timeout_s=timeout_s, progress=progress)
+        results = workers.run_processes(models, argvs, env, processes=processes, min_runs=min_runs,
+                                        min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
+                                        timeout_s=timeout_s, progress=progress)
         notes = notes + [f"{processes} worker processes per model, one round each; timing pools their calls, "
                          "spread holds each process's median"]
     if len(models) > 1:
@@ -403,31 +414,3 @@ def _document(raw) -> dict:
     return {"schema": _runner.BENCH_SCHEMA, "schema_version": _runner.BENCH_SCHEMA_VERSION, "results": [raw]}
 
 
-def _run_processes(models, argvs, env, *, processes, min_runs, min_time_s, max_runs, block_size, timeout_s,
-                   progress: Progress) -> list[BenchResult]:
-    """``processes`` rounds; each starts a fresh runner per model (in a rotated order) and interleaves
-    them for its share of the runs. The rounds merge into one result per model."""
-    from edgekit.bench.workers import merge_processes
-
-    deadline = time.monotonic() + timeout_s
-    share_runs = max(1, math.ceil(min_runs / processes))
-    share_max = max(share_runs, max_runs // processes)
-    raws: list[list] = [[] for _ in models]
-    samples: list[list] = [[] for _ in models]
-    done_before = [0] * len(models)
-    for round_ in range(processes):
-        order = [(i + round_) % len(models) for i in range(len(models))]
-
-        def round_progress(index: int, runs: int, order=order) -> None:
-            progress(order[index], done_before[order[index]] + runs)
-
-        left = max(deadline - time.monotonic(), 1e-3)
-        round_raws, round_samples = _run_interleaved(
-            [models[i] for i in order], [argvs[i] for i in order], env, min_runs=share_runs,
-            min_time_s=min_time_s / processes, max_runs=share_max, block_size=block_size, timeout_s=left,
-            progress=round_progress)
-        for position, index in enumerate(order):
-            raws[index].append(round_raws[position])
-            samples[index].append(round_samples[position])
-            done_before[index] += len(round_samples[position])
-    return [_to_result(m, _document(merge_processes(r, s))) for m, r, s in zip(models, raws, samples)]

@@ -42,9 +42,9 @@ def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates
         raise ValueError("no results to report")
     labels = _unique([variant_label(r) for r in results])
     palette = colors(len(results))
-    scale_max = _nice_max(max(r.timing.p99 for r in results) * 1.08)
+    scale = _log_scale(results)
     figures = "\n".join(
-        _distribution_figure(r, label, color, scale_max) for r, label, color in zip(results, labels, palette)
+        _distribution_figure(r, label, color, scale) for r, label, color in zip(results, labels, palette)
     )
     host = results[0].host or {}
     runtime = results[0].runtime or {}
@@ -77,9 +77,9 @@ td.fail {{ color: #b00020; font-weight: 600; }} td.pass {{ color: #1b7f3b; }}
 <h1>{_e(title)}</h1>
 {f'<p class="sub">{_e(subtitle)}</p>' if subtitle else ''}
 <p class="sub">{_e(facts)}</p>
-<h2>Latency distribution per variant (ms, same scale)</h2>
+<h2>Latency distribution per variant (ms, one logarithmic scale)</h2>
 <p class="note">Line: fastest run to p99. Box: p50 to p90, dark bar at p50. Diamond: mean. Dot: slowest run
-(an arrow when it lies off the scale).</p>
+(an arrow when it lies off the scale). Latency tails are long, so the scale is logarithmic.</p>
 {figures}
 <h2>Size, accuracy and latency</h2>
 <p class="note">Each bubble is a variant: further left is faster, higher is more accurate, a larger bubble is a
@@ -102,11 +102,22 @@ def write_html(path: str | Path, results, **kwargs) -> Path:
 # --------------------------------------------------------------------------------- distribution
 
 
-def _distribution_figure(result, label: str, color: str, scale_max: float) -> str:
+def _log_scale(results) -> tuple[float, float]:
+    """(lo, hi) in ms: whole decades around every variant's fastest run and p99."""
+    lows = [r.timing.min for r in results if r.timing.min > 0] or [r.timing.p50 for r in results if r.timing.p50 > 0]
+    lo = 10 ** math.floor(math.log10(max(min(lows), 1e-6))) if lows else 1e-3
+    hi = 10 ** math.ceil(math.log10(max(max(r.timing.p99 for r in results), lo * 10)))
+    return lo, hi
+
+
+def _distribution_figure(result, label: str, color: str, scale: tuple[float, float]) -> str:
     t = result.timing
+    lo, hi = scale
+    span = math.log10(hi) - math.log10(lo)
 
     def x(ms: float) -> float:
-        return LEFT + (RIGHT - LEFT) * min(max(ms, 0.0), scale_max) / scale_max
+        ms = min(max(ms, lo), hi)
+        return LEFT + (RIGHT - LEFT) * (math.log10(ms) - math.log10(lo)) / span
 
     y, box_h = 24, 16
     parts = [
@@ -118,12 +129,12 @@ def _distribution_figure(result, label: str, color: str, scale_max: float) -> st
         f'<rect x="{x(t.p50) - 1:.1f}" y="{y - box_h / 2 - 2}" width="3" height="{box_h + 4}" fill="#1b1b1b"/>',
         _diamond(x(t.mean), y, 5, "#ffffff", color),
     ]
-    if t.max <= scale_max:
+    if t.max <= hi:
         parts.append(f'<circle cx="{x(t.max):.1f}" cy="{y}" r="3.5" fill="#ffffff" stroke="{color}" stroke-width="2"/>')
     else:
         parts.append(f'<path d="M{RIGHT + 2} {y - 5} L{RIGHT + 10} {y} L{RIGHT + 2} {y + 5} Z" fill="{color}"/>')
     parts.append(f'<text x="{min(x(t.p50), RIGHT - 80):.1f}" y="{y - 12}">p50 {_num(t.p50)}</text>')
-    parts.append(_axis(scale_max, 46))
+    parts.append(_log_axis(lo, hi, x, 46))
     caption = (f'<span class="swatch" style="background:{color}"></span><b>{_e(label)}</b> '
                f"({_e(result.model.format)}, {_e(result.model.precision)}): p50 {_num(t.p50)} ms, "
                f"p90 {_num(t.p90)}, p99 {_num(t.p99)}, max {_num(t.max)}; {t.runs} runs")
@@ -133,13 +144,19 @@ def _distribution_figure(result, label: str, color: str, scale_max: float) -> st
             + "".join(parts) + "</svg>\n</figure>")
 
 
-def _axis(scale_max: float, y: float) -> str:
+def _log_axis(lo: float, hi: float, x, y: float) -> str:
+    decades = round(math.log10(hi / lo))
+    steps = (1, 2, 5) if decades <= 4 else (1,)
     out = [f'<line x1="{LEFT}" y1="{y}" x2="{RIGHT}" y2="{y}" stroke="#999" stroke-width="1"/>']
-    for value in _ticks(0.0, scale_max):
-        px = LEFT + (RIGHT - LEFT) * value / scale_max
-        anchor = "start" if value == 0 else "middle"
-        out.append(f'<line x1="{px:.1f}" y1="{y}" x2="{px:.1f}" y2="{y + 4}" stroke="#999"/>')
-        out.append(f'<text x="{px:.1f}" y="{y + 16}" text-anchor="{anchor}">{_num(value)}</text>')
+    for k in range(decades + 1):
+        for step in steps:
+            value = lo * 10 ** k * step
+            if value > hi * (1 + 1e-9):
+                continue
+            px = x(value)
+            anchor = "start" if k == 0 and step == 1 else "end" if value >= hi * (1 - 1e-9) else "middle"
+            out.append(f'<line x1="{px:.1f}" y1="{y}" x2="{px:.1f}" y2="{y + 4}" stroke="#999"/>')
+            out.append(f'<text x="{px:.1f}" y="{y + 16}" text-anchor="{anchor}">{float(f"{value:.3g}"):g}</text>')
     return "".join(out)
 
 
@@ -196,6 +213,10 @@ def _tradeoff_svg(results, labels, palette) -> str:
         x0 = cx + radius + 4 if right_side else cx - radius - 4 - width
         y = _free_row(placed, x0, x0 + width, cy + 4, top + 12, bottom - 4)
         placed.append((x0, y - 11, x0 + width, y + 2))
+        if abs(y - 4 - cy) > 6:  # moved off its bubble's centre line: a leader line says whose label it is
+            end_x = x0 if right_side else x0 + width
+            out.append(f'<line x1="{cx + (radius if right_side else -radius) * 0.7:.1f}" y1="{cy:.1f}" '
+                       f'x2="{end_x:.1f}" y2="{y - 4:.1f}" stroke="{palette[i]}" stroke-width="1"/>')
         out.append(f'<text x="{x0:.1f}" y="{y:.1f}">{_e(text)}</text>')
     return (f'<figure class="tradeoff"><svg xmlns="http://www.w3.org/2000/svg" width="{SCATTER_W}" '
             f'height="{SCATTER_H}" viewBox="0 0 {SCATTER_W} {SCATTER_H}" role="img" '

@@ -76,6 +76,9 @@ class BenchResult:
     # Across worker processes (bench(processes=N), N >= 2): each process's median and the 95 %
     # confidence interval of their mean. None for a single process (older documents have none).
     spread: Spread | None = None
+    # bench(reference=True): {"name": workload, "process_p50": [ms per round]} of the reference
+    # workload timed in the same rounds (edgekit.bench.reference); None otherwise.
+    reference: dict[str, Any] | None = None
 
     @property
     def p50_interval(self) -> tuple[float, float, float] | None:
@@ -101,6 +104,8 @@ class BenchResult:
             del data["spread"]  # documents without one read as before
         else:
             data["spread"] = self.spread.to_dict()
+        if self.reference is None:
+            del data["reference"]
         return data
 
     @classmethod
@@ -138,6 +143,7 @@ class BenchResult:
                 notes=tuple(str(n) for n in _list(data.get("notes", []), "notes")),
                 tokens_per_s=None if data.get("tokens_per_s") is None else _figure(data["tokens_per_s"], "tokens_per_s"),
                 spread=None if data.get("spread") is None else _spread(data["spread"]),
+                reference=None if data.get("reference") is None else _reference(data["reference"]),
             )
         except KeyError as exc:
             raise InputFileError(f"{where} is not a valid edgekit bench result: missing field {exc}") from None
@@ -160,6 +166,15 @@ def _spread(raw) -> Spread:
     if not 0 < confidence < 1:
         raise ValueError(f"spread.confidence must be within 0..1, got {confidence!r}")
     return Spread(processes, medians, center, low, high, confidence)
+
+
+def _reference(raw) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise ValueError("reference must be a JSON object with a name")
+    medians = [_figure(v, "reference.process_p50") for v in _list(raw.get("process_p50"), "reference.process_p50")]
+    if not medians or any(v <= 0 for v in medians):
+        raise ValueError("reference.process_p50 must hold positive medians")
+    return {"name": raw["name"], "process_p50": medians}
 
 
 def _table(data: dict, key: str) -> dict:

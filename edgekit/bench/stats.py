@@ -50,7 +50,7 @@ class Spread:
     processes: int
     process_p50: tuple[float, ...]
     center: float  # mean of the process medians
-    ci_low: float  # 95 % confidence interval of ``center`` (between-process variance included)
+    ci_low: float  # 95 % confidence interval of ``center`` (between-process variance included; low >= 0)
     ci_high: float
     confidence: float = CONFIDENCE
 
@@ -80,7 +80,7 @@ def spread_of(process_p50: Sequence[float]) -> Spread:
         return Spread(1, values, mean, mean, mean)
     sem = math.sqrt(math.fsum((x - mean) ** 2 for x in values) / (n - 1) / n)
     half = t_quantile(n - 1) * sem
-    return Spread(n, values, mean, mean - half, mean + half)
+    return Spread(n, values, mean, max(mean - half, 0.0), mean + half)  # a time is never below 0
 
 
 def welch_interval(new: Spread, base: Spread) -> tuple[float, float, float]:

@@ -3,16 +3,22 @@
 One process can settle at a speed another would not (memory layout, the core it landed on, the
 frequency state it found); one long-lived process per model therefore shifts a whole model by
 up to tens of percent. ``edgekit.bench.api.bench(processes=N)`` times every model in N rounds;
-each round starts a fresh runner per model and interleaves them. This module merges the rounds:
+each round starts a fresh runner per model and interleaves them. This module runs the rounds
+(with the reference workload of ``bench(reference=True)`` when asked) and merges them:
 the timing figures come from all calls pooled, the ``spread`` from the per-process medians
 (``edgekit.bench.stats``), whose confidence interval holds the between-process variance.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+import sys
+import time
+from dataclasses import replace
 from typing import Sequence
 
+from edgekit.bench import api
 from edgekit.bench.runner import summarize_ns
 from edgekit.bench.stats import spread_of
 
@@ -45,3 +51,57 @@ def merge_processes(raws: Sequence[dict], samples: Sequence[Sequence[int]]) -> d
         "settings": {**first.get("settings", {}), "processes": len(raws)},
         "spread": spread.to_dict(),
     }
+
+
+def run_processes(models, argvs, env, *, processes, min_runs, min_time_s, max_runs, block_size, timeout_s,
+                  progress, with_samples: bool = False):
+    """``processes`` rounds; each starts a fresh runner per model (in a rotated order) and interleaves
+    them for its share of the runs. The rounds merge into one result per model."""
+    deadline = time.monotonic() + timeout_s
+    share_runs = max(1, math.ceil(min_runs / processes))
+    share_max = max(share_runs, max_runs // processes)
+    raws: list[list] = [[] for _ in models]
+    samples: list[list] = [[] for _ in models]
+    done_before = [0] * len(models)
+    for round_ in range(processes):
+        order = [(i + round_) % len(models) for i in range(len(models))]
+
+        def round_progress(index: int, runs: int, order=order) -> None:
+            progress(order[index], done_before[order[index]] + runs)
+
+        left = max(deadline - time.monotonic(), 1e-3)
+        round_raws, round_samples = api._run_interleaved(
+            [models[i] for i in order], [argvs[i] for i in order], env, min_runs=share_runs,
+            min_time_s=min_time_s / processes, max_runs=share_max, block_size=block_size, timeout_s=left,
+            progress=round_progress)
+        for position, index in enumerate(order):
+            raws[index].append(round_raws[position])
+            samples[index].append(round_samples[position])
+            done_before[index] += len(round_samples[position])
+    results = [api._to_result(m, api._document(merge_processes(r, s))) for m, r, s in zip(models, raws, samples)]
+    return (results, samples) if with_samples else results
+
+
+def with_reference(models, argvs, timing_args, env, *, processes, progress, **settings):
+    """Time ``models`` and the reference workload in the same rounds; attach its per-round medians."""
+    import shutil
+    import tempfile
+
+    from edgekit.bench.reference import REFERENCE_NAME, write_reference_model
+
+    folder = tempfile.mkdtemp(prefix="edgekit-reference-")
+    try:
+        ref = api.BenchModel(write_reference_model(folder), "onnx")
+        ref_argv = [sys.executable, "-P", str(api.RUNNER_PATH), str(ref.path), "--format", "onnx", *timing_args]
+
+        def user_progress(index: int, runs: int) -> None:
+            if index < len(models):
+                progress(index, runs)
+
+        results, samples = run_processes([*models, ref], [*argvs, ref_argv], env, processes=processes,
+                                         progress=user_progress, with_samples=True, **settings)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    medians = [statistics.median(s) / 1e6 for s in samples[-1]]
+    attached = {"name": REFERENCE_NAME, "process_p50": medians}
+    return [replace(r, reference=attached) for r in results[:-1]]

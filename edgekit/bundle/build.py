@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 import shutil
 import subprocess
@@ -146,6 +145,11 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
         if wheels:
             wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
                                           pins.platform, pins.python_version)
+            if serving is not None:  # serve.py's stack too, into the same folder (offline boards serve as well)
+                from edgekit.bundle.serving import SERVE_REQUIREMENTS
+
+                wheel_names = download_wheels(work / SERVE_REQUIREMENTS, work / layout.WHEELS_DIR,
+                                              pins.platform, pins.python_version)
         info = _bundle_info(folder, manifest, entry, tgt, pins, model_name, wheel_names, mismatches, created)
         if serving is not None:
             info["serve"] = serving

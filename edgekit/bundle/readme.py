@@ -49,4 +49,13 @@ def readme_text(info: dict, bundle_name: str, description: str = "") -> str:
         f"     edgekit bench {bundle_name} --host pi@raspberrypi.local --remote-python {VENV}/bin/python",
         "",
     ]
+    serve = info.get("serve")
+    if serve:
+        lines += [
+            "5. Serve the model over HTTP (FastAPI + uvicorn + onnxruntime; no edgekit, no torch):",
+            f"     pip install -r {serve['requirements']}",
+            f"     python3 {serve['script']} --port 8000            # http://127.0.0.1:8000/v1/predict",
+            f"     python3 {serve['script']} --host 0.0.0.0 --api-key KEY   # from the network: key required",
+            "",
+        ]
     return "\n".join(lines)

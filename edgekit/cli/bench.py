@@ -28,6 +28,8 @@ def bench_command(
     min_time: float = typer.Option(1.0, "--min-time", help="And at least this many seconds of timed runs."),
     max_runs: int = typer.Option(100_000, "--max-runs", help="Safety cap on timed runs."),
     batch: int = typer.Option(1, "--batch", help="Size of dynamic axes (the batch)."),
+    processes: int = typer.Option(1, "--processes", help="Worker processes per model; 2+ adds a confidence interval across them (use 4+ for CI gates)."),
+    reference: bool = typer.Option(False, "--reference", help="Also time a fixed reference workload in every round, so gates can normalise by it."),
     shape: list[str] | None = typer.Option(None, "--shape", metavar="NAME=DIMS", help="Input shape NAME=DIMS, e.g. input=1x1x8x8 (repeatable)."),
     input_file: Path | None = typer.Option(None, "--input", help=".npz of input arrays by input name."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the bench document (JSON) here."),
@@ -65,6 +67,10 @@ def bench_command(
 
     remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout, force)
     if remote.wanted():
+        if processes != 1 or reference:
+            from edgekit.errors import UsageError
+
+            raise UsageError("--processes and --reference apply to local runs; a board runs one process per model")
         results = remote.bench(
             artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time,
             batch=batch, shapes=shapes or None, input_file=input_file,
@@ -76,6 +82,7 @@ def bench_command(
             results = bench(
                 artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs,
                 min_time_s=min_time, max_runs=max_runs, batch=batch, shapes=shapes or None, input_file=input_file, progress=report,
+                processes=processes, reference=reference,
             )
     if json_out is not None:
         write_json(json_out, to_document(results))
@@ -189,6 +196,12 @@ def _footer(results) -> list[str]:
     cpu = host.get("cpu_model") or "unknown CPU"
     lines = [f"host: {host.get('machine')}, {cpu}, {host.get('logical_cores')} logical cores"
              + (" (emulated)" if host.get("emulated") else "")]
+    for r in results:
+        if r.p50_interval is not None:
+            center, low, high = r.p50_interval
+            name = r.model.variant or Path(r.model.path).name
+            lines.append(f"{name}: p50 {center:.4g} ms, 95% CI {low:.4g}-{high:.4g} ms across "
+                         f"{r.spread.processes} worker processes")
     notes: list[str] = []
     for r in results:
         for note in r.notes:

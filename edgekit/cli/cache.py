@@ -12,7 +12,7 @@ from edgekit.cli.options import JsonFlag
 
 @handles_errors
 def cache_command(
-    parts: Optional[list[str]] = typer.Argument(None, metavar="[PART]...",
+    parts: Optional[list[str]] = typer.Argument(None, metavar="PART",
                                                 help="Only these parts: calibration, text, rootfs (default: all)."),
     clear: bool = typer.Option(False, "--clear", help="Remove the parts (only edgekit's own sub-folders)."),
     as_json: JsonFlag = False,

@@ -37,6 +37,9 @@ def gate(
     max_regression: Optional[str] = typer.Option(
         None, "--max-regression", help="Allowed p50 slow-down against --baseline: 10% or 0.10."
     ),
+    min_delta_ms: float = typer.Option(
+        0.005, "--min-delta-ms", help="A regression must also add more than this many ms to fail."
+    ),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the versioned JSON gate report here."),
@@ -72,7 +75,8 @@ def gate(
         raise UsageError(NO_BUDGET_HELP + hint)
 
     report = evaluate(
-        loaded, budgets, base, regression, baseline_source=f"baseline {baseline.name}" if baseline else "baseline"
+        loaded, budgets, base, regression, baseline_source=f"baseline {baseline.name}" if baseline else "baseline",
+        min_delta_ms=min_delta_ms,
     )
     _write_reports(report, outputs, [str(p) for p in results], str(baseline) if baseline else None)
     _render(report)

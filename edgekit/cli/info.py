@@ -29,7 +29,8 @@ def info_command(
 
 
 def render(s: dict) -> list[str]:
-    lines = [f"{s['path']}: {s['kind']} artifact of {s['model']}" + (f" for {s['target']}" if s.get("target") else "")]
+    what = f"bundle ({s['kind']} artifact inside)" if s.get("type") == "bundle" else f"{s['kind']} artifact"
+    lines = [f"{s['path']}: {what} of {s['model']}" + (f" for {s['target']}" if s.get("target") else "")]
     if s.get("task"):
         lines.append(f"task: {s['task']}")
     recipe = s.get("recipe") or {}

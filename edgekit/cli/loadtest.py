@@ -23,12 +23,12 @@ def loadtest_command(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EDGEKIT_API_KEY", help="Key to send (Authorization: Bearer)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the bench document (JSON, what `edgekit gate` reads) here."),
     max_batch: int = typer.Option(16, "--max-batch", help="With --serve: the server's micro-batch size (1: off)."),
-    max_wait_ms: float = typer.Option(2.0, "--max-wait-ms", help="With --serve: the server's micro-batch wait."),
+    max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="With --serve: the server's micro-batch wait."),
     threads: Optional[int] = typer.Option(None, "--threads", help="With --serve: the server's intra-op threads."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table."),
 ) -> None:
     """Load-test a served model: p50/p90/p99, throughput, errors by status. Gate p99 under load with
-    `edgekit gate RESULT.json --max-p99 20ms`."""
+    `edgekit gate RESULT.json --max-p99-ms 20`."""
     from edgekit.bench.result import to_document
     from edgekit.errors import UsageError
     from edgekit.fileio import ensure_writable_dir, write_json
@@ -36,10 +36,14 @@ def loadtest_command(
 
     if (url is None) == (serve is None):
         raise UsageError("give a URL or --serve ARTIFACT (one of them)")
+    from edgekit.bounds import check_threads
+
+    check_threads(threads, "--threads")
     settings = LoadSettings(concurrency, duration, rate, timeout, warmup)
     if json_out is not None:
-        if json_out.is_dir():
-            raise UsageError(f"--json {json_out} is a folder; name a file")
+        from edgekit.outputs import check_report_paths, with_artifact_folders
+
+        check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]))
         ensure_writable_dir(json_out.parent)
     if serve is not None:
         from edgekit.serve.process import local_server

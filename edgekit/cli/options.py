@@ -22,9 +22,6 @@ ModelOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (same seed, same weights on CPU).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout (no table).")]
-FormatsOpt = Annotated[
-    Optional[str], typer.Option("--format", metavar="LIST", help="Comma-separated: torchscript, onnx."),
-]
 
 # Models from outside the zoo (package.module:factory, hf:CONFIG): how to build their example inputs.
 InputShapeOpt = Annotated[

@@ -36,6 +36,7 @@ def pipeline_command(
     min_runs: int = typer.Option(50, "--min-runs", help="Minimum timed runs per variant."),
     min_time: float = typer.Option(0.5, "--min-time", help="Minimum timed seconds per variant."),
     processes: int = typer.Option(4, "--processes", help="Benchmark worker processes per variant (confidence intervals across them)."),
+    reference: bool = typer.Option(True, "--reference/--no-reference", help="Time a reference workload in every bench round (regression gates normalise by it)."),
     max_size_mb: MaxSizeOpt = None,
     max_p50_ms: MaxP50Opt = None,
     max_p99_ms: MaxP99Opt = None,
@@ -78,6 +79,7 @@ def pipeline_command(
         checkpoint=checkpoint,
         force=force,
         processes=processes,
+        reference=reference,
     )
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))

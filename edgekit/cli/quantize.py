@@ -46,6 +46,7 @@ def quantize_command(
     max_drop: Optional[float] = typer.Option(None, "--max-drop", help="Accuracy budget in points: sensitive layers fall back to float until met."),
     auto: bool = typer.Option(False, "--auto", help="Try the target's candidate recipes; keep the fastest within the budget."),
     fusion: Optional[str] = typer.Option(None, "--fusion", help="ONNX graph layout: no-skip-ln (default) | runtime | transformer (dynamic only)."),
+    smooth: bool = typer.Option(False, "--smooth", help="ONNX static: SmoothQuant scale migration of outlier channels into the weights, alpha searched on the calibration data."),
     report: bool = typer.Option(False, "--report", help="Per-tensor int8 error table (SQNR, range, outliers), worst first; kept in the manifest."),
     epochs: Optional[int] = typer.Option(None, "--qat-epochs", help="QAT: fine-tuning epochs (default 3)."),
     lr: Optional[float] = typer.Option(None, "--qat-lr", help="QAT: Adam learning rate (default 5e-4)."),
@@ -71,7 +72,7 @@ def quantize_command(
             ("--activation-type", activation_type), ("--weight-type", weight_type),
             ("--per-channel/--per-tensor", per_channel is not None or None),
             ("--reduce-range/--no-reduce-range", reduce_range is not None or None), ("--op-types", op_types),
-            ("--exclude", exclude), ("--qat-epochs", epochs), ("--qat-lr", lr), ("--fusion", fusion),
+            ("--exclude", exclude), ("--qat-epochs", epochs), ("--qat-lr", lr), ("--fusion", fusion), ("--smooth", smooth),
         )
         tuned = [name for name, value in chosen_by_auto if value]
         if tuned:
@@ -110,6 +111,7 @@ def quantize_command(
         "weight_type": weight_type, "per_channel": per_channel, "reduce_range": reduce_range,
         "exclude": tuple(exclude) if exclude else None, "epochs": epochs, "lr": lr,
         "op_types": tuple(split_csv(op_types)) if op_types else None, "fusion": fusion,
+        "smooth": smooth or None,
     }
     with _calibration_progress(err) as progress:
         try:
@@ -164,7 +166,8 @@ def _calibration_progress(err):
     """Progress of the long steps (calibration, QAT epochs, --auto candidates, sensitivity analysis).
 
     On a terminal: one live bar, relabelled per step. Elsewhere (CI logs, pipes): one line per
-    step, at most one every 2 s per stage plus each stage's last. EDGEKIT_NO_PROGRESS=1 silences it.
+    step (for stages of over 10 steps at most one every 2 s, plus the last). EDGEKIT_NO_PROGRESS=1
+    silences it.
     """
     import os
     import time
@@ -182,7 +185,8 @@ def _calibration_progress(err):
                 return  # calibration batches: too many for a log; the stage lines frame them
             now = time.monotonic()
             final = state.total is not None and state.done >= state.total
-            if final or now - last.get(state.stage, -1e9) >= 2.0:
+            few = state.total is not None and state.total <= 10  # e.g. QAT epochs: every one is news
+            if final or few or now - last.get(state.stage, -1e9) >= 2.0:
                 last[state.stage] = now
                 err.print(state.describe(), markup=False, highlight=False)
 

@@ -20,11 +20,11 @@ def serve_command(
     fmt: Optional[str] = typer.Option(None, "--format", help="onnx, torchscript or checkpoint, when the artifact holds several."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the runtime."),
     max_batch: int = typer.Option(16, "--max-batch", help="Micro-batching: most rows per model call (1: off)."),
-    max_wait_ms: float = typer.Option(2.0, "--max-wait-ms", help="Micro-batching: longest wait for more requests."),
+    max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="Micro-batching: also wait this long for more requests (0: batch what is already queued)."),
     queue_size: int = typer.Option(256, "--queue-size", help="Requests waiting at most; more get 503 + Retry-After."),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", help="Largest request body (413 beyond)."),
     allow_nonfinite: bool = typer.Option(False, "--allow-nonfinite", help="Accept NaN/Inf in float inputs (else 422)."),
-    ray: bool = typer.Option(False, "--ray", help="Deploy on Ray Serve (pip install 'edgekit[ray]')."),
+    ray: bool = typer.Option(False, "--ray", help="Deploy on Ray Serve (pip install 'edgekit-ml[ray]')."),
     replicas: int = typer.Option(1, "--replicas", help="With --ray: fixed number of replicas."),
     min_replicas: Optional[int] = typer.Option(None, "--min-replicas", help="With --ray: autoscale from this many..."),
     max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="...to this many replicas."),
@@ -43,16 +43,21 @@ def serve_command(
         raise UsageError(why)
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be within 0..65535, got {port}")
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {threads}")
-    if not (max_body_mb > 0):
-        raise UsageError(f"--max-body-mb must be > 0, got {max_body_mb}")
+    from edgekit.bounds import check_threads
+
+    check_threads(threads, "--threads")
+    if not 0 < max_body_mb <= 4096:
+        raise UsageError(f"--max-body-mb must be within 0..4096, got {max_body_mb}")
+    if not 1 <= max_batch <= 65536 or not 1 <= queue_size <= 1_000_000:
+        raise UsageError(f"--max-batch must be within 1..65536 and --queue-size within 1..1000000, got {max_batch} and {queue_size}")
+    if not 1 <= replicas <= 10_000 or not 0 < cpus_per_replica <= 1024:
+        raise UsageError(f"--replicas must be within 1..10000 and --cpus-per-replica within 0..1024")
     if not ray and (replicas != 1 or min_replicas is not None or max_replicas is not None or address):
         raise UsageError("--replicas, --min-replicas, --max-replicas and --address apply with --ray")
     try:
         from edgekit.serve.app import ServeSettings
     except ImportError:
-        raise UsageError("serving needs FastAPI and uvicorn: pip install 'edgekit[serve]'") from None
+        raise UsageError("serving needs FastAPI and uvicorn: pip install 'edgekit-ml[serve]'") from None
     try:
         settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
                                  max_body_bytes=int(max_body_mb * (1 << 20)), api_key=api_key or None,

@@ -25,6 +25,7 @@ def verify_command(
     timeout: float = typer.Option(1800.0, "--timeout", help="Limit in seconds for each long step (rootfs build, install, each emulated run)."),
     atol: float = typer.Option(1e-3, "--atol", help="Max abs difference allowed between emulated and host outputs (int8: at least 1% of the output range)."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Skip the functional run of the bundle's runner.py under emulation."),
+    no_serve: bool = typer.Option(False, "--no-serve", help="Skip starting the bundle's serve.py under emulation (ONNX bundles)."),
     mirror: str | None = typer.Option(None, "--mirror", help="Debian mirror for debootstrap (default: http://deb.debian.org/debian)."),
     launcher: str = typer.Option("auto", "--launcher", help="auto | binfmt | interpreter (qemu-aarch64-static named as the command; needs a cached rootfs)."),
     index_url: str | None = typer.Option(
@@ -39,7 +40,7 @@ def verify_command(
 
     Emulated timings are a functional check only, never device latency.
     """
-    from edgekit.errors import ParityError, UsageError
+    from edgekit.errors import ParityError
     from edgekit.fileio import ensure_writable_dir, write_json
 
     if json_out is not None:
@@ -61,7 +62,7 @@ def verify_command(
     options = {"mirror": mirror} if mirror else {}
     report = verify_emulated(
         bundle, release=debian_release, cache_dir=rootfs_cache, rebuild=rebuild, timeout_s=timeout, atol=atol,
-        bench=not no_bench, launcher=launcher, index_url=index_url, progress=None if quiet else _progress(), **options,
+        bench=not no_bench, serve=not no_serve, launcher=launcher, index_url=index_url, progress=None if quiet else _progress(), **options,
     )
     if json_out is not None:
         write_json(json_out, report.to_dict())
@@ -134,6 +135,13 @@ def footer(report) -> list[str]:
             lines.append(f"bench: {bench['status']}: runner.py completed {runs} timed runs (mode \"emulated\"); {bench['note']}")
         else:
             lines.append(f"bench: {bench['status']}: runner.py FAILED: {bench.get('error')}")
+    served = report.serve
+    if served is not None:
+        if served.get("ok"):
+            lines.append(f"serve: serve.py answered /v1/predict at batch {', '.join(str(b['batch']) for b in served['batches'])} "
+                         f"under emulation like the emulated probe, and stopped on SIGTERM with exit 0")
+        else:
+            lines.append(f"serve: serve.py FAILED under emulation: {served.get('error')}")
     rootfs = f"{seconds.get('rootfs', 0):.1f} s ({'built' if emu.get('rootfs_built') else 'cached'})"
     venv = f"{seconds.get('venv', 0):.1f} s ({'installed' if emu['venv'].get('built') else 'cached'})"
     lines.append(f"times: rootfs {rootfs}, venv {venv}, emulated model run {seconds.get('emulated_run', 0):.1f} s, "

@@ -72,11 +72,13 @@ class EmulationReport:
     bench: dict[str, Any] | None  # {"status": BENCH_STATUS, "note": BENCH_NOTE, "result": bench result}
     seconds: dict[str, float]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    serve: dict[str, Any] | None = None  # the bundle's serve.py under emulation (edgekit.emulate.serve_check)
 
     @property
     def passed(self) -> bool:
         bench_ok = self.bench is None or bool(self.bench.get("ok"))
-        return bool(self.batches) and all(b.passed for b in self.batches) and bench_ok
+        serve_ok = self.serve is None or bool(self.serve.get("ok"))
+        return bool(self.batches) and all(b.passed for b in self.batches) and bench_ok and serve_ok
 
     def failure(self) -> str:
         """One line: why the verification failed ("" when it passed)."""
@@ -87,6 +89,8 @@ class EmulationReport:
             return "no reference batches were compared"
         if self.bench is not None and not self.bench.get("ok"):
             return f"the bundle's runner.py failed under emulation: {self.bench.get('error') or 'no result'}"
+        if self.serve is not None and not self.serve.get("ok"):
+            return f"the bundle's serve.py failed under emulation: {self.serve.get('error') or 'no answer'}"
         return ""
 
     def to_dict(self) -> dict:

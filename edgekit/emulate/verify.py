@@ -44,6 +44,7 @@ def verify_emulated(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     atol: float = DEFAULT_ATOL,
     bench: bool = True,
+    serve: bool = True,
     mirror: str = DEFAULT_MIRROR,
     launcher: str = "auto",
     index_url: str | None = None,
@@ -130,6 +131,16 @@ def verify_emulated(
             bench_report, seconds["bench"] = _bench(run_in, venv, inside, bundle, threads, timeout_s)
         elif bench:
             notes.append("the bundle has no runner.py; no functional bench was run")
+        serve_report = None
+        if serve:
+            from edgekit.emulate.serve_check import has_server, serve_check
+
+            if has_server(bundle) and bundle.format == "onnx":
+                serve_report, seconds["serve"] = serve_check(
+                    run_in, bundle, fs.python, work, inside, emulated, Tolerance.for_precision(bundle.precision, atol),
+                    timeout_s, progress)
+            else:
+                notes.append("the bundle has no serve.py (ONNX bundles carry one); serving was not checked")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -163,6 +174,7 @@ def verify_emulated(
         tolerance=tolerance,
         batches=batches,
         bench=bench_report,
+        serve=serve_report,
         seconds={key: round(value, 2) for key, value in seconds.items()},
         notes=tuple(notes),
     )

@@ -11,14 +11,13 @@ Rules, in one place:
   report shows it as "skipped" with the reason, and counts it apart.
 * A measured value that is not a finite number, or an accuracy outside 0..1, **fails**.
 * **Regression gate** (``baseline`` + ``max_regression``): results are matched to baseline results
-  by variant when both record one, else by model file name. ``regression = (p50_new - p50_base)
-  / p50_base``. The check fails only when the regression is above ``max_regression`` *and* the
-  difference is larger than the measurement noise: ``p50_new - p50_base > 3 * sqrt(se_new**2 +
-  se_base**2)``, where each run's standard error of the median is ``se = 1.2533 * sigma /
-  sqrt(runs)`` and ``sigma = min(std, (p90 - p50) / 1.2816)`` (two estimates of per-inference
-  jitter; taking the smaller keeps a few outliers, which inflate std, or a long tail, which
-  inflates p90, from widening the band). A regression above the limit but inside the band is
-  reported as passing "within noise". Getting faster always passes.
+  by variant (else model file name) and host fingerprint. The check fails only when the
+  regression is above ``max_regression``, its 95 % confidence interval excludes no change, and
+  the p50 grew by more than ``min_delta_ms``; a baseline from another host is "incomparable"
+  (skipped, not failed). Full rules, including the single-process fallback (``p50_new -
+  p50_base > 3 * sqrt(se_new**2 + se_base**2)`` with ``se = 1.2533 * sigma / sqrt(runs)`` and
+  ``sigma = min(std, (p90 - p50) / 1.2816)``) and normalisation by a reference workload:
+  ``edgekit.gates.regression``. Getting faster always passes.
 """
 
 from __future__ import annotations
@@ -29,6 +28,17 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from edgekit.errors import UsageError
+from edgekit.gates.regression import (  # noqa: F401 - match_baseline, noise_band, timing_sigma: public here too
+    DEFAULT_MIN_DELTA_MS,
+    MEDIAN_SE,
+    Z90,
+    NOISE_K,
+    compared_interval,
+    host_differences,
+    match_baseline,
+    noise_band,
+    timing_sigma,
+)
 from edgekit.gates.budgets import (
     NO_BUDGET_HELP,
     Budget,
@@ -50,9 +60,6 @@ REGRESSION_METRIC = "p50_regression"
 REGRESSION_LABEL = "p50 regression"
 
 REL_TOL = 1e-9
-NOISE_K = 3.0
-Z90 = 1.2815515655446004  # p90 of the standard normal: p90 - p50 = 1.2816 sigma
-MEDIAN_SE = math.sqrt(math.pi / 2)  # standard error of a sample median = 1.2533 sigma / sqrt(n)
 
 
 @dataclass(frozen=True)
@@ -244,34 +251,15 @@ def check_budget(name: str, result: "BenchResult", budget: Budget) -> Check:
 # -- regression -------------------------------------------------------------------------------------
 
 
-def match_baseline(result: "BenchResult", baseline: Iterable["BenchResult"]) -> "BenchResult | None":
-    """The baseline result for ``result``: same variant when both record one, else same file name."""
-    name = PurePath(result.model.path.replace("\\", "/")).name
-    for base in baseline:
-        if result.model.variant and base.model.variant:
-            if result.model.variant == base.model.variant:
-                return base
-        elif name and PurePath(base.model.path.replace("\\", "/")).name == name:
-            return base
-    return None
-
-
-def timing_sigma(timing: "Timing") -> float:
-    """Per-inference jitter of one run: min(std, (p90 - p50) / 1.2816), never negative."""
-    robust = max(timing.p90 - timing.p50, 0.0) / Z90
-    return max(min(timing.std, robust), 0.0)
-
-
-def noise_band(new: "Timing", base: "Timing", k: float = NOISE_K) -> float:
-    """Milliseconds: a p50 difference up to this is indistinguishable from run-to-run noise."""
-    se_new = MEDIAN_SE * timing_sigma(new) / math.sqrt(max(new.runs, 1))
-    se_base = MEDIAN_SE * timing_sigma(base) / math.sqrt(max(base.runs, 1))
-    return k * math.hypot(se_new, se_base)
-
-
 def check_regression(
-    name: str, result: "BenchResult", base: "BenchResult | None", max_regression: float, source: str = "baseline"
+    name: str,
+    result: "BenchResult",
+    base: "BenchResult | None",
+    max_regression: float,
+    source: str = "baseline",
+    min_delta_ms: float = DEFAULT_MIN_DELTA_MS,
 ) -> Check:
+    """The p50 regression check (rules: edgekit.gates.regression)."""
     limit = max_regression * 100.0
 
     def make(status: str, message: str, detail: str = "", measured: float | None = None) -> Check:
@@ -279,6 +267,10 @@ def check_regression(
 
     if base is None:
         return make(SKIP, f"skipped (no result for {name!r} in the baseline)", "no baseline match")
+    differences = host_differences(result.host, base.host)
+    if differences:
+        return make(SKIP, "incomparable: the baseline was measured on another host (" + "; ".join(differences[:3]) + ")",
+                    "incomparable")
     new_p50, base_p50 = result.timing.p50, base.timing.p50
     values = (new_p50, base_p50, result.timing.std, base.timing.std, result.timing.p90, base.timing.p90)
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
@@ -286,16 +278,29 @@ def check_regression(
     if base_p50 <= 0:
         return make(SKIP, f"skipped (baseline p50 is {base_p50!r} ms; a relative change is undefined)", "baseline p50 is 0")
     delta = new_p50 - base_p50
-    regression = delta / base_p50 * 100.0
-    band = noise_band(result.timing, base.timing)
+    interval = compared_interval(result, base)
+    if interval is not None:
+        ratio, low, high, basis = interval
+        regression = (ratio - 1) * 100.0
+        real = low > 1.0
+        noise = (f"95% CI {fmt_value((low - 1) * 100, '%', signed=True)} to "
+                 f"{fmt_value((high - 1) * 100, '%', signed=True)}, {basis}")
+    else:
+        regression = delta / base_p50 * 100.0
+        band = noise_band(result.timing, base.timing)
+        real = delta > band
+        noise = f"noise ±{fmt_value(band, 'ms')}"
     head = (
         f"p50 {fmt_value(new_p50, 'ms')} vs {fmt_value(base_p50, 'ms')} in the baseline: "
-        f"{fmt_value(regression, '%', signed=True)} (limit {fmt_value(limit, '%', signed=True)}, noise ±{fmt_value(band, 'ms')})"
+        f"{fmt_value(regression, '%', signed=True)} (limit {fmt_value(limit, '%', signed=True)}, {noise})"
     )
     if _within(regression, limit):
-        return make(PASS, head + ("; faster than the baseline" if delta < 0 else ""), measured=regression)
-    if delta <= band:
+        return make(PASS, head + ("; faster than the baseline" if regression < 0 else ""), measured=regression)
+    if not real:
         return make(PASS, head + "; within noise", "within noise", measured=regression)
+    if delta <= min_delta_ms:
+        return make(PASS, head + f"; {fmt_value(delta, 'ms')} is below the minimum delta {fmt_value(min_delta_ms, 'ms')}",
+                    "below minimum delta", measured=regression)
     return make(FAIL, head, measured=regression)
 
 
@@ -309,12 +314,17 @@ def evaluate(
     max_regression: float | str | None = None,
     *,
     baseline_source: str = "baseline",
+    min_delta_ms: float = DEFAULT_MIN_DELTA_MS,
 ) -> GateReport:
     """Check every result against the budgets in force for it (and the baseline, when given).
 
     ``max_regression`` is a fraction (0.10) or a percentage string ("10%"); it and ``baseline``
-    come together. Raises UsageError when there is nothing to gate or nothing to gate against.
+    come together; a regression must also exceed ``min_delta_ms`` to fail. Raises UsageError when
+    there is nothing to gate or nothing to gate against.
     """
+    if isinstance(min_delta_ms, bool) or not isinstance(min_delta_ms, (int, float)) or not math.isfinite(min_delta_ms) \
+            or min_delta_ms < 0:
+        raise UsageError(f"min delta must be a number of milliseconds, 0 or more, got {min_delta_ms!r}")
     results = list(results)
     if not results:
         raise UsageError("no bench results to gate")
@@ -343,7 +353,8 @@ def evaluate(
             notes.append(f"no budget applies to {name}")
         checks.extend(check_budget(name, result, budget) for budget in in_force)
         if baseline is not None and regression is not None:
-            checks.append(check_regression(name, result, match_baseline(result, baseline), regression, baseline_source))
+            checks.append(check_regression(name, result, match_baseline(result, baseline), regression, baseline_source,
+                                           min_delta_ms))
         if result.target and targets and result.target not in targets:
             notes.append(
                 f"{name} was measured for target {result.target} but is gated with the budgets of target "
@@ -365,6 +376,7 @@ def gate_results(
     baseline: "list[BenchResult] | None" = None,
     max_regression: float | str | None = None,
     search_dir: "str | os.PathLike | None" = None,
+    min_delta_ms: float = DEFAULT_MIN_DELTA_MS,
 ) -> GateReport:
     """Resolve budgets (flags/``overrides`` > project file > target) and evaluate ``results``.
 
@@ -374,7 +386,7 @@ def gate_results(
     gate: check ``report.passed`` (or call ``raise_for_status``).
     """
     budgets = resolve_budgets(target, config_path, overrides, search_dir=search_dir)
-    return evaluate(results, budgets, baseline, max_regression)
+    return evaluate(results, budgets, baseline, max_regression, min_delta_ms=min_delta_ms)
 
 
 def raise_for_status(report: GateReport) -> GateReport:

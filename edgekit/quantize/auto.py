@@ -2,9 +2,13 @@
 
 Every candidate is built, checked and measured like a normal quantization (accuracy on held-out
 data, or fidelity), then all candidates and the float model are timed together on this host with
-``edgekit.bench.api.bench`` (one process each, interleaved, the target's thread count). Per
-format, the fastest candidate whose drop is within the budget becomes the artifact's file; the
-full table goes into the manifest (``quantization.candidates``).
+``edgekit.bench.api.bench`` (one process each, interleaved, the target's thread count) at the
+user's shapes: the first calibration row (e.g. a 128-token padded sentence), else the reference
+inputs at ``--input-shape``; the shapes go into the manifest (``quantization.bench_inputs``). Per
+format, the fastest candidate whose drop is within the budget and that is faster than float
+becomes the artifact's file (an int8 file slower than float is never chosen); the full table goes
+into the manifest (``quantization.candidates``). Transformers (residual Add -> LayerNormalization
+pairs) also get the graph layouts of ``fusion.py`` and SmoothQuant static as candidates.
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...], transforme
         # recipe for transformer encoders
         # (minmax: clipping a trained transformer's outlier channels costs more than the coarser step)
         out.append(("static-matmul", "static", {"calibrate_method": "minmax", "op_types": ("MatMul", "Gemm", "Conv", "Gather")}))
+        if transformer and "onnx" in formats:  # outlier channels: migrate them into the weights first
+            out.append(("static-smooth", "static", {"calibrate_method": "minmax", "op_types": ("MatMul", "Gather"),
+                                                    "smooth": True}))
     return out
 
 

@@ -26,15 +26,16 @@ def _split_exclude(job: QuantJob, config) -> tuple[tuple[str, ...], tuple[str, .
 
 
 def _check_quantizable(job: QuantJob, excluded) -> None:
-    """UsageError when no layer with a constant weight is left to quantize: the result would be the
-    float model under an int8 label."""
+    """UsageError when the model has no layer with a constant weight to quantize besides those kept
+    float by rule (``excluded``: thin stems, small lookups; a user's or the budget's --exclude do
+    not count): the result would be the float model under an int8 label."""
     from edgekit.errors import UsageError
     from edgekit.quantize import ort_backend
 
     nodes = ort_backend.weighted_nodes(job.prepared_onnx())
     left = [name for name, _ in nodes if name not in set(excluded)]
     if not left:
-        what = "every one is excluded" if nodes else "it has none"
+        what = "only ones int8 gains nothing on (a thin input convolution, small lookups)" if nodes else "it has none"
         raise UsageError(f"nothing to quantize in {job.source.label}: int8 needs layers with constant weights "
                          f"({', '.join(ort_backend.WEIGHTED_OPS)}) and {what}")
 
@@ -65,7 +66,7 @@ def dynamic(job: QuantJob, config: DynamicConfig) -> list[Produced]:
         recipe = job.recipe(config)
         notes = list(recipe.notes)
         lookups = _small_lookups(job, notes)
-        _check_quantizable(job, (*onnx_exclude, *lookups))
+        _check_quantizable(job, lookups)
         graph, fusion = job.fused_onnx(config.fusion)
         # the transformer optimizer's contrib ops have no type information for the quantizer
         extra = {"DefaultTensorType": 1} if config.fusion == "transformer" else None
@@ -107,11 +108,16 @@ def static(job: QuantJob, config: StaticConfig) -> list[Produced]:
         if stem:
             notes.append(f"thin input convolution kept in float ({', '.join(stem)}): int8 gains nothing there")
         lookups = _small_lookups(job, notes)
-        _check_quantizable(job, (*onnx_exclude, *stem, *lookups))
+        _check_quantizable(job, (*stem, *lookups))
         graph, fusion = job.fused_onnx(config.fusion)  # same tensor names: the ranges still apply
         extra = None if config.quantize_matmul_outputs else {"OpTypesToExcludeOutputQuantization": ["MatMul"]}
-        details = ort_backend.static_int8_qdq(graph, job.dest / ONNX_FILE, ranges, recipe,
-                                              (*onnx_exclude, *stem, *lookups), config.op_types, extra)
+        if config.smooth:
+            from edgekit.quantize.smooth import search
+
+            details = search(job, config, graph, recipe, (*onnx_exclude, *stem, *lookups), extra, job.dest / ONNX_FILE)
+        else:
+            details = ort_backend.static_int8_qdq(graph, job.dest / ONNX_FILE, ranges, recipe,
+                                                  (*onnx_exclude, *stem, *lookups), config.op_types, extra)
         if not config.quantize_matmul_outputs:
             details["float_outputs"] = ["MatMul"]
         produced.append(Produced(ONNX_FILE, "onnx", {**details, **fusion, "backend": "onnxruntime.quantization",

@@ -97,7 +97,8 @@ class QuantJob:
         from edgekit.quantize.fusion import apply_fusion
 
         if fusion not in self._fused:
-            self._fused[fusion] = apply_fusion(self.prepared_onnx(), self.scratch / f"graph-{fusion}.onnx", fusion)
+            self._fused[fusion] = apply_fusion(self.prepared_onnx(), self.scratch / f"graph-{fusion}.onnx", fusion,
+                                               self.float_onnx())
         return self._fused[fusion]
 
     # -- recipes and calibration ---------------------------------------------------------------

@@ -81,6 +81,9 @@ class StaticConfig:
     # ONNX: MatMul outputs stay float (DequantizeLinear -> MatMul fuses into MatMulIntegerToFloat); a
     # transformer's FFN output has outlier channels (crest factor ~200) that an 8-bit step cannot hold
     quantize_matmul_outputs: bool = False
+    # ONNX: SmoothQuant-style scale migration of outlier channels into the weights, alpha searched on
+    # the calibration data (quantize/smooth.py)
+    smooth: bool = False
 
     def __post_init__(self) -> None:
         from edgekit.quantize.calibrators import make_calibration

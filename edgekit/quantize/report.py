@@ -158,23 +158,33 @@ def tensor_report(
     for node in float_model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    names = [n for n in names if n in consumers]
-    f_session, f_names = _augmented_session(float_model, names, threads)
+    float_names = [n for n in names if n in consumers]
+    # tensors only the int8 graph has (e.g. SmoothQuant's scaled inputs): their own rounding error is
+    # measured on the int8 graph's float value of them; there is nothing to accumulate against
+    readers = {n.input[0]: n for n in quantized.graph.node if n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")}
+    for node in quantized.graph.node:
+        for name in node.input:
+            if name in readers and name not in consumers and node.op_type not in ("QuantizeLinear", "DynamicQuantizeLinear"):
+                consumers.setdefault(name, []).append(node)
+    f_session, f_names = _augmented_session(float_model, float_names, threads)
     q_session, q_names = _augmented_session(quantized, names, threads)
     feeds = {i.name for i in f_session.get_inputs()}
     levels = 255
-    stats = {name: _Stats() for name in f_names}
+    stats = {name: _Stats() for name in names if name in f_names or name in q_names}
     seen = 0
     for batch in batches:
         feed = {k: v for k, v in batch.items() if k in feeds}
         f_values = dict(zip(f_names, f_session.run(f_names, feed)))
         q_values = dict(zip(q_names, q_session.run(q_names, feed))) if q_names else {}
-        for name, x in f_values.items():
-            if x.dtype.kind != "f":
+        for name in stats:
+            x = f_values.get(name)
+            accumulated = q_values.get(name) if x is not None else None
+            x = x if x is not None else q_values.get(name)
+            if x is None or x.dtype.kind != "f":
                 continue
             r = (ranges or {}).get(name) if mode == "static" else None
             low, high = (r.low, r.high) if r is not None and not r.mask_like else (float(x.min()), float(x.max()))
-            stats[name].add(x, low, high, levels, q_values.get(name))
+            stats[name].add(x, low, high, levels, accumulated)
         seen += 1
     if not seen:
         raise InputFileError("the error report got no batches")

@@ -10,7 +10,6 @@ model (cosine / SQNR on fixed inputs).
 from __future__ import annotations
 
 import importlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -239,7 +238,9 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
                 dims.append(None)
                 dyn[index] = dim.dim_param or ("batch" if index == 0 else "sequence" if index == 1 else f"dim{index}")
         defaults[vi.name] = InputSpec(vi.name, tuple(dims), dtype, dyn)
-    vocab = _lookup_sizes(model)
+    from edgekit.quantize.token_inputs import lookup_sizes, token_feed
+
+    vocab = lookup_sizes(model)
     for name, rows in vocab.items():  # token ids index an embedding table: that is their range
         if name in defaults and defaults[name].value_range is None:
             defaults[name] = replace(defaults[name], value_range=(0.0, float(rows)))
@@ -249,52 +250,8 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
         kind="onnx", label=str(path), inputs=specs, outputs=tuple(o.name for o in model.graph.output),
         model_info={"name": "onnx:" + re.sub(r"[^A-Za-z0-9._-]", "_", path.name)[:120], "source": str(path.resolve())},
         parent={"path": str(path.resolve()), "kind": "onnx", "sha256": sha256_file(path)},
-        onnx_path=path, reference_feed=_token_feed(specs, vocab),
+        onnx_path=path, reference_feed=token_feed(specs, vocab),
     )
-
-
-def _lookup_sizes(model) -> dict[str, int]:
-    """Graph inputs used as indices into a constant table (Gather): input name -> table rows."""
-    inputs = {vi.name for vi in model.graph.input}
-    tables = {i.name: (i.dims[0] if i.dims else 0) for i in model.graph.initializer}
-    out = {}
-    for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in inputs and node.input[0] in tables:
-            out[node.input[1]] = int(tables[node.input[0]])
-    return {k: v for k, v in out.items() if v > 1}
-
-
-def _token_feed(specs, vocab: dict[str, int]):
-    """A transformer's inputs (token ids indexing an embedding, int masks, other int ids): right-padded
-    rows like a tokenizer's, so fidelity is measured on inputs the model was made for (random ids
-    with a random 0/1 mask are not). None for any other kind of model."""
-    import numpy as np
-
-    token = [s for s in specs if s.name in vocab]
-    if len(token) != 1 or any(np.dtype(s.dtype).kind not in "iu" or len(s.shape) != 2 for s in specs):
-        return None
-    ids_name, rows = token[0].name, vocab[token[0].name]
-
-    def feed(batch: int) -> dict:
-        from edgekit.export.reference import sequence_length
-
-        rng = np.random.default_rng(4321 + batch)
-        length = token[0].shape[1] or sequence_length(batch)
-        lens = rng.integers(max(1, length // 2), length + 1, size=batch)
-        lens[0] = length
-        mask = (np.arange(length)[None, :] < lens[:, None])
-        out = {}
-        for spec in specs:
-            if spec.name == ids_name:
-                value = rng.integers(min(1000, rows - 1), rows, size=(batch, length)) * mask
-            elif "mask" in spec.name.lower():
-                value = mask
-            else:
-                value = np.zeros((batch, length))
-            out[spec.name] = value.astype(spec.dtype)
-        return out
-
-    return feed
 
 
 def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:

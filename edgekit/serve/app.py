@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.datastructures import Headers
 
 from .auth import OPEN_PATHS, authorized
 from .batcher import MicroBatcher, Overloaded
@@ -38,7 +39,7 @@ from .metrics import Metrics
 @dataclass(frozen=True)
 class ServeSettings:
     max_batch: int = 16
-    max_wait_ms: float = 2.0
+    max_wait_ms: float = 0.0  # 0: batch only what is already waiting (no added latency)
     queue_size: int = 256
     max_body_bytes: int = 8 << 20
     api_key: str | None = None
@@ -76,17 +77,7 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
     app.state.batcher = batcher
     app.state.metrics = metrics
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        started = time.perf_counter()
-        path = request.url.path
-        if path not in OPEN_PATHS and not authorized(request.headers, settings.api_key):
-            response = JSONResponse({"error": "missing or wrong API key"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        else:
-            response = await call_next(request)
-        metrics.observe_request(path if path in ROUTES else "other", response.status_code, time.perf_counter() - started)
-        return response
+    app.add_middleware(Guard, api_key=settings.api_key, metrics=metrics)
 
     @app.get("/healthz")
     async def healthz():
@@ -166,6 +157,35 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
 
 
 ROUTES = ("/v1/predict", "/v1/generate", "/v1/model", "/healthz", "/readyz", "/metrics")
+
+
+class Guard:
+    """ASGI middleware: the API key check (constant time) and per-route request metrics."""
+
+    def __init__(self, app, api_key: str | None, metrics: Metrics):
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        path = scope["path"]
+        status = [500]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            if path not in OPEN_PATHS and not authorized(Headers(scope=scope), self.api_key):
+                denied = JSONResponse({"error": "missing or wrong API key"}, status_code=401,
+                                      headers={"WWW-Authenticate": "Bearer"})
+                await denied(scope, receive, send_status)
+            else:
+                await self.app(scope, receive, send_status)
+        finally:
+            self.metrics.observe_request(path if path in ROUTES else "other", status[0], time.perf_counter() - started)
 
 
 def overloaded(why: str, retry_after_s: int) -> JSONResponse:

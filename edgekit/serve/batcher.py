@@ -2,9 +2,11 @@
 
 Requests wait in a queue of at most ``queue_size`` entries (a full queue is ``Overloaded``: the
 app answers 503 with Retry-After, so memory never grows with the load). One worker task takes
-the oldest request, gathers more that arrive within ``max_wait_s`` (up to ``max_batch`` rows,
-same shapes past the batch axis), runs them as one call on the single inference thread and hands
-each request its rows back. With ``max_batch`` 1 (or a model without a dynamic batch axis) every
+the oldest request and every other one already waiting (up to ``max_batch`` rows, same shapes
+past the batch axis), and with ``max_wait_s`` > 0 also those that arrive within that time; it
+runs them as one call on the single inference thread and hands each request its rows back.
+With the default ``max_wait_s`` 0 batching costs a lone request nothing: batches form from the
+requests that arrive while the previous call runs, so they grow with the load. With ``max_batch`` 1 (or a model without a dynamic batch axis) every
 request runs alone, through the same queue.
 
 Standalone: the standard library and numpy only (copied into bundles).
@@ -26,7 +28,7 @@ class Overloaded(Exception):
 
 
 class MicroBatcher:
-    def __init__(self, run: Callable[[dict], list], *, max_batch: int = 16, max_wait_s: float = 0.002,
+    def __init__(self, run: Callable[[dict], list], *, max_batch: int = 16, max_wait_s: float = 0.0,
                  queue_size: int = 256, batchable: bool = True, on_batch: Callable[[int], None] | None = None):
         if max_batch < 1 or queue_size < 1 or max_wait_s < 0:
             raise ValueError("max_batch and queue_size must be >= 1 and max_wait_s >= 0")

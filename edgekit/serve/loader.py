@@ -41,6 +41,10 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
     else:
         model = TorchModel(folder, manifest, entry, threads)
     if manifest.task.get("type") == "language-modeling":
+        vocab = manifest.model.get("config", {}).get("vocab_size")
+        for spec in model.specs:  # token ids past the vocabulary are a 422, not a runtime failure
+            if vocab and spec["dtype"].startswith("int") and spec["value_range"] is None:
+                spec["value_range"] = (0.0, float(vocab))
         model.generator = Generator(folder, manifest, entry.format, threads)
     return model
 

@@ -3,13 +3,15 @@
 The result is a ``BenchResult`` (the versioned bench JSON ``edgekit gate`` reads): timing is the
 latency of the requests that succeeded (2xx), ``throughput_per_s`` their rate over the test's
 wall time, ``settings.status_counts`` every answer by HTTP status (and ``timeout`` /
-``connection-error`` for none), ``settings.error_rate`` the share that did not succeed. With a
+``connection-error`` for none, ``not-sent`` for requests the rate called for while
+``max(4 x concurrency, 256)`` already waited for a slot), ``settings.error_rate`` the share that did not succeed. With a
 rate, latency counts from each request's scheduled send time, so a slow server cannot hide its
 queueing (no coordinated omission). Requests in flight are bounded by ``concurrency``.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
 import io
@@ -41,8 +43,8 @@ class LoadSettings:
             raise UsageError(f"--rate must be a positive number of requests per second, got {self.rate}")
         if not 0 < self.timeout_s <= 600:
             raise UsageError(f"--timeout must be within 0..600 s, got {self.timeout_s}")
-        if self.warmup_requests < 0:
-            raise UsageError(f"--warmup must be >= 0, got {self.warmup_requests}")
+        if not 0 <= self.warmup_requests <= 100_000:
+            raise UsageError(f"--warmup must be within 0..100000, got {self.warmup_requests}")
 
 
 def loadtest(url: str, settings: LoadSettings = LoadSettings(), *, input_file: str | Path | None = None,
@@ -104,7 +106,7 @@ async def _drive(url: str, body: bytes, headers: dict, settings: LoadSettings) -
 
     limits = httpx.Limits(max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency)
     statuses: collections.Counter = collections.Counter()
-    latencies: list[int] = []
+    latencies = array.array("q")  # 8 bytes a request: an hour at 10k req/s stays under 300 MB
     async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s, headers=headers) as client:
 
         async def one(scheduled_ns: int | None = None, record: bool = True) -> None:
@@ -141,6 +143,7 @@ async def _drive(url: str, body: bytes, headers: dict, settings: LoadSettings) -
                 async with slots:
                     await one(at_ns)
 
+            backlog = max(4 * settings.concurrency, 256)  # requests waiting for a slot, at most
             start_ns = time.perf_counter_ns()
             interval_ns = 1e9 / settings.rate
             i = 0
@@ -151,10 +154,13 @@ async def _drive(url: str, body: bytes, headers: dict, settings: LoadSettings) -
                 delay = (at_ns - time.perf_counter_ns()) / 1e9
                 if delay > 0:
                     await asyncio.sleep(delay)
+                i += 1
+                if len(tasks) >= backlog:  # the server falls behind the rate: count, do not pile up
+                    statuses["not-sent"] += 1
+                    continue
                 task = asyncio.create_task(scheduled(at_ns))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-                i += 1
             if tasks:
                 await asyncio.gather(*tasks)
         wall = time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""``edgekit serve --ray``: the same FastAPI app as a Ray Serve deployment (``pip install edgekit[ray]``).
+"""``edgekit serve --ray``: the same FastAPI app as a Ray Serve deployment (``pip install 'edgekit-ml[ray]'``).
 
 Each replica loads the model and builds the app (``serve.ingress()`` with
 ``__serve_build_asgi_app__``); Ray Serve's HTTP proxy spreads requests over the replicas, which
@@ -74,7 +74,7 @@ def deploy(artifact: str | Path, settings, *, fmt: str | None = None, threads: i
         import ray
         from ray import serve
     except ImportError:
-        raise UsageError("--ray needs Ray Serve: pip install 'edgekit[ray]'") from None
+        raise UsageError("--ray needs Ray Serve: pip install 'edgekit-ml[ray]'") from None
 
     artifact = str(Path(artifact).resolve())
     ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
@@ -85,12 +85,15 @@ def deploy(artifact: str | Path, settings, *, fmt: str | None = None, threads: i
         serve.start(http_options={"host": host, "port": port})
         app = _deployment().options(**scaling.options()).bind(artifact, asdict(settings), fmt, threads)
         serve.run(app, name=APP_NAME, route_prefix="/")
-        announce(f"serving {Path(artifact).name} on Ray Serve at http://{host}:{port} "
-                 f"({_describe(scaling)}; Ray at {ray.get_runtime_context().gcs_address})")
+        announce(f"serving {Path(artifact).name} on http://{host}:{port} "
+                 f"(Ray Serve, {_describe(scaling)}; Ray at {ray.get_runtime_context().gcs_address})")
         stop.wait()
     finally:
         try:
-            serve.shutdown()
+            if address:  # a shared cluster: remove only this application
+                serve.delete(APP_NAME)
+            else:
+                serve.shutdown()
         finally:
             ray.shutdown()
             for sig, handler in previous.items():

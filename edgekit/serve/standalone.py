@@ -64,11 +64,14 @@ def main(argv: list[str] | None = None, folder: Path | None = None, announce: Ca
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"required by every request (or {API_KEY_ENV})")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--max-wait-ms", type=float, default=2.0)
+    p.add_argument("--max-wait-ms", type=float, default=0.0)
     p.add_argument("--queue-size", type=int, default=256)
     p.add_argument("--max-body-mb", type=float, default=8.0)
     args = p.parse_args(argv)
     say = announce or (lambda line: print(line, file=sys.stderr, flush=True))
+    if args.threads is not None and not 1 <= args.threads <= 4 * (os.cpu_count() or 1):
+        say(f"Error: --threads must be within 1..{4 * (os.cpu_count() or 1)} (4x this board's cores), got {args.threads}")
+        return 2
     why = bind_error(args.host, args.api_key)
     if why:
         say(f"Error: {why}")

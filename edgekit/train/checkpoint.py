@@ -17,8 +17,6 @@ STATE_FILE = "last.pt"  # everything a resumed run needs: model, optimizer, scal
 
 
 def save_checkpoint(path: Path, state_dict: dict, meta: dict[str, Any]) -> None:
-    import torch
-
     payload = {"model": {k: v.detach().cpu() for k, v in state_dict.items()}, "meta": json.dumps(meta)}
     _save(payload, path)
 

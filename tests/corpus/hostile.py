@@ -73,8 +73,16 @@ def as_language_model(folder: Path) -> None:
 
 
 def assert_one_line_error(result, code: int, message: str | None = None) -> None:
-    """A CliRunner result: exit ``code``, ``Error: <one line>`` on stderr, no traceback."""
+    """A CliRunner result: exit ``code``, ``Error: <one line>`` on stderr, no traceback.
+
+    Exit 3 (a broken budget) is a verdict, not an error: said once (stdout or stderr), no ``Error:``.
+    """
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    if code == 3:
+        assert "Error:" not in result.stderr and "Traceback" not in result.output, result.stderr
+        said = [line for line in (result.stdout + result.stderr).splitlines() if message and message in line]
+        assert len(said) == 1, (result.stdout, result.stderr)
+        return
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1, result.stderr
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
