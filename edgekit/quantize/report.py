@@ -112,7 +112,7 @@ def quantized_inputs(quantized_model) -> tuple[list[str], str]:
     return names, "dynamic" if dynamic and not static else "static"
 
 
-def _augmented_session(model, names: list[str], threads: int | None):
+def augmented_session(model, names: list[str], threads: int | None):
     """An ONNX Runtime session of ``model`` that also outputs ``names`` (graph optimizations off, so
     every tensor is still there)."""
     import onnx
@@ -166,8 +166,8 @@ def tensor_report(
         for name in node.input:
             if name in readers and name not in consumers and node.op_type not in ("QuantizeLinear", "DynamicQuantizeLinear"):
                 consumers.setdefault(name, []).append(node)
-    f_session, f_names = _augmented_session(float_model, float_names, threads)
-    q_session, q_names = _augmented_session(quantized, names, threads)
+    f_session, f_names = augmented_session(float_model, float_names, threads)
+    q_session, q_names = augmented_session(quantized, names, threads)
     feeds = {i.name for i in f_session.get_inputs()}
     levels = 255
     stats = {name: _Stats() for name in names if name in f_names or name in q_names}

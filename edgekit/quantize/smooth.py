@@ -16,7 +16,6 @@ channel abs-max.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -41,25 +40,10 @@ def smoothable(model) -> dict[str, list]:
 def channel_absmax(model_path: Path, batches: Iterable[Mapping[str, np.ndarray]], names: list[str],
                    threads: int | None = None) -> dict[str, np.ndarray]:
     """Running per-channel (last axis) abs-max of ``names`` over the batches."""
-    import onnx
-    import onnxruntime as ort
-
     from edgekit import onnx_files
+    from edgekit.quantize.report import augmented_session
 
-    model = onnx_files.load(model_path)
-    outputs = {o.name for o in model.graph.output}
-    for name in names:
-        if name not in outputs:
-            model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    with tempfile.TemporaryDirectory(prefix="edgekit-smooth-") as tmp:
-        path = Path(tmp) / "augmented.onnx"
-        onnx_files.save(model, path)
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session, names = augmented_session(onnx_files.load(model_path), names, threads)
     feeds = {i.name for i in session.get_inputs()}
     maxima: dict[str, np.ndarray] = {}
     for batch in batches:
