@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import time
 from pathlib import Path

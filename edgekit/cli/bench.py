@@ -68,8 +68,6 @@ def bench_command(
     remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout, force)
     if remote.wanted():
         if processes != 1 or reference:
-            from edgekit.errors import UsageError
-
             raise UsageError("--processes and --reference apply to local runs; a board runs one process per model")
         results = remote.bench(
             artifacts, target=target, threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time,

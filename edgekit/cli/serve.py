@@ -51,7 +51,7 @@ def serve_command(
     if not 1 <= max_batch <= 65536 or not 1 <= queue_size <= 1_000_000:
         raise UsageError(f"--max-batch must be within 1..65536 and --queue-size within 1..1000000, got {max_batch} and {queue_size}")
     if not 1 <= replicas <= 10_000 or not 0 < cpus_per_replica <= 1024:
-        raise UsageError(f"--replicas must be within 1..10000 and --cpus-per-replica within 0..1024")
+        raise UsageError("--replicas must be within 1..10000 and --cpus-per-replica within 0..1024")
     if not ray and (replicas != 1 or min_replicas is not None or max_replicas is not None or address):
         raise UsageError("--replicas, --min-replicas, --max-replicas and --address apply with --ray")
     try:
