@@ -108,9 +108,9 @@ def _owned(folder: Path, kind: str) -> set[str] | None:
     if kind == "bundle":
         return _bundle_owned(folder)
     if kind == "pipeline":
-        doc = _read_proof(folder / "pipeline.json")
+        doc = read_proof(folder / "pipeline.json")
         return set(PIPELINE_ENTRIES) if doc is not None and doc.get("schema") == "edgekit.pipeline" else None
-    doc = _read_proof(folder / MANIFEST_NAME)
+    doc = read_proof(folder / MANIFEST_NAME)
     if doc is None or doc.get("schema") != "edgekit.manifest" or doc.get("kind") != kind:
         return None
     owned = {MANIFEST_NAME, *ARTIFACT_EXTRAS[kind]}
@@ -124,7 +124,7 @@ def _owned(folder: Path, kind: str) -> set[str] | None:
 
 
 def _bundle_owned(folder: Path) -> set[str] | None:
-    if _read_proof(folder / "bundle.json") is None:
+    if read_proof(folder / "bundle.json") is None:
         return None
     sums = folder / "SHA256SUMS"
     try:
@@ -141,7 +141,7 @@ def _bundle_owned(folder: Path) -> set[str] | None:
     return owned
 
 
-def _read_proof(path: Path) -> dict | None:
+def read_proof(path: Path) -> dict | None:
     try:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_PROOF_BYTES:
             return None
@@ -156,7 +156,7 @@ def check_replaceable(out: Path, kind: str, force: bool = False, flag: str = "--
     if force or not out.is_dir():
         return
     if kind in ARTIFACT_EXTRAS:
-        doc = _read_proof(out / MANIFEST_NAME)
+        doc = read_proof(out / MANIFEST_NAME)
         other = doc.get("kind") if doc is not None and doc.get("schema") == "edgekit.manifest" else None
         if isinstance(other, str) and other != kind:
             raise UsageError(f"{flag} {safe_text(out)} holds an edgekit {safe_text(other)} artifact, not a {kind} one; "

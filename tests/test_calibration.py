@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -66,3 +68,13 @@ def test_pickled_object_arrays_are_refused(tmp_path):
     np.save(tmp_path / "c.npy", np.array([object(), 1], dtype=object), allow_pickle=True)
     with pytest.raises(InputFileError, match="cannot read"):
         open_calibration(tmp_path, SPEC)
+
+
+def test_static_config_default_calibration_is_packaged_not_checkout_relative(tmp_path, monkeypatch):
+    import edgekit
+    from edgekit.quantize.methods import StaticConfig
+
+    monkeypatch.chdir(tmp_path)  # any folder: a non-editable install run from elsewhere
+    calib = StaticConfig().calib
+    assert calib.is_absolute() and calib.is_dir() and any(calib.iterdir())
+    assert calib.resolve().is_relative_to(Path(edgekit.__file__).resolve().parent)

@@ -15,6 +15,8 @@ import html
 import math
 from pathlib import Path
 
+from edgekit.bench.display import three_digits
+
 # Okabe-Ito, the colour-blind-safe palette (yellow left out: too faint on white), then extra hues.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
            "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#9467BD")
@@ -133,11 +135,11 @@ def _distribution_figure(result, label: str, color: str, scale: tuple[float, flo
         parts.append(f'<circle cx="{x(t.max):.1f}" cy="{y}" r="3.5" fill="#ffffff" stroke="{color}" stroke-width="2"/>')
     else:
         parts.append(f'<path d="M{RIGHT + 2} {y - 5} L{RIGHT + 10} {y} L{RIGHT + 2} {y + 5} Z" fill="{color}"/>')
-    parts.append(f'<text x="{min(x(t.p50), RIGHT - 80):.1f}" y="{y - 12}">p50 {_num(t.p50)}</text>')
+    parts.append(f'<text x="{min(x(t.p50), RIGHT - 80):.1f}" y="{y - 12}">p50 {three_digits(t.p50)}</text>')
     parts.append(_log_axis(lo, hi, x, 46))
     caption = (f'<span class="swatch" style="background:{color}"></span><b>{_e(label)}</b> '
-               f"({_e(result.model.format)}, {_e(result.model.precision)}): p50 {_num(t.p50)} ms, "
-               f"p90 {_num(t.p90)}, p99 {_num(t.p99)}, max {_num(t.max)}; {t.runs} runs")
+               f"({_e(result.model.format)}, {_e(result.model.precision)}): p50 {three_digits(t.p50)} ms, "
+               f"p90 {three_digits(t.p90)}, p99 {three_digits(t.p99)}, max {three_digits(t.max)}; {t.runs} runs")
     return (f'<figure class="variant" data-variant="{_e(label)}">\n<figcaption>{caption}</figcaption>\n'
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{DIST_W}" height="{DIST_H}" '
             f'viewBox="0 0 {DIST_W} {DIST_H}" role="img" aria-label="latency distribution of {_e(label)}">'
@@ -186,10 +188,10 @@ def _tradeoff_svg(results, labels, palette) -> str:
     out = [f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="#fafafa" stroke="#ccc"/>']
     for v in _ticks(0.0, x_max):
         out.append(f'<line x1="{px(v):.1f}" y1="{top}" x2="{px(v):.1f}" y2="{bottom}" stroke="#e6e6e6"/>')
-        out.append(f'<text x="{px(v):.1f}" y="{bottom + 16}" text-anchor="middle">{_num(v)}</text>')
+        out.append(f'<text x="{px(v):.1f}" y="{bottom + 16}" text-anchor="middle">{three_digits(v)}</text>')
     for v in _ticks(y_lo, y_hi):
         out.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{right}" y2="{py(v):.1f}" stroke="#e6e6e6"/>')
-        out.append(f'<text x="{left - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{_num(v)}</text>')
+        out.append(f'<text x="{left - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{three_digits(v)}</text>')
     out.append(f'<text x="{(left + right) / 2}" y="{SCATTER_H - 10}" text-anchor="middle">p50 latency (ms)</text>')
     out.append(f'<text x="14" y="{(top + bottom) / 2}" text-anchor="middle" '
                f'transform="rotate(-90 14 {(top + bottom) / 2})">{y_name}</text>')
@@ -238,7 +240,7 @@ def _table(results, labels, palette, gates: dict) -> str:
         rows.append(
             f'<tr><td><span style="color:{color}">■</span> {_e(label)}</td>'
             f"<td>{_e(r.model.format)} {_e(r.model.precision)}</td><td>{_size(r.model.bytes)}</td><td>{acc}</td>"
-            f"<td>{_num(t.p50)}</td><td>{_num(t.p90)}</td><td>{_num(t.p99)}</td><td>{ratio}</td>"
+            f"<td>{three_digits(t.p50)}</td><td>{three_digits(t.p90)}</td><td>{three_digits(t.p99)}</td><td>{ratio}</td>"
             f"<td>{size_ratio}</td><td>{r.memory.peak_rss:.0f} MB</td><td class=\"{_e(gate)}\">{_e(gate or '–')}</td></tr>"
         )
     head = ("<tr><th>variant</th><th>model</th><th>size</th><th>accuracy</th><th>p50 ms</th>"
@@ -264,14 +266,6 @@ def _unique(labels: list[str]) -> list[str]:
     return out
 
 
-def _num(value: float) -> str:
-    """Three significant digits, never scientific."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    if value == 0:
-        return "0"
-    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
 
 
 def _size(n: int) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from pathlib import Path
 
 import typer
 
+from edgekit.bench.display import three_digits
 from edgekit.cli.common import console, handles_errors, progress_enabled
 from edgekit.cli.options import TargetOpt
 
@@ -139,14 +139,6 @@ def _short(path) -> str:
     return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
 
 
-def _num(value: float | None) -> str:
-    """Three significant digits, never scientific: 0.00463, 1.23, 12.3, 1234."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    if value == 0:
-        return "0"
-    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
 
 
 def _labels(results) -> list[str]:
@@ -176,8 +168,8 @@ def render_table(results):
     for label, r in zip(_labels(results), results):
         t = r.timing
         row = [
-            label, r.model.format, r.model.precision, _num(r.size_mb), _num(t.p50), _num(t.p90), _num(t.p99),
-            _num(t.mean), f"{r.throughput_per_s:,.0f}", _num(t.load), f"{r.memory.peak_rss:.1f}",
+            label, r.model.format, r.model.precision, three_digits(r.size_mb), three_digits(t.p50), three_digits(t.p90), three_digits(t.p99),
+            three_digits(t.mean), f"{r.throughput_per_s:,.0f}", three_digits(t.load), f"{r.memory.peak_rss:.1f}",
             "–" if r.model.accuracy is None else f"{r.model.accuracy * 100:.2f}%",
         ]
         if generating:

@@ -58,11 +58,17 @@ class DynamicConfig:
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy", "mse")
 
 
+def _packaged_calibration(dataset: str) -> Path:
+    from edgekit.data.calibsets import default_calibration
+
+    return default_calibration(dataset)
+
+
 @dataclass(frozen=True)
 class StaticConfig:
     """int8 weights and activations, activation ranges from calibration data."""
 
-    calib: Path = Path("calib_data/digits")
+    calib: Path = field(default_factory=lambda: _packaged_calibration("digits"))  # inside the package: any cwd
     formats: tuple[str, ...] = TORCH_FORMATS
     calibrate_method: str = "minmax"
     percentile: float | None = None  # percentile calibration: the kept share of values (default 99.99)

@@ -57,6 +57,24 @@ def calibration_tensors(model) -> list:
     return selected
 
 
+def unoptimised_session(model, threads: int | None = None):
+    """An ONNX Runtime session of an in-memory ``model`` with graph optimizations off, so every
+    tensor it names (the extra outputs a calibration or error report adds) is still there."""
+    import onnxruntime as ort
+
+    from edgekit import onnx_files
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    with tempfile.TemporaryDirectory(prefix="edgekit-augmented-") as tmp:
+        path = Path(tmp) / "augmented.onnx"
+        onnx_files.save(model, path)
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 def collect_ranges(
     model_path: Path,
     batches: Iterable[Mapping[str, np.ndarray]],
@@ -66,8 +84,6 @@ def collect_ranges(
     threads: int | None = None,
 ) -> tuple[dict[str, TensorRange], int]:
     """(ranges by tensor name, samples seen). Raises InputFileError when no batch arrives."""
-    import onnxruntime as ort
-
     from edgekit import onnx_files
     from edgekit.errors import InputFileError, UsageError
 
@@ -81,15 +97,7 @@ def collect_ranges(
     names = [vi.name for vi in tensors]
     calibrator.prepare(names)
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    with tempfile.TemporaryDirectory(prefix="edgekit-calib-") as tmp:
-        augmented = Path(tmp) / "augmented.onnx"
-        onnx_files.save(model, augmented)
-        session = ort.InferenceSession(str(augmented), options, providers=["CPUExecutionProvider"])
+    session = unoptimised_session(model, threads)
     feeds = {i.name for i in session.get_inputs()}
 
     started = time.perf_counter()

@@ -21,7 +21,6 @@ transformers). Weights get the per-channel (or per-tensor) int8 SQNR of their st
 from __future__ import annotations
 
 import math
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -116,9 +115,8 @@ def augmented_session(model, names: list[str], threads: int | None):
     """An ONNX Runtime session of ``model`` that also outputs ``names`` (graph optimizations off, so
     every tensor is still there)."""
     import onnx
-    import onnxruntime as ort
 
-    from edgekit import onnx_files
+    from edgekit.quantize.onnx_calibrate import unoptimised_session
 
     present = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
     outputs = {o.name for o in model.graph.output}
@@ -126,16 +124,7 @@ def augmented_session(model, names: list[str], threads: int | None):
     for name in kept:
         if name not in outputs:
             model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    with tempfile.TemporaryDirectory(prefix="edgekit-report-") as tmp:
-        path = Path(tmp) / "augmented.onnx"
-        onnx_files.save(model, path)
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return session, kept
+    return unoptimised_session(model, threads), kept
 
 
 def tensor_report(

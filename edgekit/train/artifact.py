@@ -96,9 +96,9 @@ def plan_folders(out: Path, resume: bool) -> RunFolders:
 
 
 def _manifest_kind(folder: Path) -> str:
-    from edgekit.outputs import _read_proof
+    from edgekit.outputs import read_proof
 
-    doc = _read_proof(folder / MANIFEST_NAME) or {}
+    doc = read_proof(folder / MANIFEST_NAME) or {}
     return doc.get("kind") if isinstance(doc.get("kind"), str) else "unknown"
 
 
