@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 kind, model, data, method = sys.argv[1:5]
 from edgekit.artifacts import InputSpec
-from edgekit.quantize.calibration import open_calibration
+from edgekit.quantize.calibration.data import open_calibration
 spec = InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"})
 calib = open_calibration(data, spec, batch_size=32)
 if kind == "edgekit":
-    from edgekit.quantize.calibrators import make_calibrator
-    from edgekit.quantize.onnx_calibrate import collect_ranges
+    from edgekit.quantize.calibration.calibrators import make_calibrator
+    from edgekit.quantize.calibration.onnx_ranges import collect_ranges
     ranges, samples = collect_ranges(Path(model), calib.feeds(), make_calibrator(method))
 else:
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
@@ -52,7 +52,7 @@ print(json.dumps({"samples": samples, "tensors": len(list(ranges)), "peak_rss_mb
 def _model(folder: Path) -> Path:
     import torch
 
-    from edgekit.export.onnx_export import export_onnx
+    from edgekit.formats.onnx_export import export_onnx
     from edgekit.models import build_model, get_spec
     from edgekit.quantize.ort_backend import preprocess
 

@@ -4,6 +4,9 @@
 # a Debian arm64 userland under QEMU user-mode emulation (Cortex-A72) and compared with this
 # host's outputs.
 #
+# With the executorch extra installed, the int8 ExecuTorch (.pte, XNNPACK) bundle is verified the
+# same way (EMULATED_EXECUTORCH=0 skips it).
+#
 # The TorchScript bundle's requirements name PyTorch's CPU index (download.pytorch.org), which
 # this CI machine cannot reach; it is verified with --index-url https://pypi.org/simple, whose
 # aarch64 torch is the same version built with CUDA (about 4.6 GB installed; its CPU kernels,
@@ -16,7 +19,7 @@
 # installs the bundle's requirements from PyPI into a venv inside it (about 1 minute for
 # onnxruntime, 4 for torch), all
 # cached under ${XDG_CACHE_HOME:-~/.cache}/edgekit/rootfs; later runs take seconds.
-# tests/test_emulate_e2e.py runs on that cache and downloads nothing, so CI calls this first.
+# tests/emulate/test_emulate_e2e.py runs on that cache and downloads nothing, so CI calls this first.
 # Exit status: 0 verified, or skipped with the reason (not root / tools missing); else edgekit's
 # (1 mismatch or tool error, 2 bad bundle).
 set -euo pipefail
@@ -43,13 +46,23 @@ quietly() {  # the build steps' chatter goes to $log, shown only when a step fai
   "$@" >>"$log" 2>&1 || { status=$?; tail -n 30 "$log" >&2; return "$status"; }
 }
 quietly "$edgekit" train --model digits-cnn --out "$work/runs/digits"
+formats=onnx,torchscript
+pte=0
+if [ "${EMULATED_EXECUTORCH:-1}" != 0 ] \
+   && "$(dirname "$edgekit")/python" -c "import executorch, torchao" >/dev/null 2>&1; then
+  formats=onnx,torchscript,executorch
+  pte=1
+fi
 quietly "$edgekit" quantize "$work/runs/digits" --method static --calib calib_data/digits --target rpi4 \
-  --out "$work/runs/digits-int8"
-quietly "$edgekit" export "$work/runs/digits-int8" --format onnx,torchscript --out "$work/dist"
+  --format "$formats" --out "$work/runs/digits-int8"
+quietly "$edgekit" export "$work/runs/digits-int8" --format "$formats" --out "$work/dist"
 quietly "$edgekit" bundle "$work/dist" --target rpi4 --out "$work/bundles/rpi4"
 quietly "$edgekit" bundle "$work/dist" --target rpi4 --format torchscript --out "$work/bundles/rpi4-torchscript"
+if [ "$pte" = 1 ]; then
+  quietly "$edgekit" bundle "$work/dist" --target rpi4 --format executorch --out "$work/bundles/rpi4-executorch"
+fi
 built=$(date +%s)
-echo "emulated_verify: int8 ONNX and TorchScript bundles for rpi4 built in $(( built - start ))s under $work/bundles"
+echo "emulated_verify: int8 bundles ($formats) for rpi4 built in $(( built - start ))s under $work/bundles"
 
 "$edgekit" verify "$work/bundles/rpi4" --emulate --json "$work/verify.json"
 verified=$(date +%s)
@@ -60,4 +73,13 @@ if [ "${EMULATED_TORCHSCRIPT:-1}" != 0 ]; then
     --json "$work/verify-torchscript.json"
   echo "emulated_verify: TorchScript bundle verified under emulation in $(( $(date +%s) - verified ))s" \
     "(report: $work/verify-torchscript.json)"
+fi
+
+if [ "$pte" = 1 ]; then
+  # the .pte bundle pins torch from PyTorch's CPU index too: verified from PyPI like TorchScript
+  pte_start=$(date +%s)
+  "$edgekit" verify "$work/bundles/rpi4-executorch" --emulate --index-url https://pypi.org/simple \
+    --json "$work/verify-executorch.json"
+  echo "emulated_verify: ExecuTorch (.pte) bundle verified under emulation in $(( $(date +%s) - pte_start ))s" \
+    "(report: $work/verify-executorch.json)"
 fi

@@ -41,7 +41,7 @@ def families():
 def bert_family(folder: Path):
     import json
 
-    from edgekit.quantize.sources import resolve_source
+    from edgekit.formats.sources import resolve_source
 
     (folder / "config.json").write_text(json.dumps(BERT))
     src = resolve_source(f"hf:{folder / 'config.json'}")
@@ -54,8 +54,8 @@ def run(name, build, inputs, outputs, work: Path) -> None:
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from edgekit.export.onnx_export import export_onnx, quiet
-    from edgekit.export.reference import BATCH_SIZES, example_tensors, fixed_inputs
+    from edgekit.formats.onnx_export import export_onnx, quiet
+    from edgekit.formats.reference import BATCH_SIZES, example_tensors, fixed_inputs
 
     model = build()
     sessions, row = {}, {}

@@ -3,7 +3,7 @@
 Trains the default digits CNN, exports fp32, quantizes (static, target recipe), then times fp32 and
 int8 ONNX side by side in one interleaved ``edgekit.bench`` session at batch 32, and reports the
 ratios. Also: QAT vs static PTQ on the same CNN with one outlier activation channel (the
-function-preserving 50x rescale used in tests/test_quantize_accuracy_aware.py).
+function-preserving 50x rescale used in tests/quantize/test_quantize_accuracy_aware.py).
 
     .venv/bin/python benchmarks/quantize_digits.py [--target x86-64] [--epochs 20] [--threads 1]
 """

@@ -52,11 +52,10 @@ def main() -> None:
               f"target {args.target}; int8 ops: {', '.join(ops)}")
         # The same recipe with the vocabulary projection (the arg-max that picks the next token) in float.
         from edgekit.quantize.ort_backend import weighted_nodes
-
-        from edgekit.quantize.api import _resolve, new_job
+        from edgekit.quantize.steps import new_job, resolve
         from edgekit.targets import load_target
 
-        job = new_job(_resolve(ckpt, {}), load_target(args.target), tmp / "probe", "dynamic")
+        job = new_job(resolve(ckpt, {}), load_target(args.target), tmp / "probe", "dynamic")
         (tmp / "probe").mkdir()
         head = [name for name, op in weighted_nodes(job.prepared_onnx()) if "head" in name]
         h_dir, _ = quantize(ckpt, "dynamic", tmp / "int8-head", args.target, formats=("onnx",), exclude=tuple(head))

@@ -1,6 +1,9 @@
 """edgekit: train, quantize, export, benchmark and gate PyTorch models for ARM edge devices.
 
-``import edgekit`` stays light: torch and onnxruntime load only when a stage runs.
+The Python API is ``edgekit.api`` (``from edgekit.api import quantize, StaticConfig``).
+``edgekit.quantize``, ``edgekit.export``, ``edgekit.train`` and ``edgekit.bench`` are subpackages,
+so the functions cannot live here under those names. ``import edgekit`` stays light: torch and
+onnxruntime load only when a stage runs.
 """
 
 from __future__ import annotations
@@ -9,22 +12,16 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "train": "edgekit.train.loop:train",
-    "quantize": "edgekit.quantize.api:quantize",
-    "export": "edgekit.export.api:export",
-    "bench": "edgekit.bench.api:bench",
-    "gate": "edgekit.gates.evaluate:gate_results",
-    "run_pipeline": "edgekit.pipeline:run_pipeline",
-    "load_target": "edgekit.targets:load_target",
-    "load_manifest": "edgekit.artifacts:load_manifest",
-}
+__all__ = ["__version__", "api"]
 
-__all__ = ["__version__", *_LAZY]
+# names this package once forwarded to the stages: they are in ``edgekit.api`` now
+_IN_API = ("train", "quantize", "export", "bench", "gate", "run_pipeline", "load_target", "load_manifest")
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        module_name, attr = _LAZY[name].split(":")
-        return getattr(importlib.import_module(module_name), attr)
-    raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
+    if name == "api":  # ``import edgekit; edgekit.api.quantize(...)`` without importing edgekit.api first
+        return importlib.import_module("edgekit.api")
+    hint = f"; use `from edgekit.api import {name}`" if name in _IN_API else ""
+    # AttributeError also lets ``from edgekit import quantize`` fall back to the subpackage, whatever
+    # was imported before: the answer no longer depends on import order
+    raise AttributeError(f"module 'edgekit' has no attribute {name!r}{hint}")

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgekit import __version__
+from edgekit import __version__, formats
 from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import read_json, sha256_file, write_json
 from edgekit.outputs import safe_text
@@ -19,7 +19,7 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "edgekit.manifest"
 MANIFEST_VERSION = 1
 KINDS = ("checkpoint", "quantized", "export")
-FORMATS = ("checkpoint", "torchscript", "onnx")
+CHECKPOINT = "checkpoint"  # a training checkpoint's file; model formats come from edgekit.formats
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class InputSpec:
 @dataclass(frozen=True)
 class ModelFile:
     path: str  # relative to the artifact folder
-    format: str  # one of FORMATS
+    format: str  # "checkpoint" or a name in the format table (edgekit.formats)
     sha256: str
     bytes: int
     precision: str = "fp32"  # fp32 | int8
@@ -192,8 +192,9 @@ def _model_file(raw) -> ModelFile:
     raw = _typed(raw, dict, "files[]")
     entry = ModelFile(**raw)
     _typed(entry.path, str, "files[].path")
-    if entry.format not in FORMATS:
-        raise ValueError(f"file format {entry.format!r} not in {FORMATS}")
+    known = (CHECKPOINT, *formats.names())
+    if entry.format not in known:
+        raise ValueError(f"file format {entry.format!r} not in {known}")
     _check_relative(entry.path)
     _typed(entry.sha256, str, "files[].sha256")
     if not isinstance(entry.bytes, int) or isinstance(entry.bytes, bool) or entry.bytes < 0:
@@ -236,7 +237,7 @@ def describe_file(folder: Path, rel: str, fmt: str, **extra) -> ModelFile:
     """The manifest entry of ``folder/rel``; an ONNX model's external data files are listed with it."""
     path = folder / rel
     data_files = []
-    if fmt == "onnx":
+    if fmt != CHECKPOINT and formats.get(fmt).external_data:
         from edgekit import onnx_files
 
         parent = Path(rel).parent

@@ -10,7 +10,7 @@ import numpy as np
 Predict = Callable[[np.ndarray | dict[str, np.ndarray]], np.ndarray]
 
 
-def _as_list(batch) -> list[np.ndarray]:
+def as_arrays(batch) -> list[np.ndarray]:
     values = batch.values() if isinstance(batch, dict) else [batch]
     return [np.ascontiguousarray(v) for v in values]
 
@@ -28,7 +28,7 @@ def torch_predictor(module) -> Predict:
 
     def predict(batch: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            out = module(*(torch.from_numpy(a) for a in _as_list(batch)))
+            out = module(*(torch.from_numpy(a) for a in as_arrays(batch)))
         return (out[0] if isinstance(out, (tuple, list)) else out).float().numpy()
 
     return predict
@@ -44,13 +44,13 @@ def onnx_predictor(path, threads: int = 1) -> Predict:
     names = [i.name for i in session.get_inputs()]
 
     def predict(batch) -> np.ndarray:
-        return session.run(None, dict(zip(names, _as_list(batch))))[0]
+        return session.run(None, dict(zip(names, as_arrays(batch))))[0]
 
     return predict
 
 
 def torchscript_predictor(path, engine: str | None = None) -> Predict:
-    from edgekit.export.torchscript_backend import load_torchscript
+    from edgekit.formats.torchscript_backend import load_torchscript
 
     return torch_predictor(load_torchscript(path, engine))
 

@@ -23,8 +23,7 @@ from edgekit.errors import UsageError
 from edgekit.targets import Target
 
 MIB = 1024 * 1024
-RUNTIME_FOOTPRINT_MB = {"onnx": 64.0, "torchscript": 256.0}
-RUNTIME_NAMES = {"onnx": "onnxruntime", "torchscript": "torch"}
+TORCH_FOOTPRINT_MB = 256.0  # a checkpoint runs in torch; model formats give their own (edgekit.formats)
 CALIB_WARN_BYTES = 1 << 30
 CALIB_SUFFIXES = (".npy", ".npz")
 
@@ -35,7 +34,19 @@ class ResourceLimitError(UsageError):
 
 def model_memory_mb(model_bytes: int, fmt: str) -> float:
     """Estimated resident memory (MiB) of running a model of ``model_bytes`` with ``fmt``'s runtime."""
-    return model_bytes / MIB + RUNTIME_FOOTPRINT_MB.get(fmt, RUNTIME_FOOTPRINT_MB["torchscript"])
+    return model_bytes / MIB + _footprint_mb(fmt)
+
+
+def _runtime_name(fmt: str) -> str:
+    from edgekit import formats
+
+    return formats.get(fmt).board_runtime if fmt in formats.names() else "torch"
+
+
+def _footprint_mb(fmt: str) -> float:
+    from edgekit import formats
+
+    return formats.get(fmt).runtime_footprint_mb if fmt in formats.names() else TORCH_FOOTPRINT_MB
 
 
 def check_model_fits(target: Target, model_bytes: int, fmt: str, what: str, force: bool = False) -> str | None:
@@ -48,9 +59,9 @@ def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt: str, what: 
     need = model_memory_mb(model_bytes, fmt)
     if need <= ram_mb:
         return None
-    runtime = RUNTIME_NAMES.get(fmt, fmt)
+    runtime = _runtime_name(fmt)
     message = (
-        f"{what} needs about {need:,.0f} MB of RAM ({_size(model_bytes)} model + ~{RUNTIME_FOOTPRINT_MB.get(fmt, 256):.0f} MB "
+        f"{what} needs about {need:,.0f} MB of RAM ({_size(model_bytes)} model + ~{_footprint_mb(fmt):.0f} MB "
         f"for {runtime}), more than the {ram_mb:,} MB RAM of target {target_name!r}"
     )
     if force:

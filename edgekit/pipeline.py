@@ -28,7 +28,6 @@ QUANT_METHODS = ("dynamic", "static", "qat")
 DEFAULT_METHODS = ("dynamic", "static")
 DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
 DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
-FORMATS = ("torchscript", "onnx")
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class PipelineConfig:
     seed: int = 0
     calib: Path | None = None  # None: the calibration set edgekit ships for the model's dataset
     methods: tuple[str, ...] = DEFAULT_METHODS
-    formats: tuple[str, ...] = FORMATS
+    formats: tuple[str, ...] | None = None  # None: every format this host can write (edgekit.formats)
     threads: int | None = None
     warmup: int = 10
     min_runs: int = 50
@@ -76,11 +75,11 @@ class PipelineConfig:
         for method in self.methods:
             if method not in QUANT_METHODS:
                 raise UsageError(f"unknown method {method!r}; choose from: {', '.join(QUANT_METHODS)}")
-        for fmt in self.formats:
-            if fmt not in FORMATS:
-                raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(FORMATS)}")
-        if not self.formats:
-            raise UsageError("no format given; choose from: torchscript, onnx")
+        from edgekit import formats
+
+        if self.formats is None:
+            object.__setattr__(self, "formats", formats.available_names())
+        formats.check(self.formats)
         if "static" in self.methods and self.calib is not None and not Path(self.calib).exists():
             raise UsageError(
                 f"calibration data {self.calib} not found (run from the edgekit checkout, or pass --calib)"
@@ -110,7 +109,7 @@ class VariantRow:
 class PipelineResult:
     out: Path
     rows: tuple[VariantRow, ...]
-    gate_report: object  # edgekit.gates.evaluate.GateReport
+    gate_report: object  # edgekit.gates.results.GateReport
     float_accuracy: float | None
     recommended: dict | None = None  # edgekit.pipeline_verdict.recommend
 
@@ -200,12 +199,26 @@ def _check_before_work(config: PipelineConfig, target, say: Progress) -> None:
         if warning:
             say(f"Warning: {warning}")
     if "static" in config.methods:
-        from edgekit.quantize.calibration import open_calibration
+        from edgekit.quantize.calibration.data import open_calibration
 
         warning = check_calibration_size(config.calib)
         if warning:
             say(f"Warning: {warning}")
         open_calibration(config.calib, inputs)  # its first batch is checked now: shape, dtype, finite values
+
+
+def _quantize_runs(method: str, names: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """(label, formats) per quantize run: QAT fine-tunes once per quantization API, so formats
+    of another API (torch.ao vs PT2E) get their own run, labelled ``qat-<first format>``."""
+    if method != "qat":
+        return [(method, tuple(names))]
+    from edgekit import formats
+
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(formats.get(name).qat_api, []).append(name)
+    runs = list(groups.values())
+    return [(method if i == 0 else f"{method}-{group[0]}", tuple(group)) for i, group in enumerate(runs)]
 
 
 def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
@@ -231,11 +244,12 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
     say("export fp32")
     exports.append(export(checkpoint, out / "export" / "fp32", config.formats, target))
     for method in config.methods:
-        say(f"quantize int8 {method}")
-        options = {"calib": config.calib} if method == "static" else {}
-        quantized, _ = quantize(checkpoint, method, out / "quantized" / method, target, formats=config.formats, **options)
-        say(f"export int8 {method}")
-        exports.append(export(quantized, out / "export" / f"int8-{method}", config.formats, target))
+        for label, group in _quantize_runs(method, config.formats):
+            say(f"quantize int8 {label}")
+            options = {"calib": config.calib} if method == "static" else {}
+            quantized, _ = quantize(checkpoint, method, out / "quantized" / label, target, formats=group, **options)
+            say(f"export int8 {label}")
+            exports.append(export(quantized, out / "export" / f"int8-{label}", group, target))
 
     model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
     say(f"bench {len(model_paths)} variants on this machine ({config.processes} worker processes each, interleaved)")

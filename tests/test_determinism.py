@@ -75,7 +75,7 @@ def test_int8_onnx_is_byte_identical(twin_runs, method):
 def test_torchscript_outputs_are_identical(twin_runs, method):
     import torch
 
-    from edgekit.export.reference import read_reference
+    from edgekit.formats.reference import read_reference
 
     a, b, ea, eb = twin_runs[method]
     cases = read_reference(a / "reference.npz")

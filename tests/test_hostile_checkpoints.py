@@ -96,10 +96,10 @@ def test_train_resume_refuses_a_code_running_state(digits_checkpoint, tmp_path, 
 
 
 def test_state_dict_option_of_quantize_names_the_refused_global(tmp_path):
-    """``quantize --state-dict`` (user models) goes through edgekit/quantize/sources.py."""
+    """``quantize --state-dict`` (user models) goes through edgekit/formats/sources.py."""
     marker = tmp_path / "PWNED"
     evil = EVIL_WRITERS["torch-zip"](tmp_path / "weights.pt", marker)
-    result = runner.invoke(app, ["quantize", "test_quantize_sources:tiny_net", "--method", "dynamic",
+    result = runner.invoke(app, ["quantize", "tiny_models:tiny_net", "--method", "dynamic",
                                  "--input-shape", "1x3x6x6", "--state-dict", str(evil), "--out", str(tmp_path / "q")])
     assert not marker.exists()
     assert_one_line_error(result, 2, "refusing to load")
@@ -108,7 +108,7 @@ def test_state_dict_option_of_quantize_names_the_refused_global(tmp_path):
 def test_state_dict_refusal_gives_no_dangerous_advice(tmp_path):
     marker = tmp_path / "PWNED"
     evil = EVIL_WRITERS["raw-pickle"](tmp_path / "weights.pt", marker)
-    result = runner.invoke(app, ["quantize", "test_quantize_sources:tiny_net", "--method", "dynamic",
+    result = runner.invoke(app, ["quantize", "tiny_models:tiny_net", "--method", "dynamic",
                                  "--input-shape", "1x3x6x6", "--state-dict", str(evil), "--out", str(tmp_path / "q")])
     assert not marker.exists()
     _assert_refused(result, marker)

@@ -62,6 +62,17 @@ def test_the_wheel_carries_its_data_and_imports_from_the_venv(installed, tmp_pat
 
 
 @pytest.mark.slow
+def test_the_readme_python_api_example_runs_on_the_installed_wheel(installed, tmp_path):
+    from test_api import readme_example
+
+    check = f"import edgekit.api\nassert edgekit.api.__file__.startswith({str(installed)!r}), edgekit.api.__file__\n"
+    proc = _run([str(installed / "bin" / "python"), "-c", check + readme_example()], cwd=tmp_path,
+                env={**os.environ, "EDGEKIT_NO_PROGRESS": "1"})
+    assert proc.stdout.strip().splitlines()[-1] in ("gate passed", "gate failed")
+    assert (tmp_path / "dist" / "model.onnx").is_file()
+
+
+@pytest.mark.slow
 def test_default_pipeline_from_an_empty_folder_shows_int8_paying_off(installed, tmp_path):
     env = {**os.environ, "EDGEKIT_NO_PROGRESS": "1"}
     env.pop("EDGEKIT_TARGETS_DIR", None)

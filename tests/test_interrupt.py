@@ -75,7 +75,7 @@ def _assert_loadable(folder: Path) -> None:
     import onnxruntime as ort
     import torch
 
-    from edgekit.export.reference import read_reference
+    from edgekit.formats.reference import read_reference
     from edgekit.train.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(folder)  # verifies size + SHA-256 of every listed file

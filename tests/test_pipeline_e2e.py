@@ -5,14 +5,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from edgekit import formats
 from edgekit.cli.app import app
 
 runner = CliRunner()
-VARIANTS = {
-    "fp32-torchscript", "fp32-onnx",
-    "int8-dynamic-torchscript", "int8-dynamic-onnx",
-    "int8-static-torchscript", "int8-static-onnx",
-}
+# every format this host can write (the pipeline's default), fp32 and both int8 methods
+VARIANTS = {f"{variant}-{fmt}" for fmt in formats.available_names()
+            for variant in ("fp32", "int8-dynamic", "int8-static")}
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +74,9 @@ def test_pipeline_runs_every_stage_and_passes(pipeline_run):
 def test_gate_on_pipeline_output_fails_with_exit_3(pipeline_run, tmp_path):
     out, _ = pipeline_run
     junit = tmp_path / "junit.xml"
-    # 50 KB: the fp32 files (~97 KB) break it, and so does dynamic int8 TorchScript (torch's dynamic
-    # path quantizes only the Linear head, so the convs stay fp32); the other int8 files (~33 KB) pass.
+    # 50 KB: the fp32 files (~97 KB) break it, and so does dynamic int8 from torch's quantizers
+    # (torch.ao and PT2E/XNNPACK quantize only the Linear head dynamically, so the convs stay fp32);
+    # the other int8 files (~33 KB) pass.
     result = runner.invoke(app, ["gate", str(out / "bench.json"), "--max-size-mb", "50KB", "--junit", str(junit)])
     assert result.exit_code == 3, result.output + result.stderr
     import xml.etree.ElementTree as ET
@@ -87,7 +87,9 @@ def test_gate_on_pipeline_output_fails_with_exit_3(pipeline_run, tmp_path):
         for case in suite.iter("testcase")
         if case.find("failure") is not None
     }
-    assert failed == {"fp32-torchscript", "fp32-onnx", "int8-dynamic-torchscript"}
+    names = formats.available_names()
+    assert failed == ({f"fp32-{fmt}" for fmt in names}
+                      | {f"int8-dynamic-{fmt}" for fmt in names if not formats.get(fmt).onnx_graph})
     result = runner.invoke(app, ["gate", str(out / "bench.json"), "--max-size-mb", "1", "--max-accuracy-drop", "1"])
     assert result.exit_code == 0, result.output + result.stderr
 

@@ -111,7 +111,7 @@ def test_cli_shape_option_raises_usage_error_only(texts):
 
 
 # ---------------------------------------------------------------------------------------------
-# budgets and units (parse_limit / parse_regression garbage: tests/test_gates_budgets.py)
+# budgets and units (parse_limit / parse_regression garbage: tests/gates/test_gates_budgets.py)
 
 BUDGET_VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-(10**30), max_value=10**30),

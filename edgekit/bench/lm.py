@@ -45,7 +45,9 @@ def with_generation_rates(models, results: list, threads: int, tokens: int = GEN
 
 def _language_model(model, threads: int):
     """(step, context) of a benchmarked model that is a language model in an artifact, else None."""
-    if model.entry is None or model.format not in ("onnx", "torchscript"):
+    from edgekit import formats
+
+    if model.entry is None or model.format not in formats.names():
         return None
     from edgekit.artifacts import load_manifest
     from edgekit.models.lm_runtime import load_language_model

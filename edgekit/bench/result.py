@@ -22,7 +22,7 @@ BENCH_SCHEMA_VERSION = 1
 @dataclass(frozen=True)
 class ModelInfo:
     path: str
-    format: str  # onnx | torchscript
+    format: str  # a name in the format table: onnx | torchscript | executorch
     bytes: int
     sha256: str = ""
     precision: str = "fp32"  # fp32 | int8

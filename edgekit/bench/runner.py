@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""edgekit benchmark runner: time one model file with onnxruntime or TorchScript.
+"""edgekit benchmark runner: time one model file with onnxruntime, TorchScript or ExecuTorch.
 
 STANDALONE. This file is copied as-is into device bundles and run on boards that have only
-python + numpy + onnxruntime (or torch). Module level imports only the standard library;
+python + numpy + onnxruntime (or torch, or torch + executorch for a ``.pte`` program). Module
+level imports only the standard library;
 numpy and the runtime load when a benchmark starts. Never import edgekit here. (It is one
 file, longer than the house limit, because it must travel alone.)
 
     python runner.py MODEL_FILE [--threads N] [--warmup N] [--min-runs N] [--min-time S]
         [--max-runs N] [--batch N] [--shape NAME=1x1x8x8 ...] [--input FILE.npz]
-        [--engine qnnpack] [--format onnx|torchscript] [--json OUT.json] [--serve]
+        [--engine qnnpack] [--format onnx|torchscript|executorch] [--json OUT.json] [--serve]
         [--emulated] [--mode local|remote|emulated] [--target NAME] [--seed N]
 
 Writes ``{"schema": "edgekit.bench", "schema_version": 1, "results": [ONE RESULT]}`` to
 ``--json`` (atomically) or to stdout. stdout carries only that JSON (with ``--serve``: only
 protocol lines); diagnostics go to stderr. Exit codes: 0 ok, 1 benchmark failed, 2 usage error.
+
+``--threads`` sets onnxruntime's intra-op threads, torch's, or the size of ExecuTorch's XNNPACK
+threadpool (one per process, sized before the program loads). An ExecuTorch program is
+memory-planned for its largest shapes: inputs past those bounds are a usage error.
 
 Serve protocol (``--serve``), one JSON object per line. After loading, the first run and the
 warm-up, the runner says ``{"event": "ready", "load_ms": .., "first_run_ms": .., "input_shapes":
@@ -34,6 +39,7 @@ import contextlib
 import datetime as _dt
 import gc
 import hashlib
+import io
 import json
 import math
 import os
@@ -53,11 +59,18 @@ BENCH_SCHEMA = "edgekit.bench"
 BENCH_SCHEMA_VERSION = 1
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-FORMATS = ("onnx", "torchscript")
+FORMATS = ("onnx", "torchscript", "executorch")
 MODES = ("local", "remote", "emulated")
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = "edgekit.manifest"
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".ptl", ".torchscript")
+PTE_SUFFIXES = (".pte",)
+# An ExecuTorch program is a flatbuffer whose file identifier, at bytes 4..8, is "ET" and a
+# two-digit schema version (executorch's schema/program.fbs: file_identifier "ET12").
+PTE_IDENTIFIER = b"ET"
+# ExecuTorch ScalarType codes (as c10's) of the input dtypes a runner can make.
+ET_DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+             7: "float64", 11: "bool"}
 MIB = 1024 * 1024
 MAX_BLOCK = 1_000_000  # the most calls one serve "run" command may ask for
 
@@ -274,7 +287,7 @@ def host_facts(emulated: bool = False) -> dict:
         "isa": [flag for flag in ISA_FLAGS if flag in flags],
         "os": platform.platform(),
         "python": platform.python_version(),
-        "runtimes": {name: _dist_version(name) for name in ("numpy", "onnxruntime", "torch")},
+        "runtimes": {name: _dist_version(name) for name in ("numpy", "onnxruntime", "torch", "executorch")},
         "cpufreq_governor": None if emulated else _read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         "cpu_max_mhz": None if emulated else _number(_read_text("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"), 1000),
         "soc_temp_c": None if emulated else _number(_read_text("/sys/class/thermal/thermal_zone0/temp"), 1000),
@@ -315,9 +328,22 @@ def detect_format(model: Path, entry: dict | None, override: str | None) -> str:
     suffix = model.suffix.lower()
     if suffix == ".onnx":
         return "onnx"
+    if suffix in PTE_SUFFIXES or is_executorch_program(model):
+        return "executorch"
     if suffix in TORCHSCRIPT_SUFFIXES or zipfile.is_zipfile(model):
         return "torchscript"
-    raise RunnerUsageError(f"cannot tell the runtime for {model.name}; expected .onnx or TorchScript .pt (or pass --format)")
+    raise RunnerUsageError(f"cannot tell the runtime for {model.name}; expected .onnx, TorchScript .pt or "
+                           "ExecuTorch .pte (or pass --format)")
+
+
+def is_executorch_program(path: Path) -> bool:
+    """Whether ``path`` starts like an ExecuTorch program (its flatbuffer file identifier)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return False
+    return len(head) == 8 and head[4:6] == PTE_IDENTIFIER and head[6:8].isdigit()
 
 
 def model_info(model: Path, fmt: str, entry: dict | None) -> dict:
@@ -428,7 +454,136 @@ class TorchScriptModel:
         return self.torch.inference_mode()
 
 
-RUNTIMES = {"onnx": OnnxModel, "torchscript": TorchScriptModel}
+class ExecuTorchModel:
+    """An ExecuTorch program (``.pte``) through ``executorch.runtime``; its method takes torch tensors."""
+
+    format = "executorch"
+
+    def __init__(self, path: Path, threads: int, engine: str | None):
+        if not is_executorch_program(path):
+            raise RunnerError(f"cannot load {path.name} as an ExecuTorch program: no ExecuTorch file identifier "
+                              "(truncated, or another format)")
+        self.log: list[str] = []  # what the runtime wrote on stderr while loading and on the first run
+        self.info = import_executorch(threads)
+        failure = None
+        with native_stderr(self.log):
+            from executorch.runtime import Runtime
+
+            try:
+                self.method = Runtime.get().load_program(path).load_method("forward")
+                meta = self.method.metadata
+                self.planned = [meta.input_tensor_meta(i) for i in range(meta.num_inputs())]
+            except Exception as exc:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError/...
+                failure = _first_line(exc)
+        if failure is not None:
+            raise RunnerError(f"cannot load {path.name} as an ExecuTorch program: {failure}{native_detail(self.log)}")
+
+    def input_specs(self) -> list[dict]:
+        """input0..N at the planned sizes; axis 0 taken as the batch axis (the manifest, when there is one, wins)."""
+        specs = []
+        for index, info in enumerate(self.planned):
+            sizes = [int(d) for d in info.sizes()]
+            code = int(info.dtype())
+            specs.append({
+                "name": f"input{index}",
+                "shape": [None, *sizes[1:]] if sizes else [],
+                "dtype": ET_DTYPES.get(code, f"ExecuTorch scalar type {code}"),
+                "dynamic_axes": {0: "batch"} if sizes else {},
+                "bounded": True,  # the planned sizes are upper bounds
+            })
+        return specs
+
+    def bind(self, arrays: dict):
+        """Torch tensors for the method, checked against its memory plan first (past it the runtime
+        refuses with an error code only)."""
+        import numpy as np
+        import torch
+
+        if len(arrays) != len(self.planned):
+            raise RunnerUsageError(f"the program takes {len(self.planned)} inputs; {len(arrays)} given")
+        tensors = []
+        for (name, array), info in zip(arrays.items(), self.planned):
+            bound = [int(d) for d in info.sizes()]
+            want = ET_DTYPES.get(int(info.dtype()))
+            if array.ndim != len(bound) or any(got > most for got, most in zip(array.shape, bound)):
+                raise RunnerUsageError(
+                    f"input {name!r} of shape {'x'.join(map(str, array.shape))} does not fit the program, planned "
+                    f"for at most {'x'.join(map(str, bound))} (export it with larger bounds, or lower --batch/--shape)")
+            if want is None or array.dtype != np.dtype(want):
+                raise RunnerUsageError(f"input {name!r} is {array.dtype}; the program takes {want or info.dtype()}")
+            tensors.append(torch.from_numpy(np.ascontiguousarray(array)))
+        return self.method.execute, (tensors,)
+
+    def context(self):
+        return native_stderr(self.log)
+
+
+def import_executorch(threads: int) -> dict:
+    """Import ExecuTorch's runtime and size its XNNPACK threadpool; the runtime facts for the result.
+
+    The pool is one per process and XNNPACK keeps a pointer to it in every loaded delegate, so it
+    is resized only before the first program loads (``portable_lib`` not yet imported): a resize
+    under a loaded delegate would free the pool it uses. Otherwise the size in effect is recorded.
+    """
+    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
+    log: list[str] = []
+    with native_stderr(log):  # its CPU probing logs to stderr
+        try:
+            import torch  # noqa: F401 - the runtime's library needs libtorch loaded first
+            from executorch.extension.pybindings import portable_lib as et
+            from executorch.runtime import Runtime
+        except ImportError as exc:
+            raise RunnerError(f"the ExecuTorch runtime is not installed here (pip install executorch): {_first_line(exc)}") from None
+
+        count = getattr(et, "_threadpool_get_thread_count", None)
+        reset = getattr(et, "_unsafe_reset_threadpool", None)
+        info = {"name": "executorch", "version": _dist_version("executorch"), "threads": None, "engine": None,
+                "providers": [b for b in ("XnnpackBackend",) if Runtime.get().backend_registry.is_available(b)]}
+        if count is None or reset is None:
+            info["threads_note"] = "this executorch cannot size its threadpool; it uses its default (one per performance core)"
+            return info
+        if count() != threads:
+            if fresh:
+                reset(threads)
+            else:
+                info["threads_note"] = "the threadpool was in use in this process already; not resized"
+        info["threads"] = int(count())
+    return info
+
+
+@contextlib.contextmanager
+def native_stderr(lines: list):
+    """Collect what the runtime logs meanwhile into ``lines``: ExecuTorch's Python bindings send its
+    log (CPU probing, the cause behind an error code) to ``sys.stderr``, native code writes on fd 2.
+    Passed through with EDGEKIT_DEBUG."""
+    if os.environ.get("EDGEKIT_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved_fd, saved_stream, buffer = os.dup(2), sys.stderr, io.StringIO()
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            sys.stderr = buffer
+            try:
+                yield
+            finally:
+                sys.stderr = saved_stream
+                os.dup2(saved_fd, 2)
+                sink.seek(0)
+                text = buffer.getvalue() + sink.read(1 << 20).decode("utf-8", errors="replace")
+                lines.extend(line.strip() for line in text.splitlines() if line.strip())
+    finally:
+        os.close(saved_fd)
+
+
+def native_detail(lines: list) -> str:
+    """The runtime's first log line (the cause; what follows unwinds it), as a suffix for a one-line message."""
+    logged = [line for line in lines if line.startswith("[")]
+    return f" ({logged[0][:200]})" if logged else ""
+
+
+RUNTIMES = {"onnx": OnnxModel, "torchscript": TorchScriptModel, "executorch": ExecuTorchModel}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,12 +606,18 @@ def _resolve_specs(model_specs: list[dict], manifest: dict | None, fmt: str) -> 
             except (KeyError, TypeError, ValueError) as exc:
                 raise RunnerUsageError(f"malformed input spec in {MANIFEST_NAME}: {exc!r}") from None
     if not listed:
+        if fmt == "executorch":
+            note = (f"no {MANIFEST_NAME} lists the program: axis 0 of each input is taken as its batch axis, "
+                    "the other axes at the program's planned (largest) sizes")
+            return model_specs, "model", [note]
         return model_specs, "model", []
     if fmt == "onnx" and sorted(s["name"] for s in listed) != sorted(s["name"] for s in model_specs):
         names = ", ".join(s["name"] for s in model_specs)
         return model_specs, "model", [f"{MANIFEST_NAME} inputs do not match the model's ({names}); used the model's"]
     if fmt == "torchscript" and model_specs and len(listed) > len(model_specs):
         raise RunnerUsageError(f"{MANIFEST_NAME} lists {len(listed)} inputs; the model takes {len(model_specs)}")
+    if fmt == "executorch" and len(listed) != len(model_specs):  # the manifest names the axes, the program bounds them
+        raise RunnerUsageError(f"{MANIFEST_NAME} lists {len(listed)} inputs; the program takes {len(model_specs)}")
     return listed, "manifest", []
 
 
@@ -499,7 +660,9 @@ def _check_shape(spec: dict, shape: tuple[int, ...]) -> None:
     if len(known) != len(shape):
         raise RunnerUsageError(f"input {spec['name']!r} has rank {len(known)}; --shape gives {len(shape)} dims")
     for axis, (want, got) in enumerate(zip(known, shape)):
-        if want is not None and want != got:
+        if spec.get("bounded") and want is not None and got > want:  # a lone .pte: its planned sizes are bounds
+            raise RunnerUsageError(f"input {spec['name']!r} axis {axis} is at most {want}; --shape gives {got}")
+        if not spec.get("bounded") and want is not None and want != got:
             raise RunnerUsageError(f"input {spec['name']!r} has fixed axis {axis} = {want}; --shape gives {got}")
 
 
@@ -728,6 +891,8 @@ class Benchmark:
         runtime_class = RUNTIMES[self.format]
         if self.format == "onnx":
             import onnxruntime  # noqa: F401
+        elif self.format == "executorch":
+            import_executorch(args.threads)  # sizes the threadpool too (before the load)
         else:
             import torch  # noqa: F401
         import_ms = (time.perf_counter_ns() - started) / 1e6
@@ -747,15 +912,19 @@ class Benchmark:
         self.input_shapes = {name: [int(d) for d in a.shape] for name, a in arrays.items()}
         self.fn, self.fn_args = self.runtime.bind(arrays)
 
+        failure = None
         with self.runtime.context():
             try:
                 started = time.perf_counter_ns()
                 self.fn(*self.fn_args)
                 self.first_run_ms = (time.perf_counter_ns() - started) / 1e6
             except Exception as exc:  # noqa: BLE001 - runtime-specific exception types
-                raise RunnerError(f"the first inference failed: {_first_line(exc)}") from None
-            for _ in range(args.warmup):
-                self.fn(*self.fn_args)
+                failure = _first_line(exc)
+            else:
+                for _ in range(args.warmup):
+                    self.fn(*self.fn_args)
+        if failure is not None:  # raised here: the runtime's own explanation is in its log by now
+            raise RunnerError(f"the first inference failed: {failure}{native_detail(getattr(self.runtime, 'log', []))}")
         self.runtime.info["import_ms"] = import_ms
 
     def run_plain(self) -> None:
@@ -850,7 +1019,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="runner.py", description="Time one model file (edgekit bench runner).")
-    p.add_argument("model", help="model file: .onnx, or TorchScript .pt")
+    p.add_argument("model", help="model file: .onnx, TorchScript .pt or ExecuTorch .pte")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all usable cores)")
     p.add_argument("--warmup", type=int, default=10, help="untimed runs after the first (default 10)")
     p.add_argument("--min-runs", type=int, default=50, help="at least this many timed runs (default 50)")

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-from edgekit.bench import api
+from edgekit.bench.launch import RUNNER_PATH, BenchModel, document, run_interleaved, to_result
 from edgekit.bench.runner import summarize_ns
 from edgekit.bench.stats import spread_of
 
@@ -70,7 +70,7 @@ def run_processes(models, argvs, env, *, processes, min_runs, min_time_s, max_ru
             progress(order[index], done_before[order[index]] + runs)
 
         left = max(deadline - time.monotonic(), 1e-3)
-        round_raws, round_samples = api._run_interleaved(
+        round_raws, round_samples = run_interleaved(
             [models[i] for i in order], [argvs[i] for i in order], env, min_runs=share_runs,
             min_time_s=min_time_s / processes, max_runs=share_max, block_size=block_size, timeout_s=left,
             progress=round_progress)
@@ -78,7 +78,7 @@ def run_processes(models, argvs, env, *, processes, min_runs, min_time_s, max_ru
             raws[index].append(round_raws[position])
             samples[index].append(round_samples[position])
             done_before[index] += len(round_samples[position])
-    results = [api._to_result(m, api._document(merge_processes(r, s))) for m, r, s in zip(models, raws, samples)]
+    results = [to_result(m, document(merge_processes(r, s))) for m, r, s in zip(models, raws, samples)]
     return (results, samples) if with_samples else results
 
 
@@ -91,8 +91,8 @@ def with_reference(models, argvs, timing_args, env, *, processes, progress, **se
 
     folder = tempfile.mkdtemp(prefix="edgekit-reference-")
     try:
-        ref = api.BenchModel(write_reference_model(folder), "onnx")
-        ref_argv = [sys.executable, "-P", str(api.RUNNER_PATH), str(ref.path), "--format", "onnx", *timing_args]
+        ref = BenchModel(write_reference_model(folder), "onnx")
+        ref_argv = [sys.executable, "-P", str(RUNNER_PATH), str(ref.path), "--format", "onnx", *timing_args]
 
         def user_progress(index: int, runs: int) -> None:
             if index < len(models):

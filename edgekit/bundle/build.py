@@ -15,12 +15,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from edgekit import __version__
+from edgekit import __version__, formats
 from edgekit.artifacts import Manifest, ModelFile, load_manifest
 from edgekit.bundle import layout
 from edgekit.bundle.compat import check_target
 from edgekit.bundle.readme import readme_text
-from edgekit.bundle.requirements import Pins, download_wheels, pin
+from edgekit.bundle.requirements import Pins, check_wheel_exists, download_wheels, pin
 from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
 from edgekit.children import popen_kwargs
@@ -66,7 +66,7 @@ def build_bundle(
     """Bundle one model of the export at ``export_dir`` for ``target`` into the folder ``out``.
 
     ``target`` None means the export's own target (else rpi4).
-    ``fmt`` picks the model (default: onnx when the export has it, else torchscript). A model
+    ``fmt`` picks the model (default: the export's format the table prefers for bundles, ONNX first). A model
     made for another target (its manifest's target, TorchScript quantized engine or ONNX
     quantization settings) is refused unless ``force``, which records the override in
     bundle.json. ``wheels`` downloads the target platform's wheels (network). ``platform``
@@ -86,18 +86,18 @@ def build_bundle(
     too_big = check_model_fits(tgt, entry.total_bytes, entry.format, f"{folder / entry.path}", force)
     if too_big:
         mismatches = [*mismatches, too_big]
-    if entry.format == "onnx":  # a graph the runtime cannot load is the export's fault: say so now
-        from edgekit.export.onnx_export import check_model
-
-        check_model(folder / entry.path)
+    spec = formats.get(entry.format)
+    spec.ops().check_file(folder / entry.path)  # a file the runtime cannot load is the export's fault: say so now
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mtime = _epoch(created)
-    model_name = layout.MODEL_FILES[entry.format]
+    model_name = spec.file_name
     inputs = [folder, tgt.source if tgt.source and Path(tgt.source).is_file() else None]
     with claim_output(out, "bundle", inputs=inputs, force=force) as out:
         archive_path = _check_archive(out, inputs, force)
         clean_stale_temps(archive_path)  # an archive a killed run had staged
         pins = pin(entry.format, platform or tgt.python_platform, python_version)
+        if spec.check_board_wheel:
+            check_wheel_exists(pins.runtime["name"], pins.runtime["version"], pins.platform, pins.python_version)
         staged_archive = temp_sibling(archive_path) if archive else None
         try:
             _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
@@ -137,14 +137,14 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
                 os.chmod(work / script, 0o755)
         write_text(work / layout.REQUIREMENTS, pins.text())
         serving = None
-        if entry.format == "onnx":  # serve.py: FastAPI + uvicorn + onnxruntime, no edgekit
+        if formats.get(entry.format).standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
             from edgekit.bundle.serving import add_serving
 
             serving = add_serving(work, pins)
         wheel_names = []
         if wheels:
             wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
-                                          pins.platform, pins.python_version)
+                                          pins.platform, pins.python_version, no_deps=pins.no_deps)
             if serving is not None:  # serve.py's stack too, into the same folder (offline boards serve as well)
                 from edgekit.bundle.serving import SERVE_REQUIREMENTS
 
@@ -179,20 +179,18 @@ def _check_archive(out: Path, inputs: list, force: bool) -> Path:
 
 def _pick(manifest: Manifest, fmt: str | None) -> ModelFile:
     if fmt is not None:
-        if fmt not in layout.MODEL_FILES:
-            raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(layout.MODEL_FILES)}")
+        formats.get(fmt)
         return manifest.file(fmt)
-    for candidate in ("onnx", "torchscript"):
-        if candidate in manifest.formats():
-            return manifest.file(candidate)
-    raise InputFileError(f"the export holds no onnx or torchscript model (it has: {', '.join(manifest.formats()) or 'none'})")
+    chosen = formats.preferred(manifest.formats())
+    if chosen is None:
+        raise InputFileError(f"the export holds no model file of a known format (it has: {', '.join(manifest.formats()) or 'none'}; "
+                             f"formats: {', '.join(formats.names())})")
+    return manifest.file(chosen)
 
 
 def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_names, mismatches, created) -> dict:
     details = entry.details or {}
-    engine = None
-    if entry.format == "torchscript":
-        engine = details.get("quantized_engine") or (tgt.quantized_engine if entry.precision == "int8" else None)
+    engine = details.get("quantized_engine")  # torch.ao int8 TorchScript: the engine its weights were packed for
     return {
         "schema": layout.BUNDLE_SCHEMA,
         "schema_version": layout.BUNDLE_SCHEMA_VERSION,
@@ -213,6 +211,7 @@ def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_nam
         "runtime": pins.runtime,
         "quantized_engine": engine,
         "requirements": list(pins.requirements),
+        "pip_no_deps": pins.no_deps,
         "wheels": wheel_names,
         "override": {"forced": True, "made_for": manifest.target, "mismatches": mismatches} if mismatches else None,
         "source": {"path": str(folder.resolve()), "model": entry.path,

@@ -2,9 +2,10 @@
 """edgekit output check: run a bundle's model on reference.npz's inputs, compare with the float model.
 
 STANDALONE. Copied into device bundles and run on boards (or emulators) that have only python +
-numpy + onnxruntime (or torch): standard library at module level, never edgekit.
+numpy + onnxruntime (or torch, or torch + executorch for a ``.pte``): standard library at module
+level, never edgekit.
 
-    python3 check_outputs.py [--model FILE] [--format onnx|torchscript] [--reference FILE]
+    python3 check_outputs.py [--model FILE] [--format onnx|torchscript|executorch] [--reference FILE]
         [--engine ENGINE] [--threads N] [--min-cosine X] [--min-top1 X] [--max-abs X] [--json OUT]
 
 Without --model it reads bundle.json (else manifest.json) beside this script. Prints one JSON
@@ -26,17 +27,21 @@ limits given), 1 a limit broken or the model failed, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 
 SCHEMA = "edgekit.check_outputs"
 SCHEMA_VERSION = 1
 HERE = Path(__file__).resolve().parent
-FORMATS = ("onnx", "torchscript")
+FORMATS = ("onnx", "torchscript", "executorch")
+SUFFIX_FORMATS = {".onnx": "onnx", ".pte": "executorch"}  # anything else: TorchScript
 
 
 class UsageProblem(Exception):
@@ -69,7 +74,7 @@ def describe(folder: Path, model: str | None, fmt: str | None) -> tuple[Path, st
     if not path.is_file():
         raise UsageProblem(f"model file not found: {path}")
     entry = next((e for e in entries if (folder / str(e.get("path", ""))).resolve() == path.resolve()), {})
-    fmt = fmt or entry.get("format") or ("onnx" if path.suffix == ".onnx" else "torchscript")
+    fmt = fmt or entry.get("format") or SUFFIX_FORMATS.get(path.suffix.lower(), "torchscript")
     if fmt not in FORMATS:
         raise UsageProblem(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     inputs = [str(spec.get("name")) for spec in manifest.get("inputs") or [] if isinstance(spec, dict)]
@@ -143,6 +148,96 @@ def torchscript_predictor(path: Path, threads: int, engine: str | None):
                      "engine": torch.backends.quantized.engine}
 
 
+def executorch_predictor(path: Path, threads: int):
+    """A ``.pte`` program through ``executorch.runtime`` (torch tensors in); batches past the
+    program's planned batch run in chunks of it, the way edgekit's own predictor runs them."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():  # the flatbuffer file identifier
+        raise RuntimeError(f"{path.name} is not an ExecuTorch program (no ExecuTorch file identifier)")
+    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
+    with _native_stderr([]):  # the runtime logs its CPU probing there (and the causes of its error codes)
+        import numpy as np
+        import torch
+        from executorch.extension.pybindings import portable_lib as et
+        from executorch.runtime import Runtime
+
+        if fresh and hasattr(et, "_unsafe_reset_threadpool"):  # only before any program is loaded
+            et._unsafe_reset_threadpool(threads)
+        count = getattr(et, "_threadpool_get_thread_count", lambda: None)()
+    log: list[str] = []
+    with _native_stderr(log):
+        try:
+            method = Runtime.get().load_program(path).load_method("forward")
+            sizes = [method.metadata.input_tensor_meta(i).sizes() for i in range(method.metadata.num_inputs())]
+            batch_bound = min((int(s[0]) for s in sizes if len(s)), default=1)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - RuntimeError with an error code; the cause is logged
+            error = _failure(exc, log)
+    if error is not None:
+        raise RuntimeError(f"cannot load {path.name} as an ExecuTorch program: {error}")
+
+    def predict(inputs: dict, order: list[str]):
+        names = [n for n in order if n in inputs] or list(inputs)
+        arrays = [np.ascontiguousarray(inputs[n]) for n in names]
+        rows = len(arrays[0]) if arrays and arrays[0].ndim else 0
+        step = max(batch_bound, 1)
+        chunks = [arrays] if rows <= step else [[a[i:i + step] for a in arrays] for i in range(0, rows, step)]
+        run_log: list[str] = []
+        with _native_stderr(run_log):
+            try:
+                outs = [method.execute([torch.from_numpy(a) for a in chunk])[0].float().numpy() for chunk in chunks]
+                failure = None
+            except Exception as exc:  # noqa: BLE001 - as above
+                failure = _failure(exc, run_log)
+        if failure is not None:
+            raise RuntimeError(f"ExecuTorch could not run {path.name}: {failure}")
+        return np.concatenate(outs) if len(outs) > 1 else outs[0]
+
+    return predict, {"name": "executorch", "version": _dist_version("executorch"), "threads": count, "engine": None}
+
+
+def _failure(exc: BaseException, log: list[str]) -> str:
+    """The exception's first line, with the runtime's first logged line (the cause behind its error code)."""
+    text = str(exc).strip()
+    cause = next((line for line in log if line.startswith("[")), "")
+    return (text.splitlines()[0] if text else type(exc).__name__) + (f" ({cause[:200]})" if cause else "")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        from importlib import metadata
+
+        return metadata.version(name)
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return None
+
+
+@contextlib.contextmanager
+def _native_stderr(lines: list):
+    """What the runtime logs meanwhile goes into ``lines`` (ExecuTorch's bindings log to sys.stderr,
+    native code to fd 2); passed through with EDGEKIT_DEBUG."""
+    if os.environ.get("EDGEKIT_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved_fd, saved_stream, buffer = os.dup(2), sys.stderr, io.StringIO()
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            sys.stderr = buffer
+            try:
+                yield
+            finally:
+                sys.stderr = saved_stream
+                os.dup2(saved_fd, 2)
+                sink.seek(0)
+                text = buffer.getvalue() + sink.read(1 << 20).decode("utf-8", "replace")
+                lines.extend(x.strip() for x in text.splitlines() if x.strip())
+    finally:
+        os.close(saved_fd)
+
+
 def compare(got, want) -> dict:
     import numpy as np
 
@@ -173,6 +268,8 @@ def check(args) -> dict:
     engine = args.engine or (entry.get("details") or {}).get("quantized_engine")
     if fmt == "onnx":
         predict, runtime = onnx_predictor(model, args.threads)
+    elif fmt == "executorch":
+        predict, runtime = executorch_predictor(model, args.threads)
     else:
         predict, runtime = torchscript_predictor(model, args.threads, engine)
     digest = hashlib.sha256()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgekit import formats
 from edgekit.artifacts import Manifest, ModelFile
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.targets import Target, available_targets, load_target
@@ -20,9 +21,9 @@ def mismatches(manifest: Manifest, entry: ModelFile, target: Target) -> list[str
         found.append(f"made for target {_describe(made_for)}, not {target.name!r} ({target.arch})")
     details = entry.details or {}
     engine = details.get("quantized_engine")
-    if entry.format == "torchscript" and engine and engine != target.quantized_engine:
+    if engine and engine != target.quantized_engine:  # only torch.ao int8 files are packed for an engine
         found.append(f"quantized engine {engine!r}, but {target.name} uses {target.quantized_engine!r}")
-    if entry.format == "onnx" and entry.precision == "int8":
+    if entry.precision == "int8" and formats.get(entry.format).targets_quant_recipe:
         wanted = target.onnx_quant
         for key in _ONNX_QUANT_KEYS:
             if key in details and details[key] != getattr(wanted, key):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from edgekit import formats
 from edgekit.errors import InputFileError
 from edgekit.fileio import read_json
 
@@ -20,7 +21,6 @@ REQUIREMENTS = "requirements.txt"
 README = "README.txt"
 CHECKSUMS = "SHA256SUMS"
 WHEELS_DIR = "wheels"
-MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt"}
 SERVE = "serve.py"  # ONNX bundles only (edgekit.bundle.serving)
 SCRIPTS = (RUNNER, CHECK_OUTPUTS, SERVE)  # made executable (they carry a python3 shebang)
 
@@ -49,8 +49,8 @@ def read_bundle_json(folder: str | Path) -> dict:
     model = Path(info["model"])
     if model.is_absolute() or len(model.parts) != 1 or info["model"] in ("", ".", ".."):
         raise InputFileError(f"{where} is malformed: model {info['model']!r} must be a file name in the bundle")
-    if info["format"] not in MODEL_FILES:
-        raise InputFileError(f"{where} is malformed: format {info['format']!r} not in {', '.join(MODEL_FILES)}")
+    if info["format"] not in formats.names():
+        raise InputFileError(f"{where} is malformed: format {info['format']!r} not in {', '.join(formats.names())}")
     # strings that reach file names, README.txt and command lines are plain tokens
     for key in ("target", "variant", "python_platform", "precision"):
         value = info.get(key)

@@ -12,12 +12,13 @@ def readme_text(info: dict, bundle_name: str, description: str = "") -> str:
     model, target, threads = info["model"], info["target"], info.get("threads")
     runtime = info["runtime"]
     title = f"edgekit bundle: {info.get('variant') or model} for {target}"
-    offline = f"pip install --no-index --find-links {WHEELS_DIR} -r {REQUIREMENTS}"
+    no_deps = " --no-deps" if info.get("pip_no_deps") else ""  # exactly the pinned list
+    offline = f"pip install{no_deps} --no-index --find-links {WHEELS_DIR} -r {REQUIREMENTS}"
     if info.get("wheels"):
         wheels_note = (f"   This bundle carries the wheels ({WHEELS_DIR}/, for {info['python_platform']}, "
                        f"Python {info['python_version']}), so the board needs no network:\n     {offline}\n")
     else:
-        wheels_note = (f"   With network access:\n     pip install -r {REQUIREMENTS}\n"
+        wheels_note = (f"   With network access:\n     pip install{no_deps} -r {REQUIREMENTS}\n"
                        f"   For an offline board, rebuild the bundle with `edgekit bundle --wheels`, then:\n"
                        f"     {offline}\n")
     thread_flag = f" --threads {threads}" if threads else ""

@@ -16,10 +16,6 @@ from pathlib import Path
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.children import popen_kwargs
 
-RUNTIME_DISTS = {"onnx": "onnxruntime", "torchscript": "torch"}
-# PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
-# PyTorch's CPU index carries CPU-only builds of the same versions (and numpy).
-INDEX_URLS = {"torchscript": "https://download.pytorch.org/whl/cpu"}
 DOWNLOAD_TIMEOUT_S = 3600.0
 _PLATFORM = re.compile(r"^[a-z0-9_]+$")
 _PYTHON_VERSION = re.compile(r"^3\.\d{1,2}$")
@@ -39,15 +35,22 @@ class Pins:
     platform: str
     python_version: str
     index_url: str | None = None
+    extra_index_url: str | None = None
+    no_deps: bool = False  # install exactly these pins (pip --no-deps)
+
+    @property
+    def deps_flag(self) -> str:
+        return " --no-deps" if self.no_deps else ""
 
     def text(self) -> str:
         return "".join([
             "# edgekit bundle requirements: the versions the host verified this model with.\n",
             f"# platform: {self.platform}\n",
             f"# python: {self.python_version}\n",
-            "# online:  python3 -m pip install -r requirements.txt\n",
-            "# offline: python3 -m pip install --no-index --find-links wheels -r requirements.txt\n",
+            f"# online:  python3 -m pip install{self.deps_flag} -r requirements.txt\n",
+            f"# offline: python3 -m pip install{self.deps_flag} --no-index --find-links wheels -r requirements.txt\n",
             *([f"--index-url {self.index_url}\n"] if self.index_url else []),
+            *([f"--extra-index-url {self.extra_index_url}\n"] if self.extra_index_url else []),
             *(f"{line}\n" for line in self.requirements),
         ])
 
@@ -64,18 +67,58 @@ def host_version(dist: str) -> str:
 
 
 def pin(fmt: str, platform: str, python_version: str) -> Pins:
-    """Pins for a bundle of format ``fmt`` (numpy, and onnxruntime or torch)."""
+    """Pins for a bundle of format ``fmt``: numpy, what the format's runtime needs, and the runtime."""
+    from edgekit import formats
+
     check_platform(platform)
     check_python_version(python_version)
-    runtime = RUNTIME_DISTS[fmt]
-    versions = {dist: host_version(dist) for dist in ("numpy", runtime)}
+    entry = formats.get(fmt)
+    runtime = entry.board_runtime
+    versions = {dist: host_version(dist) for dist in ("numpy", *entry.board_requirements, runtime)}
     return Pins(
         requirements=tuple(f"{dist}=={version}" for dist, version in versions.items()),
         runtime={"name": runtime, "version": versions[runtime]},
         platform=platform,
         python_version=python_version,
-        index_url=INDEX_URLS.get(fmt),
+        index_url=entry.index_url,
+        extra_index_url=entry.extra_index_url,
+        no_deps=entry.board_no_deps,
     )
+
+
+def board_dists(fmt: str) -> tuple[str, ...]:
+    """The distributions a board installs for ``fmt`` (numpy first, the runtime last)."""
+    from edgekit import formats
+
+    entry = formats.get(fmt)
+    return ("numpy", *entry.board_requirements, entry.board_runtime)
+
+
+def check_wheel_exists(dist: str, version: str, platform: str, python_version: str) -> None:
+    """EdgekitError unless the package index has a ``dist==version`` wheel for the board.
+
+    ``pip install --dry-run --no-deps`` for the board's platform: pip reads the index and the
+    wheel's metadata only (no download), so this takes about a second.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-wheel-check-") as scratch:
+        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+                "--only-binary=:all:", "--platform", check_platform(platform),
+                "--python-version", check_python_version(python_version), "--implementation", "cp",
+                "--target", scratch, "--disable-pip-version-check", "--no-input", "--quiet", f"{dist}=={version}"]
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                                  check=False, **popen_kwargs())
+        except subprocess.TimeoutExpired:
+            raise EdgekitError(f"checking for a {dist} {version} wheel for {platform} took over 300 s; check the network") from None
+    if proc.returncode != 0:
+        output = proc.stdout + proc.stderr
+        if any(sign in output for sign in _NETWORK_SIGNS):
+            raise EdgekitError(f"cannot check for a {dist} {version} wheel for {platform} / Python {python_version}: "
+                               "the package index is not reachable; connect to the network")
+        raise EdgekitError(f"{dist} {version} has no wheel for {platform} / Python {python_version}, so a board of "
+                           f"this target cannot run the bundle; choose another format (--format) or target")
 
 
 def check_platform(platform: str) -> str:
@@ -93,7 +136,7 @@ def check_python_version(version: str) -> str:
 
 
 def pip_download_argv(requirements: Path, dest: Path, platform: str, python_version: str,
-                      python: str | None = None) -> list[str]:
+                      python: str | None = None, no_deps: bool = False) -> list[str]:
     """The ``pip download`` command line for the target's binary wheels (an argument list)."""
     return [
         python or sys.executable, "-m", "pip", "download",
@@ -104,15 +147,17 @@ def pip_download_argv(requirements: Path, dest: Path, platform: str, python_vers
         "--disable-pip-version-check",
         "--no-input",
         "--progress-bar", "off",
+        *(["--no-deps"] if no_deps else []),
         "-r", str(requirements),
         "-d", str(dest),
     ]
 
 
-def download_wheels(requirements: Path, dest: Path, platform: str, python_version: str) -> list[str]:
+def download_wheels(requirements: Path, dest: Path, platform: str, python_version: str,
+                    no_deps: bool = False) -> list[str]:
     """Fill ``dest`` with wheels for ``requirements`` (and their dependencies); returns the file names."""
     dest.mkdir(parents=True, exist_ok=True)
-    argv = pip_download_argv(requirements, dest, platform, python_version)
+    argv = pip_download_argv(requirements, dest, platform, python_version, no_deps=no_deps)
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=DOWNLOAD_TIMEOUT_S, check=False, **popen_kwargs())

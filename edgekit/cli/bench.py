@@ -16,7 +16,7 @@ from edgekit.cli.options import TargetOpt
 @handles_errors
 def bench_command(
     artifacts: list[Path] = typer.Argument(
-        ..., metavar="ARTIFACT...", help="Model file (.onnx, TorchScript .pt) or artifact folder holding one model."
+        ..., metavar="ARTIFACT...", help="Model file (.onnx, TorchScript .pt, ExecuTorch .pte) or artifact folder holding one model."
     ),
     target: TargetOpt = None,
     threads: int | None = typer.Option(

@@ -24,7 +24,11 @@ from edgekit.cli.options import (
 def export_command(
     source: str = typer.Argument(..., metavar="SOURCE", help="Checkpoint or quantized artifact folder, or package.module:factory / hf:CONFIG."),
     out: Path = typer.Option(Path("dist"), "--out", "-o", help="Output folder."),
-    formats: str = typer.Option("torchscript,onnx", "--format", help="Comma-separated: torchscript, onnx."),
+    formats: Optional[str] = typer.Option(
+        None, "--format",
+        help="Comma-separated: torchscript, onnx, executorch (.pte for XNNPACK; needs edgekit-ml[executorch]). "
+             "Default: torchscript,onnx; for a quantized artifact, the formats it holds.",
+    ),
     target: TargetOpt = None,
     opset: Optional[int] = typer.Option(None, "--opset", help="ONNX opset (default: the target's)."),
     onnx_exporter: str = typer.Option(
@@ -51,7 +55,7 @@ def export_command(
 
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict)
     folder, manifest = export(
-        source, out, tuple(split_csv(formats)), target, opset, onnx_exporter, torchscript_mode, optimize,
+        source, out, tuple(split_csv(formats)) if formats is not None else None, target, opset, onnx_exporter, torchscript_mode, optimize,
         external_data=True if external_data else None, force=force,
         **source_options,
     )

@@ -8,10 +8,12 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, handles_errors
-from edgekit.cli.options import ConfigOpt, MaxDropOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt, TargetOpt
+from edgekit.cli.options import (ConfigOpt, MaxDropOpt, MaxErrorRateOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt,
+                                 TargetOpt)
 
 HELP = (
-    "Check bench results against size / latency / memory / accuracy budgets (and a baseline).\n\n"
+    "Check bench results against size / latency / memory / accuracy budgets (and a baseline); "
+    "`edgekit loadtest` results also against an error-rate budget.\n\n"
     "Budgets come from flags first, then the project file (the budgets table of edgekit.toml, or "
     "tool.edgekit.budgets in pyproject.toml, or the file given with --config), then the target profile "
     "(--target).\n\n"
@@ -33,6 +35,7 @@ def gate(
     max_p99_ms: MaxP99Opt = None,
     max_peak_rss_mb: MaxRssOpt = None,
     max_accuracy_drop: MaxDropOpt = None,
+    max_error_rate: MaxErrorRateOpt = None,
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Bench result of the reference build (e.g. main)."),
     max_regression: Optional[str] = typer.Option(
         None, "--max-regression", help="Allowed p50 slow-down against --baseline: 10% or 0.10."
@@ -60,6 +63,7 @@ def gate(
         "max_p99_ms": max_p99_ms,
         "max_peak_rss_mb": max_peak_rss_mb,
         "max_accuracy_drop": max_accuracy_drop,
+        "max_error_rate": max_error_rate,
     }
     if (baseline is None) != (max_regression is None):
         raise UsageError(
@@ -102,7 +106,7 @@ def _render(report) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from edgekit.gates.evaluate import FAIL, PASS
+    from edgekit.gates.results import FAIL, PASS
     from edgekit.gates.report import COLUMNS, table_rows
 
     styles = {PASS: "green", FAIL: "bold red"}

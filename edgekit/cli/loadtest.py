@@ -27,8 +27,8 @@ def loadtest_command(
     threads: Optional[int] = typer.Option(None, "--threads", help="With --serve: the server's intra-op threads."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table."),
 ) -> None:
-    """Load-test a served model: p50/p90/p99, throughput, errors by status. Gate p99 under load with
-    `edgekit gate RESULT.json --max-p99-ms 20`."""
+    """Load-test a served model: p50/p90/p99, throughput, errors by status. Gate p99 under load and
+    the error rate with `edgekit gate RESULT.json --max-p99-ms 20 --max-error-rate 0.1%`."""
     from edgekit.bench.result import to_document
     from edgekit.errors import UsageError
     from edgekit.fileio import ensure_writable_dir, write_json

@@ -72,6 +72,11 @@ MaxDropOpt = Annotated[
                                 help="Accuracy drop budget: 1.0 or 1pt = percentage points; "
                                      "0.5% = relative to the float accuracy."),
 ]
+MaxErrorRateOpt = Annotated[
+    Optional[str], typer.Option("--max-error-rate", metavar="RATE",
+                                help="Error-rate budget for `edgekit loadtest` results: share of requests "
+                                     "that did not succeed, e.g. 0.1 or 0.1% (bare number: %)."),
+]
 ConfigOpt = Annotated[
     Optional[Path], typer.Option("--config", metavar="TOML",
                                  help="Project file with a budgets table (default: ./edgekit.toml, "

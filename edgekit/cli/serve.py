@@ -17,7 +17,7 @@ def serve_command(
     port: int = typer.Option(8000, "--port", help="Port (0: any free port; the address is printed)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EDGEKIT_API_KEY", show_envvar=True,
                                           help="Key every request must carry (Authorization: Bearer KEY or X-API-Key)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="onnx, torchscript or checkpoint, when the artifact holds several."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="onnx, torchscript, executorch or checkpoint, when the artifact holds several."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the runtime."),
     max_batch: int = typer.Option(16, "--max-batch", help="Micro-batching: most rows per model call (1: off)."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="Micro-batching: also wait this long for more requests (0: batch what is already queued)."),

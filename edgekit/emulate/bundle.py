@@ -18,7 +18,7 @@ class Bundle:
     info: dict  # bundle.json
     model: Path
     data_files: tuple[Path, ...]  # ONNX external data beside the model
-    format: str  # onnx | torchscript
+    format: str  # a name in the format table (edgekit.formats)
     precision: str  # fp32 | int8
     target: str
     arch: str

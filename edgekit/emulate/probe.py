@@ -6,7 +6,7 @@ aarch64 rootfs and runs it there with the bundle's own Python environment; it ru
 on the host, so both sides execute identical code. Module level imports only the standard
 library; numpy and the runtime load in ``main``. Never import edgekit here.
 
-    python probe.py MODEL REFERENCE.npz OUT.npz [--format onnx|torchscript] [--engine NAME]
+    python probe.py MODEL REFERENCE.npz OUT.npz [--format onnx|torchscript|executorch] [--engine NAME]
         [--threads N] [--inputs NAME,NAME...]
 
 Writes ``b{batch}/output`` for every ``b{batch}/input/...`` group of REFERENCE.npz into OUT.npz
@@ -17,6 +17,8 @@ failed to load or run, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -24,6 +26,8 @@ import sys
 import tempfile
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+FORMATS = ("onnx", "torchscript", "executorch")
+SUFFIX_FORMATS = {".onnx": "onnx", ".pte": "executorch"}  # anything else: TorchScript
 
 
 class ProbeError(Exception):
@@ -91,6 +95,92 @@ def torchscript_runner(model: str, threads: int, engine: str | None):
     return run, {"name": "torch", "version": torch.__version__, "engine": torch.backends.quantized.engine}
 
 
+def executorch_runner(model: str, threads: int):
+    """A ``.pte`` program through ``executorch.runtime``; batches past its planned batch run in chunks."""
+    with open(model, "rb") as fh:
+        head = fh.read(8)
+    if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():  # the flatbuffer file identifier
+        raise ProbeError(f"cannot load {model}: not an ExecuTorch program (no ExecuTorch file identifier)")
+    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
+    with _native_stderr([]):  # the runtime logs its CPU probing on stderr
+        import numpy as np
+        import torch
+        from executorch.extension.pybindings import portable_lib as et
+        from executorch.runtime import Runtime
+
+        if fresh and hasattr(et, "_unsafe_reset_threadpool"):  # the pool is process-wide: before any load only
+            et._unsafe_reset_threadpool(threads)
+        count = getattr(et, "_threadpool_get_thread_count", lambda: None)()
+    log: list = []
+    with _native_stderr(log):
+        try:
+            method = Runtime.get().load_program(model).load_method("forward")
+            sizes = [method.metadata.input_tensor_meta(i).sizes() for i in range(method.metadata.num_inputs())]
+            error = None
+        except Exception as exc:  # noqa: BLE001 - RuntimeError with an error code; the cause is logged
+            error = _with_cause(exc, log)
+    if error is not None:
+        raise ProbeError(f"cannot load {model}: {error}")
+    step = max(min((int(s[0]) for s in sizes if len(s)), default=1), 1)
+
+    def run(inputs: dict, order: list):
+        arrays = [np.ascontiguousarray(inputs[name]) for name in order] if order else list(inputs.values())
+        rows = len(arrays[0]) if arrays and arrays[0].ndim else 0
+        chunks = [arrays] if rows <= step else [[a[i:i + step] for a in arrays] for i in range(0, rows, step)]
+        run_log: list = []
+        with _native_stderr(run_log):
+            try:
+                outs = [method.execute([torch.from_numpy(a) for a in chunk])[0].float().numpy() for chunk in chunks]
+                failure = None
+            except Exception as exc:  # noqa: BLE001
+                failure = _with_cause(exc, run_log)
+        if failure is not None:
+            raise RuntimeError(failure)
+        return np.concatenate(outs) if len(outs) > 1 else outs[0]
+
+    return run, {"name": "executorch", "version": _dist_version("executorch"), "threads": count}
+
+
+def _with_cause(exc: BaseException, log: list) -> str:
+    """The exception's first line and the runtime's first logged line (the cause behind its error code)."""
+    cause = next((line for line in log if line.startswith("[")), "")
+    return _first_line(exc) + (f" ({cause[:200]})" if cause else "")
+
+
+def _dist_version(name: str):
+    try:
+        from importlib import metadata
+
+        return metadata.version(name)
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return None
+
+
+@contextlib.contextmanager
+def _native_stderr(lines: list):
+    """What the runtime logs meanwhile goes into ``lines`` (ExecuTorch's bindings log to sys.stderr,
+    native code to fd 2); passed through with EDGEKIT_DEBUG."""
+    if os.environ.get("EDGEKIT_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved_fd, saved_stream, buffer = os.dup(2), sys.stderr, io.StringIO()
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            sys.stderr = buffer
+            try:
+                yield
+            finally:
+                sys.stderr = saved_stream
+                os.dup2(saved_fd, 2)
+                sink.seek(0)
+                text = buffer.getvalue() + sink.read(1 << 20).decode("utf-8", "replace")
+                lines.extend(x.strip() for x in text.splitlines() if x.strip())
+    finally:
+        os.close(saved_fd)
+
+
 def save_npz(path: str, arrays: dict) -> None:
     import numpy as np
 
@@ -108,9 +198,11 @@ def save_npz(path: str, arrays: dict) -> None:
 def probe(args) -> dict:
     import numpy as np
 
-    fmt = args.format or ("onnx" if args.model.endswith(".onnx") else "torchscript")
+    fmt = args.format or SUFFIX_FORMATS.get(os.path.splitext(args.model)[1].lower(), "torchscript")
     if fmt == "onnx":
         run, runtime = onnx_runner(args.model, args.threads)
+    elif fmt == "executorch":
+        run, runtime = executorch_runner(args.model, args.threads)
     else:
         run, runtime = torchscript_runner(args.model, args.threads, args.engine)
     order = [name for name in (args.inputs or "").split(",") if name]
@@ -137,7 +229,7 @@ def main(argv=None) -> int:
     parser.add_argument("model")
     parser.add_argument("reference")
     parser.add_argument("out")
-    parser.add_argument("--format", choices=("onnx", "torchscript"))
+    parser.add_argument("--format", choices=FORMATS)
     parser.add_argument("--engine")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--inputs", help="comma-separated input names in call order")

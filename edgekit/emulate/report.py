@@ -104,7 +104,7 @@ class EmulationReport:
 
 def check_batch(batch: int, emulated, host, reference, tolerance: Tolerance) -> BatchCheck:
     """Compare the emulated board's output with the host's (the verdict) and both with the float model's."""
-    from edgekit.export.verify import compare
+    from edgekit.formats.parity import compare
 
     if emulated.shape != host.shape:
         empty: dict[str, float] = {}

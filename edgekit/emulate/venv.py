@@ -54,9 +54,11 @@ class Venv:
         return f"{self.path}/bin/python"
 
 
-def requirements_key(requirements: str, wheels: Sequence[Path], python: str) -> str:
+def requirements_key(requirements: str, wheels: Sequence[Path], python: str, no_deps: bool = False,
+                     with_deps: Sequence[str] = ()) -> str:
     """A hash of what the venv holds: the requirement lines, the wheel files, the Python version."""
-    digest = hashlib.sha256(f"python {python}\n".encode())
+    mode = f"no-deps except {','.join(with_deps)}" if no_deps else ""
+    digest = hashlib.sha256(f"python {python}\n{mode}".encode())
     for line in requirements.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
@@ -74,18 +76,26 @@ def ensure_venv(
     *,
     timeout_s: float,
     progress: Progress,
+    no_deps: bool = False,
+    with_deps: Sequence[str] = (),
 ) -> Venv:
-    """The venv for these requirements in ``launcher``'s rootfs, created and filled when missing."""
+    """The venv for these requirements in ``launcher``'s rootfs, created and filled when missing.
+
+    ``no_deps``: install exactly the pinned list (a bundle whose runtime declares build-time
+    dependencies a board does not need; ``formats.Format.board_no_deps``), except the
+    distributions in ``with_deps``, installed first with theirs."""
     from edgekit.emulate.rootfs import locked
 
-    key = requirements_key(requirements, wheels, python)
+    key = requirements_key(requirements, wheels, python, no_deps, with_deps)
     venvs = launcher.host_path(VENVS_DIR)
     venvs.mkdir(parents=True, exist_ok=True)
     with locked(venvs / f".{key}.lock", progress):
-        return _ensure(launcher, key, requirements, wheels, python, timeout_s=timeout_s, progress=progress)
+        return _ensure(launcher, key, requirements, wheels, python, timeout_s=timeout_s, progress=progress,
+                       no_deps=no_deps, with_deps=tuple(with_deps))
 
 
-def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress) -> Venv:
+def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress, no_deps=False,
+            with_deps=()) -> Venv:
     from edgekit.emulate.process import last_error, run_streamed
 
     source = "wheels" if wheels else "index"
@@ -104,18 +114,24 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress)
     try:
         (staging / "requirements.txt").write_text(requirements, encoding="utf-8")
         stage_inside = "/" + staging.relative_to(launcher.rootfs).as_posix()
-        pip_args = ["--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-                    "--only-binary=:all:", "-r", f"{stage_inside}/requirements.txt"]
+        common = ["--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
+                  "--only-binary=:all:"]
         if wheels:
             (staging / "wheels").mkdir()
             for wheel in wheels:
                 shutil.copyfile(wheel, staging / "wheels" / wheel.name)
-            pip_args += ["--no-index", "--find-links", f"{stage_inside}/wheels"]
+            common += ["--no-index", "--find-links", f"{stage_inside}/wheels"]
+        pip_args = [*common, *(["--no-deps"] if no_deps else []), "-r", f"{stage_inside}/requirements.txt"]
         (staging / "tmp").mkdir()  # pip's scratch space: removed with the staging folder, even after a kill
         env = launcher.env({**(_network_env(launcher) if not wheels else {}), "TMPDIR": f"{stage_inside}/tmp"})
         progress(f"creating a venv for the bundle's requirements ({'bundle wheels' if wheels else 'package index'})")
+        first = _first_with_deps(requirements, with_deps) if no_deps else []
+        if first:
+            (staging / "first.txt").write_text("".join(f"{line}\n" for line in first), encoding="utf-8")
         steps = (
             ("python3 -m venv", ["/usr/bin/python3", "-m", "venv", "--without-pip", inside]),
+            *([("pip install (with dependencies)", [f"{inside}/bin/python", pip_wheel, "install", *common,
+                                                   "-r", f"{stage_inside}/first.txt"])] if first else []),
             ("pip install", [f"{inside}/bin/python", pip_wheel, "install", *pip_args]),
         )
         for what, command in steps:
@@ -138,6 +154,22 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress)
         shutil.rmtree(staging, ignore_errors=True)
     progress(f"venv ready in {seconds:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(packages.items())))
     return Venv(inside, key, source, built=True, seconds=seconds, packages=packages)
+
+
+def _first_with_deps(requirements: str, names: Sequence[str]) -> list[str]:
+    """The index options and the pins of ``names`` from ``requirements`` (installed with their dependencies)."""
+    import re
+
+    wanted = {name.lower().replace("_", "-") for name in names}
+    out, pins = [], []
+    for line in requirements.splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text.startswith(("--index-url", "-i ", "--extra-index-url")):
+            out.append(text)
+        found = re.match(r"^([A-Za-z0-9._-]+)\s*==", text)
+        if found and found.group(1).lower().replace("_", "-") in wanted:
+            pins.append(text)
+    return out + pins if pins else []
 
 
 def with_index_url(requirements: str, index_url: str) -> tuple[str, str | None]:

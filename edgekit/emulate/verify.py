@@ -135,7 +135,9 @@ def verify_emulated(
         if serve:
             from edgekit.emulate.serve_check import has_server, serve_check
 
-            if has_server(bundle) and bundle.format == "onnx":
+            from edgekit import formats
+
+            if has_server(bundle) and formats.get(bundle.format).standalone_server:
                 serve_report, seconds["serve"] = serve_check(
                     run_in, bundle, fs.python, work, inside, emulated, Tolerance.for_precision(bundle.precision, atol),
                     timeout_s, progress)
@@ -232,15 +234,23 @@ def _venv(run_in, bundle, python, timeout_s, progress, notes, index_url=None):
     if bundle.requirements is not None:
         text = bundle.requirements.read_text(encoding="utf-8")
     else:
-        from edgekit.bundle.requirements import RUNTIME_DISTS, host_version
+        from edgekit.bundle.requirements import board_dists, host_version
 
-        dists = ("numpy", RUNTIME_DISTS[bundle.format])
+        dists = board_dists(bundle.format)
         text = "".join(f"{dist}=={host_version(dist)}\n" for dist in dists)
         notes.append("the bundle has no requirements.txt; installed the host's numpy and runtime versions")
     if index_url is not None:
         text, replaced = with_index_url(text, index_url)
         notes.append(f"requirements installed from {index_url}" + (f" instead of {replaced}" if replaced else ""))
-    return ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress)
+    from edgekit import formats
+
+    entry = formats.get(bundle.format)
+    with_deps = entry.with_deps_off_index if index_url is not None and entry.board_no_deps else ()
+    if with_deps:
+        notes.append(f"{', '.join(with_deps)} installed with its own dependencies: from {index_url} it is a "
+                     "build that needs more libraries than the pinned index's")
+    return ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress,
+                       no_deps=entry.board_no_deps, with_deps=with_deps)
 
 
 def _probe(prefix, model_dir: str, out_file: Path, out_arg: str, bundle, timeout_s, run_in=None):

@@ -7,19 +7,17 @@ from pathlib import Path
 
 from edgekit.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
 from edgekit.errors import InputFileError, UsageError
-from edgekit.export import onnx_export
+from edgekit.formats import onnx_export
 from edgekit.outputs import commit_dir
 from edgekit.targets import Target, load_target
 
-FORMATS = ("torchscript", "onnx")
-FILE_NAMES = {"torchscript": "model.pt", "onnx": "model.onnx"}
 TORCHSCRIPT_MODES = ("trace", "script")
 
 
 def export(
     source: str | Path,
     out: str | Path,
-    formats: tuple[str, ...] = FORMATS,
+    formats: tuple[str, ...] | None = None,
     target: str | Target | None = None,
     opset: int | None = None,
     onnx_route: str = "auto",
@@ -43,19 +41,20 @@ def export(
     ``input_dtypes``, ``dynamic_axes``, ``input_ranges``, ``state_dict``) as ``edgekit quantize``
     takes them. ``out`` is replaced only when it is an export edgekit wrote (else ``force``).
     """
+    from edgekit import formats as table
+
     if torchscript_mode not in TORCHSCRIPT_MODES:
         raise UsageError(f"unknown TorchScript mode {torchscript_mode!r}; choose from: {', '.join(TORCHSCRIPT_MODES)}")
-    for fmt in formats:
-        if fmt not in FORMATS:
-            raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(FORMATS)}")
-    if not formats:
-        raise UsageError("no format given; choose from: torchscript, onnx")
+    if formats is not None:
+        formats = table.check(tuple(formats))
     if _outside_zoo(source):
         return _export_outside_zoo(source, out, formats, target, opset, onnx_route, torchscript_mode, optimize,
                                    external_data, source_options, force)
     if source_options:
         raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo")
     folder, manifest = load_manifest(source)
+    if formats is None:
+        formats = manifest.formats() if manifest.kind == "quantized" else table.default_names()
     if manifest.kind == "export":
         raise UsageError(f"{folder} is already an export; export a checkpoint or quantized artifact")
     target_name = target.name if isinstance(target, Target) else target or manifest.target or "rpi4"
@@ -119,9 +118,12 @@ def _target_path(name) -> str | None:
 def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, external_data, source_options,
                         force=False):
     """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
-    from edgekit.quantize.sources import resolve_source
+    from edgekit.formats.sources import resolve_source
+
+    from edgekit import formats as table
 
     src = resolve_source(source, **source_options)
+    formats = formats or table.default_names()
     target_name = None if isinstance(target, Target) else target
     target = target if isinstance(target, Target) else load_target(target or "rpi4")
     opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
@@ -131,7 +133,7 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
     )
     inputs = [source_options.get("state_dict"), _target_path(target_name)]
     if str(source).startswith("hf:"):
-        from edgekit.quantize.api import hf_config_file
+        from edgekit.formats.sources import hf_config_file
 
         inputs.append(hf_config_file(source))
     with commit_dir(out, "export", inputs=inputs, force=force) as work:
@@ -147,10 +149,11 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
 
 def _export_float(model, manifest, work, formats, target, opset, route, ts_mode, optimize,
                   external_data=None) -> list[ModelFile]:
+    from edgekit import formats as table
     from edgekit.evaluation import task_accuracy
-    from edgekit.export import onnx_export, torchscript_backend
-    from edgekit.export.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
-    from edgekit.export.verify import check_parity, predictor_for
+    from edgekit.formats.parity import check_parity, predictor_for
+    from edgekit.formats.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
+    from edgekit.formats.request import FloatExport
 
     write_reference(work / REFERENCE_FILE, model, manifest.inputs, manifest.task)
     cases = read_reference(work / REFERENCE_FILE)
@@ -158,26 +161,13 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     float_accuracy = manifest.metrics.get("accuracy")
     files = []
     for fmt in formats:
-        path = work / FILE_NAMES[fmt]
-        if fmt == "torchscript":
-            details = {"variant": "fp32-torchscript", "torchscript_mode": f"{ts_mode}+freeze"}
-            module = (
-                torchscript_backend.trace(model, examples)
-                if ts_mode == "trace"
-                else torchscript_backend.script(model, label=manifest.model["name"])
-            )
-            torchscript_backend.save(module, path, _provenance(manifest, target, **details))
-        else:
-            details = {"variant": "fp32-onnx", "opset": opset}
-            done = onnx_export.export_onnx(model, examples, manifest.inputs, manifest.outputs, path, opset, route,
-                                           _provenance(manifest, target, **details), external_data,
-                                           family=manifest.model.get("name", ""))
-            details.update(onnx_exporter=done.route, onnx_exporter_choice=done.choice)
-            if done.data_files:
-                details["external_data"] = done.data_files
-            onnx_export.check_model(path)
-            if optimize:
-                details["ort_optimization"] = onnx_export.optimize_offline(path)
+        entry = table.get(fmt)
+        path = work / entry.file_name
+        request = FloatExport(path=path, examples=examples, inputs=manifest.inputs, outputs=manifest.outputs,
+                              provenance=_provenance(manifest, target), family=manifest.model.get("name", ""),
+                              opset=opset, onnx_route=route, torchscript_mode=ts_mode, optimize=optimize,
+                              external_data=external_data)
+        details = entry.ops().export_float(model, request)
         predict = predictor_for(path, fmt, details)
         parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")
         metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
@@ -186,11 +176,12 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
 
 
 def _export_quantized(folder, manifest, work, formats, target, optimize=False, external_data=None) -> list[ModelFile]:
+    from edgekit import formats as table
     from edgekit.errors import ParityError
     from edgekit.evaluation import task_accuracy
-    from edgekit.export import onnx_export, torchscript_backend
-    from edgekit.export.reference import REFERENCE_FILE, read_reference
-    from edgekit.export.verify import check_parity, predictor_for
+    from edgekit.formats.parity import check_parity, predictor_for
+    from edgekit.formats.reference import REFERENCE_FILE, read_reference
+    from edgekit.formats.request import QuantizedCopy
 
     if manifest.target and manifest.target != target.name:
         raise UsageError(
@@ -204,24 +195,11 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
     files = []
     for fmt in formats:
         entry = manifest.file(fmt)
-        path = work / FILE_NAMES[fmt]
-        details = dict(entry.details)
-        provenance = _provenance(manifest, target, **details)
-        if fmt == "onnx":
-            from edgekit import onnx_files
-
-            onnx_files.copy(folder / entry.path, path)
-            written = onnx_export.add_metadata(path, provenance, external_data)
-            details.pop("external_data", None)
-            if written:
-                details["external_data"] = written
-            onnx_export.check_model(path)
-            if optimize:
-                details["ort_optimization"] = onnx_export.optimize_offline(path)
-        else:
-            engine = details.get("quantized_engine")
-            module = torchscript_backend.load_torchscript(folder / entry.path, engine)
-            torchscript_backend.save(module, path, provenance)
+        path = work / table.get(fmt).file_name
+        request = QuantizedCopy(source=folder / entry.path, path=path, details=dict(entry.details),
+                                provenance=_provenance(manifest, target, **entry.details), optimize=optimize,
+                                external_data=external_data)
+        details = table.get(fmt).ops().copy_quantized(request)
         predict = predictor_for(path, fmt, details)
         parity = check_parity(predict, cases, "int8", f"int8 {fmt} export")
         accuracy = task_accuracy(manifest.task, predict)

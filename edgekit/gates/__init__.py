@@ -21,17 +21,8 @@ from edgekit.gates.budgets import (
     parse_regression,
     resolve_budgets,
 )
-from edgekit.gates.evaluate import (
-    FAIL,
-    PASS,
-    SKIP,
-    Check,
-    GateReport,
-    ModelRef,
-    evaluate,
-    gate_results,
-    raise_for_status,
-)
+from edgekit.gates.evaluate import evaluate, gate_results, raise_for_status
+from edgekit.gates.results import FAIL, PASS, SKIP, Check, GateReport, ModelRef
 from edgekit.gates.report import (
     GATE_SCHEMA,
     GATE_SCHEMA_VERSION,

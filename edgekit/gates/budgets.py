@@ -11,6 +11,8 @@ key                       unit       accepted spellings (case-insensitive)
 ``max_p99_ms``            ms         us, µs, ms, s (bare number: ms)
 ``max_peak_rss_mb``       MB         B, KB, KiB, MB, MiB, GB, GiB (bare number: MB)
 ``max_accuracy_drop``     pt or %    pt, pts, pp (bare number: pt), or % (relative)
+``max_error_rate``        %          % of requests that did not succeed (bare number: %);
+                                     ``edgekit loadtest`` results only, skipped for others
 ========================  =========  ==================================================
 
 Sizes are binary, like every size edgekit reports (``BenchResult.size_mb`` is bytes / 2**20 and

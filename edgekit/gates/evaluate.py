@@ -7,8 +7,9 @@ Rules, in one place:
   does not fail).
 * A check is **skipped** when it cannot be measured: an accuracy-drop budget for a result with
   no recorded accuracy (or float accuracy), a regression check for a result with no baseline
-  match. A skipped check does not fail the gate, but it is never reported as passed: every
-  report shows it as "skipped" with the reason, and counts it apart.
+  match, an error-rate budget for a result that is not a load test. A skipped check does not
+  fail the gate, but it is never reported as passed: every report shows it as "skipped" with
+  the reason, and counts it apart.
 * A measured value that is not a finite number, or an accuracy outside 0..1, **fails**.
 * **Regression gate** (``baseline`` + ``max_regression``): results are matched to baseline results
   by variant (else model file name) and host fingerprint. The check fails only when the
@@ -23,7 +24,6 @@ Rules, in one place:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -47,6 +47,17 @@ from edgekit.gates.budgets import (
     resolve_budgets,
     result_names,
 )
+from edgekit.gates.results import (
+    FAIL,
+    PASS,
+    REGRESSION_LABEL,
+    REGRESSION_METRIC,
+    SKIP,
+    Check,
+    GateReport,
+    ModelRef,
+    fmt_value,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -54,125 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from edgekit.bench.result import BenchResult, Timing
     from edgekit.targets import Target
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-STATUSES = (PASS, FAIL, SKIP)
-REGRESSION_METRIC = "p50_regression"
-REGRESSION_LABEL = "p50 regression"
-
 REL_TOL = 1e-9
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """The result a group of checks belongs to."""
-
-    name: str  # unique display name: variant, else file name (with " #2" on a clash)
-    path: str
-    variant: str
-    format: str
-    precision: str
-    target: str | None
-    mode: str
-
-
-@dataclass(frozen=True)
-class Check:
-    """One (result, budget) comparison. ``measured`` and ``limit`` are in ``unit``."""
-
-    model: str
-    metric: str  # size | p50 | p99 | peak_rss | accuracy_drop | p50_regression
-    label: str
-    measured: float | None
-    limit: float | None
-    unit: str
-    status: str  # pass | fail | skip
-    source: str
-    message: str
-    detail: str = ""  # short qualifier shown next to the status: "within noise", "no accuracy recorded"
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"check status {self.status!r}; allowed: {', '.join(STATUSES)}")
-
-    @property
-    def passed(self) -> bool:
-        """Verified to be within budget (a skipped check is not)."""
-        return self.status == PASS
-
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
-    @property
-    def skipped(self) -> bool:
-        return self.status == SKIP
-
-
-@dataclass(frozen=True)
-class GateReport:
-    checks: tuple[Check, ...]
-    models: tuple[ModelRef, ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def passed(self) -> bool:
-        """True when no check failed (skipped checks do not fail the gate)."""
-        return not any(c.failed for c in self.checks)
-
-    @property
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.failed)
-
-    @property
-    def skipped(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.skipped)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {
-            "checks": len(self.checks),
-            "passed": sum(c.passed for c in self.checks),
-            "failed": sum(c.failed for c in self.checks),
-            "skipped": sum(c.skipped for c in self.checks),
-        }
-
-    def checks_for(self, model: str) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.model == model)
-
-
-# -- formatting shared with the reports -------------------------------------------------------------
-
-
-def fmt_number(value: float) -> str:
-    if not math.isfinite(value):
-        return str(value)
-    size = abs(value)
-    if size == 0:
-        return "0"
-    if size >= 100:
-        return f"{value:.1f}"
-    if size >= 0.1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
-
-
-def fmt_value(value: float | None, unit: str, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    text = fmt_number(value)
-    if signed and math.isfinite(value) and value > 0:
-        text = "+" + text
-    return f"{text}%" if unit == "%" else f"{text} {unit}"
-
-
-def fmt_limit(check: Check) -> str:
-    if check.limit is None:
-        return "—"
-    return "≤ " + fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
-
-
-def fmt_measured(check: Check) -> str:
-    return fmt_value(check.measured, check.unit, signed=check.metric == REGRESSION_METRIC)
 
 
 def _within(measured: float, limit: float) -> bool:
@@ -211,12 +104,27 @@ def _accuracy_measure(result: "BenchResult", unit: str) -> tuple[float | None, s
     return (ref - acc) / ref * 100.0, "", context
 
 
+def _error_rate_measure(result: "BenchResult") -> tuple[float | None, str, str]:
+    """(percent of requests that failed or None, skip reason / failure text, context): load tests only."""
+    settings = result.settings if isinstance(result.settings, Mapping) else {}
+    rate = settings.get("error_rate")
+    if rate is None:
+        return None, "no error rate recorded (not an `edgekit loadtest` result)", ""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or not 0 <= rate <= 1:
+        return math.nan, f"error rate {rate!r} is not a fraction in 0..1", ""
+    requests = settings.get("requests")
+    context = f"of {requests} requests" if isinstance(requests, int) and not isinstance(requests, bool) else ""
+    return rate * 100.0, "", context
+
+
 def check_budget(name: str, result: "BenchResult", budget: Budget) -> Check:
     """Compare one result with one budget."""
     label = budget.spec.label + (" (relative)" if budget.metric == "accuracy_drop" and budget.unit == "%" else "")
     context = problem = ""
     if budget.metric == "accuracy_drop":
         measured, problem, context = _accuracy_measure(result, budget.unit)
+    elif budget.metric == "error_rate":
+        measured, problem, context = _error_rate_measure(result)
     else:
         measured = {
             "size": lambda: result.size_mb,
@@ -400,12 +308,6 @@ def raise_for_status(report: GateReport) -> GateReport:
 
 
 __all__ = [
-    "FAIL",
-    "PASS",
-    "SKIP",
-    "Check",
-    "GateReport",
-    "ModelRef",
     "check_budget",
     "check_regression",
     "evaluate",

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from edgekit.gates.evaluate import (
+from edgekit.gates.results import (
     FAIL,
     PASS,
     REGRESSION_METRIC,

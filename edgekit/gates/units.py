@@ -4,7 +4,8 @@ Sizes are binary, like every size edgekit reports (``BenchResult.size_mb`` is by
 peak RSS is in MiB): ``MB`` and ``MiB`` both mean 2**20 bytes, so ``"512KiB"`` == ``"512KB"`` ==
 0.5 MB and ``"1GiB"`` == 1024 MB. Latency is in ms (``us``, ``µs``, ``ms``, ``s`` accepted).
 Accuracy drop is in points (``pt``: absolute percentage points) or ``%`` (relative to the float
-accuracy); see ``edgekit.gates.budgets`` for the full table. Units are case-insensitive.
+accuracy); error rate (load tests) is in ``%`` of requests. See ``edgekit.gates.budgets`` for the
+full table. Units are case-insensitive.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _TIME_UNITS = {
     "ms": ("ms", 1.0),
     "s": ("ms", 1000.0),
 }
+_RATE_UNITS = {"%": ("%", 1.0)}  # a share of requests, in percent
 _ACCURACY_UNITS = {
     "pt": ("pt", 1.0),
     "pts": ("pt", 1.0),
@@ -46,7 +48,7 @@ _ACCURACY_UNITS = {
 class Metric:
     """One budgeted quantity: its key in targets/TOML/flags, label, default unit and spellings."""
 
-    name: str  # short id used in checks and reports: size, p50, p99, peak_rss, accuracy_drop
+    name: str  # short id used in checks and reports: size, p50, p99, peak_rss, accuracy_drop, error_rate
     key: str  # budget key, as in targets/*.toml and edgekit.toml: max_size_mb, ...
     label: str  # human name: "size", "p99 latency", ...
     unit: str  # the unit of a bare number
@@ -71,6 +73,7 @@ METRICS: dict[str, Metric] = {
         Metric("p99", "max_p99_ms", "p99 latency", "ms", _TIME_UNITS),
         Metric("peak_rss", "max_peak_rss_mb", "peak RSS", "MB", _SIZE_UNITS),
         Metric("accuracy_drop", "max_accuracy_drop", "accuracy drop", "pt", _ACCURACY_UNITS, allow_zero=True),
+        Metric("error_rate", "max_error_rate", "error rate", "%", _RATE_UNITS, allow_zero=True),
     )
 }
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS.values()}

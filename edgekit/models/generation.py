@@ -78,7 +78,7 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
                   top_k: int = 20, seed: int | None = None, device: str = "cpu", fmt: str | None = None,
                   threads: int | None = None) -> Generated:
     """Continue ``prompt`` with the language model in an artifact: a checkpoint, or a quantized or
-    exported one (TorchScript or ONNX; ``fmt`` picks the file, default as in ``lm_runtime.FORMAT_ORDER``)."""
+    exported one (any format in ``edgekit.formats``; ``fmt`` picks the file, default as in ``lm_runtime.format_order``)."""
     import time
 
     from edgekit.artifacts import load_manifest

@@ -1,8 +1,8 @@
 """A language model from any artifact, as one call: token window -> next-token logits.
 
 ``edgekit generate``, ``edgekit serve`` and ``edgekit bench`` read language models from a
-checkpoint (the torch module), a TorchScript file (float, or torch.ao dynamic int8) or an ONNX
-file (float, or ONNX Runtime int8), and the tokenizer the model was trained with.
+checkpoint (the torch module) or any model file in the format table (``edgekit.formats``: its
+predictor runs the window), and the tokenizer the model was trained with.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from typing import Any, Callable
 from edgekit.errors import InputFileError, UsageError
 
 TOKENIZER_FILE = "tokenizer.json"
-# The file a language model is read from when none is asked for: the float module where there is
-# one, else ONNX (ONNX Runtime's int8 kernels), else TorchScript.
-FORMAT_ORDER = ("checkpoint", "onnx", "torchscript")
+CHECKPOINT = "checkpoint"
 _MAX_PARENT_HOPS = 4
 
 
@@ -39,13 +37,22 @@ def check_language_model(folder: Path, manifest) -> None:
         )
 
 
+def format_order() -> tuple[str, ...]:
+    """The file a language model is read from when none is asked for: the float module where there
+    is one, else the model formats in the table's preference (ONNX Runtime's int8 kernels first)."""
+    from edgekit import formats
+
+    return (CHECKPOINT, *sorted(formats.names(), key=lambda name: formats.get(name).bundle_preference))
+
+
 def pick_file(manifest, fmt: str | None = None):
-    """The manifest entry to generate from: ``fmt`` if given, else the first of FORMAT_ORDER present."""
+    """The manifest entry to generate from: ``fmt`` if given, else the first of ``format_order()`` present."""
+    order = format_order()
     if fmt is not None:
-        if fmt not in FORMAT_ORDER:
-            raise UsageError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMAT_ORDER)}")
+        if fmt not in order:
+            raise UsageError(f"unknown format {fmt!r}; choose one of: {', '.join(order)}")
         return manifest.file(fmt)
-    for name in FORMAT_ORDER:
+    for name in order:
         if name in manifest.formats():
             return manifest.file(name)
     have = ", ".join(manifest.formats()) or "none"
@@ -54,13 +61,13 @@ def pick_file(manifest, fmt: str | None = None):
 
 def load_language_model(folder: Path, manifest, fmt: str | None = None, device: str = "cpu",
                         threads: int | None = None) -> LanguageModel:
-    """Load the artifact's model file of format ``fmt`` (default: see FORMAT_ORDER) for generation."""
+    """Load the artifact's model file of format ``fmt`` (default: see ``format_order``) for generation."""
     check_language_model(folder, manifest)
     entry = pick_file(manifest, fmt)
     context = manifest.model.get("config", {}).get("max_len")
     path = folder / entry.path
-    loaders = {"checkpoint": _torch_step, "torchscript": _torchscript_step, "onnx": _onnx_step}
-    step = loaders[entry.format](folder, manifest, entry, device, threads)
+    load = _torch_step if entry.format == CHECKPOINT else _file_step
+    step = load(folder, manifest, entry, device, threads)
     return LanguageModel(step, entry.format, entry.precision, int(context) if context else None, path)
 
 
@@ -82,52 +89,30 @@ def _torch_step(folder, manifest, entry, device, threads):
     return step
 
 
-def _torchscript_step(folder, manifest, entry, device, threads):
+def _file_step(folder, manifest, entry, device, threads):
+    """A model file run by its format's own predictor (numpy in, numpy out), one window per step."""
+    import numpy as np
     import torch
 
+    from edgekit import formats
+    from edgekit.errors import EdgekitError
+
     if device not in ("cpu", "auto"):
-        raise UsageError(f"TorchScript language models run on the CPU here, not {device!r}")
-    engine = (entry.details or {}).get("quantized_engine")
-    if engine:
-        if engine not in torch.backends.quantized.supported_engines:
-            raise InputFileError(f"{entry.path} needs torch's {engine!r} quantized engine, which this torch lacks")
-        torch.backends.quantized.engine = engine
+        raise UsageError(f"{entry.format} language models run on the CPU here, not {device!r}")
     if threads:
         torch.set_num_threads(threads)
+    path = folder / entry.path
     try:
-        module = torch.jit.load(str(folder / entry.path), map_location="cpu").eval()
-    except (RuntimeError, ValueError) as exc:
-        raise InputFileError(f"{folder / entry.path} is not a loadable TorchScript model: {str(exc).splitlines()[0]}") from None
+        predict = formats.get(entry.format).ops().predictor(path, entry.details, threads or 1)
+    except EdgekitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each runtime raises its own exception family
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(f"{path} is not a loadable {entry.format} model: {first}") from None
+    dtype = np.dtype(manifest.inputs[0].dtype) if manifest.inputs else np.dtype(np.int64)
 
     def step(ids: list[int]):
-        with torch.inference_mode():
-            out = module(torch.tensor([ids], dtype=torch.long))
-            out = out[0] if isinstance(out, (tuple, list)) else out
-            return out[0, -1].float()
-
-    return step
-
-
-def _onnx_step(folder, manifest, entry, device, threads):
-    import numpy as np
-    import onnxruntime as ort
-    import torch
-
-    if device not in ("cpu", "auto"):
-        raise UsageError(f"ONNX language models run on the CPU here, not {device!r}")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    try:
-        session = ort.InferenceSession(str(folder / entry.path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception family
-        raise InputFileError(f"{folder / entry.path} is not a loadable ONNX model: {str(exc).splitlines()[0]}") from None
-    feed = session.get_inputs()[0]
-    dtype = np.int32 if feed.type == "tensor(int32)" else np.int64
-
-    def step(ids: list[int]):
-        logits = session.run(None, {feed.name: np.asarray([ids], dtype=dtype)})[0]
+        logits = predict(np.asarray([ids], dtype=dtype))
         return torch.from_numpy(np.ascontiguousarray(logits[0, -1], dtype=np.float32))
 
     return step
@@ -145,10 +130,10 @@ def load_tokenizer(folder: Path, manifest):
     for _ in range(_MAX_PARENT_HOPS + 1):
         if (folder / TOKENIZER_FILE).is_file():
             return Tokenizer.from_dict(_json_object(read_json(folder / TOKENIZER_FILE, "tokenizer"), folder / TOKENIZER_FILE))
-        if "checkpoint" in manifest.formats():
+        if CHECKPOINT in manifest.formats():
             from edgekit.train.checkpoint import load_checkpoint
 
-            _, meta = load_checkpoint(folder / manifest.file("checkpoint").path)
+            _, meta = load_checkpoint(folder / manifest.file(CHECKPOINT).path)
             if "tokenizer" in meta:
                 return Tokenizer.from_dict(meta["tokenizer"])
         parent = manifest.parent or {}

@@ -62,7 +62,7 @@ def real_positions(inputs: dict, shape: tuple) -> np.ndarray | None:
 
 
 def predictor(path: Path, fmt: str, details: dict | None = None):
-    from edgekit.export.verify import predictor_for
+    from edgekit.formats.parity import predictor_for
 
     return predictor_for(path, fmt, details)
 
@@ -88,7 +88,7 @@ def check(source, predict, cases: dict, label: str) -> dict:
     """
     fid = fidelity(predict, cases)
     if source.labelled:
-        from edgekit.export.verify import check_parity
+        from edgekit.formats.parity import check_parity
 
         parity = check_parity(predict, cases, "int8", label)
     else:
@@ -112,7 +112,7 @@ def float_predictor(job):
 def reference_inputs(specs, batch: int, task: dict, input_ranges: dict | None = None) -> dict[str, np.ndarray]:
     """``fixed_inputs``, except that float inputs of unlabelled models are drawn (seeded) inside the
     range calibration observed for them, so fidelity is measured where the model is used."""
-    from edgekit.export.reference import SEED, fixed_inputs
+    from edgekit.formats.reference import SEED, fixed_inputs
 
     inputs = fixed_inputs(specs, batch, task)
     rng = np.random.default_rng(SEED + 100 + batch)
@@ -125,11 +125,11 @@ def reference_inputs(specs, batch: int, task: dict, input_ranges: dict | None = 
 
 
 def write_reference(path: Path, predict, specs, task: dict, input_ranges: dict | None = None, feed=None) -> None:
-    """reference.npz (the layout of ``edgekit.export.reference``) from any float predictor.
+    """reference.npz (the layout of ``edgekit.formats.reference``) from any float predictor.
 
     ``feed(batch)``, when given, makes the inputs (a source that knows its input format, e.g.
     right-padded token rows for a transformers encoder)."""
-    from edgekit.export.reference import BATCH_SIZES
+    from edgekit.formats.reference import BATCH_SIZES
     from edgekit.fileio import atomic_path
 
     arrays = {}

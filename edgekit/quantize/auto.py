@@ -18,10 +18,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from edgekit import formats as table
 from edgekit.artifacts import Manifest
 from edgekit.errors import EdgekitError, GateFailed, UsageError
 from edgekit.outputs import commit_dir
 from edgekit.quantize.progress import report
+from edgekit.quantize.steps import (
+    describe_produced, error_report, finish, input_paths, new_job, resolve, stamp, write_reference,
+)
 from edgekit.targets import Target, load_target
 
 
@@ -60,7 +64,8 @@ def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...], transforme
     (``quantize/fusion.py``: ORT's own session fusions, ORT's transformer optimizer) are candidates
     beside the default one."""
     out = [("dynamic", "dynamic", {})]
-    if transformer and "onnx" in formats:
+    onnx_graph = any(table.get(name).onnx_graph for name in formats)
+    if transformer and onnx_graph:
         out.append(("dynamic-fused", "dynamic", {"fusion": "transformer"}))
         out.append(("dynamic-runtime", "dynamic", {"fusion": "runtime"}))
     if has_calib:
@@ -72,7 +77,7 @@ def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...], transforme
         # recipe for transformer encoders
         # (minmax: clipping a trained transformer's outlier channels costs more than the coarser step)
         out.append(("static-matmul", "static", {"calibrate_method": "minmax", "op_types": ("MatMul", "Gemm", "Conv", "Gather")}))
-        if transformer and "onnx" in formats:  # outlier channels: migrate them into the weights first
+        if transformer and onnx_graph:  # outlier channels: migrate them into the weights first
             out.append(("static-smooth", "static", {"calibrate_method": "minmax", "op_types": ("MatMul", "Gather"),
                                                     "smooth": True}))
     return out
@@ -93,38 +98,39 @@ def quantize_auto(
     **source_options,
 ) -> tuple[Path, Manifest, list[Candidate]]:
     from edgekit.bench.api import bench
-    from edgekit.quantize import api
     from edgekit.quantize.methods import get_method, make_config
 
-    src = api._resolve(source, source_options)
+    src = resolve(source, source_options)
     target = target if isinstance(target, Target) else load_target(target)
     budget = max_drop if max_drop is not None else float(target.budgets.get("max_accuracy_drop", 1.0))
     if not 0 <= budget <= 100:
         raise UsageError(f"max drop must be between 0 and 100 points, got {budget!r}")
-    formats = formats or (("onnx",) if src.kind in ("onnx", "hf") else ("torchscript", "onnx"))
+    # an .onnx file has no torch model; transformers go the ONNX way
+    formats = table.check(formats) if formats else table.default_names(need_torch=src.kind not in ("onnx", "hf"))
     settings = {"warmup": 5, "min_runs": 30, "min_time_s": 0.5, **(bench_settings or {})}
     # bench settings: threads, warmup, min_runs, min_time_s, input_file (default: the reference inputs)
 
-    inputs = api.input_paths(source, {"calib": calib}, source_options, target)
+    inputs = input_paths(source, {"calib": calib}, source_options, target)
     with commit_dir(out, "quantized", inputs=inputs, force=force) as work:
-        job = api.new_job(src, target, work, "auto", progress)
-        cases = api.write_reference(job, calib)
+        job = new_job(src, target, work, "auto", progress)
+        cases = write_reference(job, calib)
         candidates: list[Candidate] = []
         built: list[tuple[Candidate, object]] = []
         plan = []
-        transformer = "onnx" in formats and bool(job.fused_onnx("no-skip-ln")[1].get("skip_layernorm_blocked"))
+        transformer = any(table.get(f).onnx_graph for f in formats) and bool(job.fused_onnx("no-skip-ln")[1].get("skip_layernorm_blocked"))
         for name, method, options in candidate_recipes(src, calib is not None, formats, transformer):
             for fmt in formats:
-                if src.kind == "onnx" and fmt == "torchscript":
+                onnx_graph = table.get(fmt).onnx_graph
+                if not src.has_torch and table.get(fmt).needs_torch_model:
                     continue
-                if fmt == "torchscript" and "fusion" in options:
+                if not onnx_graph and "fusion" in options:
                     continue  # graph layouts are an ONNX matter
-                if fmt == "torchscript" and method == "static" and (options.get("calibrate_method") != "minmax" or "op_types" in options):
-                    continue  # the torch path has one observer recipe per engine; one candidate is enough
+                if not onnx_graph and method == "static" and (options.get("calibrate_method") != "minmax" or "op_types" in options):
+                    continue  # torch's quantizers have one observer recipe each; one candidate is enough
                 plan.append((name, method, options, fmt))
         for name, method, options, fmt in plan:
             extra = {"calib": calib} if method == "static" else {}
-            label = name if fmt == "onnx" else method
+            label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
             cand = Candidate(label, method, fmt, options)
             candidates.append(cand)
             report(progress, "auto", len(candidates) - 1, len(plan), f"building {label} ({fmt})")
@@ -134,13 +140,13 @@ def quantize_auto(
             try:
                 config = make_config(method, formats=(fmt,), **extra, **options)
                 item = get_method(method).handler(job, config)[0]
-                entry = api.describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
+                entry = describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
             except EdgekitError as exc:
                 cand.error = str(exc).splitlines()[0]
                 continue
             finally:
                 job.out = None
-            _stamp(folder, entry, src, target)
+            stamp(folder, entry, src, target)
             cand.path = str(folder / entry.path)
             cand.bytes = entry.total_bytes
             cand.metric = entry.metrics["metric"]
@@ -181,10 +187,10 @@ def quantize_auto(
             for rel in entry.paths():
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
-            if with_report and fmt == "onnx":
+            if with_report and table.get(fmt).onnx_graph:
                 ranges = (job.activation_ranges(make_config("static", calib=calib, formats=(fmt,), **cand.options))
                           if cand.method == "static" else None)
-                details["error_report"] = api.error_report(job, Path(cand.path), calib, cases, ranges)
+                details["error_report"] = error_report(job, Path(cand.path), calib, cases, ranges)
             from dataclasses import replace
 
             files.append(replace(entry, details=details))
@@ -204,7 +210,7 @@ def quantize_auto(
             "candidates": [c.to_dict() for c in candidates],
             "bench_inputs": bench_inputs,
         }
-        result = api.finish(job, files, quantization)
+        result = finish(job, files, quantization)
     return Path(out), result, candidates
 
 
@@ -216,33 +222,27 @@ def _shapes(path) -> dict:
         return {name: list(data[name].shape) for name in data.files}
 
 
-def _stamp(folder: Path, entry, src, target: Target) -> None:
-    """A manifest beside a candidate file, so the benchmark runner knows its inputs."""
-    from edgekit.artifacts import Manifest, finalize
-
-    finalize(Manifest(kind="quantized", model=src.model_info, inputs=src.inputs, outputs=src.outputs,
-                      files=(entry,), task=src.task, target=target.name), folder)
-
-
 def _float_files(job, formats) -> list[tuple[str, Path]]:
     """The float model in each format (each in a folder with a manifest), for the latency baseline."""
     from edgekit import onnx_files
     from edgekit.artifacts import describe_file
 
-    out = []
-    if "onnx" in formats:
-        folder = job.scratch / "fp32-onnx"
-        folder.mkdir()
-        onnx_files.copy(job.float_onnx(), folder / "model.onnx")
-        _stamp(folder, describe_file(folder, "model.onnx", "onnx", precision="fp32"), job.source, job.target)
-        out.append(("onnx", folder / "model.onnx"))
-    if "torchscript" in formats and job.source.has_torch:
-        from edgekit.export import torchscript_backend
+    from edgekit.formats.request import FloatExport
 
-        folder = job.scratch / "fp32-torchscript"
+    out = []
+    for fmt in formats:
+        entry = table.get(fmt)
+        if entry.needs_torch_model and not job.source.has_torch:
+            continue
+        folder = job.scratch / f"fp32-{fmt}"
         folder.mkdir()
-        traced = torchscript_backend.trace(job.float_model(), job.example_inputs())
-        torchscript_backend.save(traced, folder / "model.pt", {})
-        _stamp(folder, describe_file(folder, "model.pt", "torchscript", precision="fp32"), job.source, job.target)
-        out.append(("torchscript", folder / "model.pt"))
+        path = folder / entry.file_name
+        if not entry.needs_torch_model:  # the float graph quantization started from
+            onnx_files.copy(job.float_onnx(), path)
+        else:
+            entry.ops().export_float(job.float_model(), FloatExport(
+                path=path, examples=job.example_inputs(), inputs=job.source.inputs, outputs=job.source.outputs,
+                provenance={}, family=job.source.label, opset=job.target.onnx_opset))
+        stamp(folder, describe_file(folder, entry.file_name, fmt, precision="fp32"), job.source, job.target)
+        out.append((fmt, path))
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from edgekit.errors import GateFailed
 from edgekit.quantize import accuracy
-from edgekit.quantize.methods import Produced
+from edgekit.quantize.produced import Produced
 from edgekit.quantize.progress import report as report_progress
 
 
@@ -73,7 +73,9 @@ class AccuracyBudgetError(GateFailed):
 def candidate_layers(job, config, method: str, fmt: str) -> list[tuple[str, str]]:
     from edgekit.quantize import ort_backend, torch_backend
 
-    if fmt == "onnx":
+    from edgekit import formats
+
+    if formats.get(fmt).onnx_graph:
         return ort_backend.weighted_nodes(job.prepared_onnx())
     return torch_backend.weighted_layers(job.float_model(), dynamic=(method == "dynamic"))
 
@@ -175,15 +177,17 @@ def _latency(job, int8_path: Path, final_path: Path, fmt: str) -> dict:
     from edgekit.artifacts import describe_file
     from edgekit.bench.api import bench
     from edgekit.errors import EdgekitError
-    from edgekit.quantize.auto import _stamp
+    from edgekit.quantize.steps import stamp
 
     copies = []
     for label, path in (("int8", int8_path), ("final", final_path)):
         folder = job.scratch / f"bench-{label}"
         folder.mkdir(exist_ok=True)
-        name = "model.onnx" if fmt == "onnx" else "model.pt"
+        from edgekit import formats
+
+        name = formats.get(fmt).file_name
         shutil.copyfile(path, folder / name)
-        _stamp(folder, describe_file(folder, name, fmt, precision="int8"), job.source, job.target)  # inputs for the runner
+        stamp(folder, describe_file(folder, name, fmt, precision="int8"), job.source, job.target)  # inputs for the runner
         copies.append(folder / name)
     try:
         results = bench(copies, target=job.target, warmup=5, min_runs=30, min_time_s=0.3)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from edgekit.errors import UsageError
-from edgekit.quantize.calib_cache import files_fingerprint
-from edgekit.quantize.sources import ModelSource
+from edgekit.quantize.calibration.cache import files_fingerprint
+from edgekit.formats.sources import ModelSource
 from edgekit.targets import Target
 
 
@@ -27,6 +27,7 @@ class QuantJob:
     onnx_exporter: dict = field(default_factory=dict)  # which exporter made the float ONNX, and why
     _ranges: dict = field(default_factory=dict)
     _fused: dict = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)  # work shared by the formats of one run (e.g. one QAT fine-tune)
 
     @property
     def dest(self) -> Path:
@@ -55,7 +56,7 @@ class QuantJob:
         return copy.deepcopy(self._model)
 
     def example_inputs(self, batch: int = 2) -> tuple:
-        from edgekit.export.reference import example_tensors
+        from edgekit.formats.reference import example_tensors
 
         return example_tensors(self.source.inputs, batch)
 
@@ -63,7 +64,7 @@ class QuantJob:
     def _float_onnx(self) -> Path:
         if self.source.onnx_path is not None:
             return self.source.onnx_path
-        from edgekit.export.onnx_export import export_onnx
+        from edgekit.formats.onnx_export import export_onnx
 
         path = self.scratch / "float.onnx"
         try:
@@ -118,16 +119,16 @@ class QuantJob:
         return recipe
 
     def calibration(self, config):
-        from edgekit.quantize.calibration import open_calibration
+        from edgekit.quantize.calibration.data import open_calibration
 
         return open_calibration(config.calib, self.source.inputs, config.calib_batch_size, config.calib_max_samples)
 
     def activation_ranges(self, config) -> dict:
         """Per-tensor ranges of the prepared ONNX model, from the calibration cache or a pass."""
         from edgekit.fileio import sha256_file
-        from edgekit.quantize import calib_cache
-        from edgekit.quantize.calibrators import describe, make_calibration, make_calibrator
-        from edgekit.quantize.onnx_calibrate import collect_ranges
+        from edgekit.quantize.calibration import cache as calib_cache
+        from edgekit.quantize.calibration.calibrators import describe, make_calibration, make_calibrator
+        from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 
         settings = make_calibration(config.calibrate_method, **config.calibration_settings())
         memo = (config.calibrate_method, repr(settings), str(config.calib), config.calib_batch_size, config.calib_max_samples)
@@ -163,6 +164,13 @@ class QuantJob:
         self._ranges[memo] = ranges
         return ranges
 
+    def note_calibration(self, config, calib) -> None:
+        """Record the calibration data a quantizer used, unless a calibration pass already did."""
+        if not self.calibration_info:
+            self.calibration_info = {"source": str(config.calib), "files": [p.name for p in calib.files],
+                                     "data_sha256": files_fingerprint(calib.files),
+                                     "samples": calib.count(), "batch_size": config.calib_batch_size}
+
     def input_ranges(self) -> dict:
         """Calibrated ranges of the model inputs (empty when nothing was calibrated)."""
         names = {spec.name for spec in self.source.inputs}
@@ -178,7 +186,7 @@ class QuantJob:
             yield tuple(torch.from_numpy(feed[spec.name]) for spec in self.source.inputs)
 
     def save_torchscript(self, module, rel: str, engine: str) -> Path:
-        from edgekit.export import torchscript_backend
+        from edgekit.formats import torchscript_backend
         from edgekit.quantize.torch_backend import quantized_engine
 
         path = self.dest / rel

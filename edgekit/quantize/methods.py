@@ -13,15 +13,18 @@ from typing import Any, Callable
 from edgekit.errors import UsageError, unknown_name
 from edgekit.targets import QUANT_TYPES
 
-TORCH_FORMATS = ("torchscript", "onnx")
 
 
-def _check_formats(formats: tuple[str, ...]) -> None:
-    if not formats:
-        raise UsageError("no output format given; choose from: torchscript, onnx")
-    for fmt in formats:
-        if fmt not in TORCH_FORMATS:
-            raise UsageError(f"unknown format {fmt!r}; choose from: {', '.join(TORCH_FORMATS)}")
+def _default_formats() -> tuple[str, ...]:
+    from edgekit import formats
+
+    return formats.default_names()
+
+
+def _check_formats(names: tuple[str, ...]) -> None:
+    from edgekit import formats
+
+    formats.check(names)
 
 
 def _check_quant_type(label: str, value: str | None) -> None:
@@ -40,7 +43,7 @@ def _check_positive(label: str, value, allow_none: bool = True) -> None:
 class DynamicConfig:
     """int8 weights, activations quantized at run time. No calibration data."""
 
-    formats: tuple[str, ...] = TORCH_FORMATS
+    formats: tuple[str, ...] = field(default_factory=_default_formats)
     weight_type: str | None = None  # ONNX: None = the target recipe's
     per_channel: bool | None = None
     reduce_range: bool | None = None
@@ -69,7 +72,7 @@ class StaticConfig:
     """int8 weights and activations, activation ranges from calibration data."""
 
     calib: Path = field(default_factory=lambda: _packaged_calibration("digits"))  # inside the package: any cwd
-    formats: tuple[str, ...] = TORCH_FORMATS
+    formats: tuple[str, ...] = field(default_factory=_default_formats)
     calibrate_method: str = "minmax"
     percentile: float | None = None  # percentile calibration: the kept share of values (default 99.99)
     calib_bins: int | None = None  # histogram calibrations: bins per tensor (default 2048)
@@ -92,7 +95,7 @@ class StaticConfig:
     smooth: bool = False
 
     def __post_init__(self) -> None:
-        from edgekit.quantize.calibrators import make_calibration
+        from edgekit.quantize.calibration.calibrators import make_calibration
 
         if self.fusion not in ("runtime", "no-skip-ln"):
             raise UsageError(f"static quantization takes --fusion runtime or no-skip-ln, not {self.fusion!r}")
@@ -113,7 +116,7 @@ class StaticConfig:
 class QatConfig:
     """Fake-quant fine-tuning on the task's training data, then int8 (TorchScript and QDQ ONNX)."""
 
-    formats: tuple[str, ...] = TORCH_FORMATS
+    formats: tuple[str, ...] = field(default_factory=_default_formats)
     epochs: int = 3
     lr: float = 5e-4  # Adam, cosine-decayed
     batch_size: int = 64
@@ -122,6 +125,9 @@ class QatConfig:
 
     def __post_init__(self) -> None:
         _check_formats(self.formats)
+        from edgekit import formats
+
+        formats.check_one_qat_api(self.formats)
         _check_positive("QAT epochs", self.epochs, allow_none=False)
         _check_positive("QAT batch size", self.batch_size, allow_none=False)
         if not isinstance(self.lr, (int, float)) or not self.lr > 0:
@@ -132,17 +138,8 @@ class QatConfig:
 class Method:
     name: str
     config_type: type
-    handler: Callable  # (job, config) -> list[Produced]
+    handler: Callable  # (QuantJob, config) -> list[Produced]
     summary: str = ""
-
-
-@dataclass(frozen=True)
-class Produced:
-    """A model file a handler wrote into the job's work folder."""
-
-    path: str
-    format: str
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 _METHODS: dict[str, Method] = {}
@@ -176,6 +173,32 @@ def make_config(name: str, **options: Any):
     return method.config_type(**given)
 
 
+def method_for_config(config: Any) -> Method:
+    """The registered method whose config type ``config`` is an instance of (exactly that type:
+    a subclass is a different method, registered on its own)."""
+    _load_builtin()
+    for method in _METHODS.values():
+        if type(config) is method.config_type:
+            return method
+    names = ", ".join(f"{m.config_type.__name__} ({m.name})" for m in sorted(_METHODS.values(), key=lambda m: m.name))
+    got = f"the class {config.__name__} (call it: {config.__name__}(...))" if isinstance(config, type) \
+        else f"{type(config).__name__} {' '.join(repr(config).split())[:80]}"
+    raise UsageError(f"not a quantization config: {got}; give one of {names}, or a method name")
+
+
+_BUILTIN: list[Method] = []
+
+
 def _load_builtin() -> None:
-    if not _METHODS:
-        from edgekit.quantize import handlers  # noqa: F401 - registers the built-in methods
+    # always: a method registered by a user first must not keep the built-in ones out
+    if _BUILTIN:
+        return
+    from edgekit.quantize import handlers
+
+    _BUILTIN.extend([
+        Method("dynamic", DynamicConfig, handlers.dynamic, "int8 weights, activations quantized at run time"),
+        Method("static", StaticConfig, handlers.static, "int8 weights and activations, calibrated"),
+        Method("qat", QatConfig, handlers.qat, "fake-quant fine-tuning on the training data, then int8"),
+    ])
+    for method in _BUILTIN:
+        register_method(method)

@@ -1,7 +1,7 @@
 """The one module that talks to ``onnxruntime.quantization``.
 
 Static quantization never lets ORT calibrate: edgekit's streaming calibrators compute the ranges
-(``onnx_calibrate.py``) and they reach ORT through its calibration cache (``quantize_static``'s
+(``calibration/onnx_ranges.py``) and they reach ORT through its calibration cache (``quantize_static``'s
 ``calibration_cache_path``: a JSON file of per-tensor ranges; when it exists ORT skips its own
 calibration pass). Tensors holding mask sentinels are left out, and the nodes that touch them
 are excluded from quantization.
@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 
 from edgekit import onnx_files
 from edgekit.fileio import working_dir
-from edgekit.quantize.calibrators import TensorRange
+from edgekit.quantize.calibration.calibrators import TensorRange
 from edgekit.quantize.recipes import OnnxRecipe
 
 # Ops whose weights ORT quantizes: the layers a sensitivity analysis can keep in float.

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from edgekit.quantize.calibrators import TensorRange
+from edgekit.quantize.calibration.calibrators import TensorRange
 
 OUTLIER_FACTOR = 8.0
 WEIGHT_OPS = {"MatMul": 1, "Gemm": 1, "Conv": 0, "ConvTranspose": 1}  # op -> output-channel axis of the weight
@@ -116,7 +116,7 @@ def augmented_session(model, names: list[str], threads: int | None):
     every tensor is still there)."""
     import onnx
 
-    from edgekit.quantize.onnx_calibrate import unoptimised_session
+    from edgekit.quantize.calibration.onnx_ranges import unoptimised_session
 
     present = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
     outputs = {o.name for o in model.graph.output}

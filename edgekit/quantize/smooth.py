@@ -143,8 +143,8 @@ def search(job, config, graph: Path, recipe, exclude, extra: dict | None, out: P
 
     from edgekit import onnx_files
     from edgekit.quantize import ort_backend
-    from edgekit.quantize.calibrators import make_calibration, make_calibrator
-    from edgekit.quantize.onnx_calibrate import collect_ranges
+    from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
+    from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 
     calib = job.calibration(config)
     model = onnx_files.load(graph, load_data=False)

@@ -138,7 +138,11 @@ def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | Non
     if path.is_file():
         if path.name.endswith((".tar.gz", ".tgz")):
             raise UsageError(f"{path} is an archive; give the bundle folder it was made beside (or unpack it)")
-        fmt = fmt or {".onnx": "onnx"}.get(path.suffix, "torchscript")
+        if fmt is None:  # from the suffix (the format table); anything else is taken for TorchScript, as before
+            from edgekit import formats
+
+            known = formats.by_suffix(path.suffix)
+            fmt = known.name if known else "torchscript"
         folder = path.parent
     else:
         folder = path

@@ -8,6 +8,9 @@
     GET  /healthz       alive;   GET /readyz   model loaded and warmed up
     GET  /metrics       Prometheus text
 
+/v1/predict is the hot path: a plain ASGI handler that ``ServeApp`` calls before FastAPI's middleware
+and routing (a tiny model's request costs little more than its HTTP; every layer shows).
+
 A model is any object with ``specs`` (input spec dicts, see ``inputs.spec_from_dict``),
 ``outputs`` (names), ``summary`` (dict), ``run(feed) -> list of arrays`` and optionally
 ``generator`` (``check(max_tokens, temperature, top_k)`` and ``stream(prompt, max_tokens,
@@ -27,8 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 
 from .auth import OPEN_PATHS, authorized
 from .batcher import MicroBatcher, Overloaded
@@ -55,7 +59,7 @@ class ServeSettings:
             raise ValueError(f"max_wait_ms must be within 0..10000, got {self.max_wait_ms}")
 
 
-def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: dict | None = None) -> FastAPI:
+def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: dict | None = None) -> "ServeApp":
     metrics = Metrics()
     can_batch = batchable(model.specs)
     batcher = MicroBatcher(model.run, max_batch=settings.max_batch, max_wait_s=settings.max_wait_ms / 1000,
@@ -73,11 +77,9 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
         state["ready"] = False
         await batcher.stop()
 
-    app = FastAPI(title="edgekit serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = ServeApp(title="edgekit serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.batcher = batcher
     app.state.metrics = metrics
-
-    app.add_middleware(Guard, api_key=settings.api_key, metrics=metrics)
 
     @app.get("/healthz")
     async def healthz():
@@ -99,27 +101,41 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
     async def prometheus():
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/predict")
-    async def predict(request: Request):
+    async def predict(scope, receive, send) -> int:
+        """POST /v1/predict as a plain ASGI handler (the hot path: no routing, no Request/Response
+        objects); answers and returns the status. Guard calls it for every POST to /v1/predict."""
+        content_type, accept, declared = "", "", None
+        for key, value in scope["headers"]:
+            if key == b"content-type":
+                content_type = value.decode("latin-1")
+            elif key == b"accept":
+                accept = value.decode("latin-1")
+            elif key == b"content-length":
+                declared = value.decode("latin-1")
         try:
-            body = await read_body(request, settings.max_body_bytes)
-            arrays = decode(body, request.headers.get("content-type", ""), model.specs, settings.max_body_bytes)
+            body = await receive_body(receive, declared, settings.max_body_bytes)
+            if body is None:  # the client left
+                return 499
+            arrays = decode(body, content_type, model.specs, settings.max_body_bytes)
             feed = validate(arrays, model.specs, settings.allow_nonfinite)
         except InputError as exc:
-            return JSONResponse(exc.detail, status_code=exc.status)
+            return await answer(send, exc.status, json_bytes(exc.detail))
         try:
             outputs = await batcher.submit(feed)
         except Overloaded as exc:
-            return overloaded(str(exc), settings.retry_after_s)
+            return await answer(send, 503, json_bytes(overloaded_detail(str(exc))),
+                                extra=[(b"retry-after", str(settings.retry_after_s).encode())])
         except Exception as exc:  # the runtime refused the input or failed
-            return JSONResponse({"error": f"inference failed: {str(exc).splitlines()[0][:300]}"}, status_code=500)
+            return await answer(send, 500, json_bytes({"error": f"inference failed: {str(exc).splitlines()[0][:300]}"}))
         named = dict(zip(model.outputs, outputs))
-        if "application/x-npz" in request.headers.get("accept", ""):
+        if "application/x-npz" in accept:
             buffer = io.BytesIO()
             np.savez(buffer, **named)
-            return Response(buffer.getvalue(), media_type="application/x-npz")
-        return Response(json.dumps({"outputs": {k: v.tolist() for k, v in named.items()}}),
-                        media_type="application/json")
+            return await answer(send, 200, buffer.getvalue(), b"application/x-npz")
+        return await answer(send, 200, json_bytes({"outputs": {k: v.tolist() for k, v in named.items()}}))
+
+    app.add_middleware(Guard, api_key=settings.api_key, metrics=metrics, predict=predict)
+    app.hot = Guard(None, api_key=settings.api_key, metrics=metrics, predict=predict)
 
     @app.post("/v1/generate")
     async def generate(request: Request):
@@ -156,58 +172,109 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
     return app
 
 
+class ServeApp(FastAPI):
+    """FastAPI, but requests to /v1/predict (the hot path) go straight to ``hot`` (a ``Guard``: the key
+    check, metrics, the plain ASGI predict handler), past FastAPI's own middleware stack: about
+    35 µs of CPU a request on the 2-core host, a sixth of a small model's request. Were a host to
+    call the middleware stack directly, the ``Guard`` inside it serves /v1/predict the same way."""
+
+    hot = None
+
+    async def __call__(self, scope, receive, send):
+        if self.hot is not None and scope["type"] == "http" and scope["path"] == "/v1/predict":
+            return await self.hot(scope, receive, send)
+        await super().__call__(scope, receive, send)
+
+
 ROUTES = ("/v1/predict", "/v1/generate", "/v1/model", "/healthz", "/readyz", "/metrics")
 
 
 class Guard:
-    """ASGI middleware: the API key check (constant time) and per-route request metrics."""
+    """ASGI middleware: the API key check (constant time), per-route request metrics, and the
+    /v1/predict hot path (handed straight to ``predict``, past FastAPI's routing)."""
 
-    def __init__(self, app, api_key: str | None, metrics: Metrics):
-        self.app, self.api_key, self.metrics = app, api_key, metrics
+    def __init__(self, app, api_key: str | None, metrics: Metrics, predict=None):
+        self.app, self.api_key, self.metrics, self.predict = app, api_key, metrics, predict
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
         path = scope["path"]
-        status = [500]
-
-        async def send_status(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
+        status = 500
         try:
-            if path not in OPEN_PATHS and not authorized(Headers(scope=scope), self.api_key):
-                denied = JSONResponse({"error": "missing or wrong API key"}, status_code=401,
-                                      headers={"WWW-Authenticate": "Bearer"})
-                await denied(scope, receive, send_status)
+            if self.api_key and path not in OPEN_PATHS and not authorized(Headers(scope=scope), self.api_key):
+                status = await answer(send, 401, json_bytes({"error": "missing or wrong API key"}),
+                                      extra=[(b"www-authenticate", b"Bearer")])
+            elif path == "/v1/predict" and self.predict is not None:
+                if scope["method"] == "POST":
+                    status = await self.predict(scope, receive, send)
+                else:
+                    status = await answer(send, 405, json_bytes({"error": "use POST"}), extra=[(b"allow", b"POST")])
             else:
-                await self.app(scope, receive, send_status)
+                forwarded = [500]
+
+                async def send_status(message):
+                    if message["type"] == "http.response.start":
+                        forwarded[0] = message["status"]
+                    await send(message)
+
+                try:
+                    await self.app(scope, receive, send_status)
+                finally:
+                    status = forwarded[0]
         finally:
-            self.metrics.observe_request(path if path in ROUTES else "other", status[0], time.perf_counter() - started)
+            self.metrics.observe_request(path if path in ROUTES else "other", status, time.perf_counter() - started)
 
 
-def overloaded(why: str, retry_after_s: int) -> JSONResponse:
-    return JSONResponse({"error": f"overloaded: {why}; retry later"}, status_code=503,
-                        headers={"Retry-After": str(retry_after_s)})
+async def answer(send, status: int, body: bytes, content_type: bytes = b"application/json", extra=()) -> int:
+    """Send a whole response; its status."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *extra]})
+    await send({"type": "http.response.body", "body": body})
+    return status
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it passes ``limit`` bytes (declared or sent)."""
-    declared = request.headers.get("content-length")
+def json_bytes(doc) -> bytes:
+    return json.dumps(doc).encode()
+
+
+async def receive_body(receive, declared: str | None, limit: int) -> bytes | None:
+    """The request body from ASGI ``receive``, refused with 413 as soon as it passes ``limit`` bytes
+    (declared or sent); None when the client disconnected first."""
     if declared is not None:
         if not declared.isdigit():
             raise InputError(400, "malformed Content-Length header")
         if int(declared) > limit:
             raise InputError(413, f"the body is {int(declared)} bytes; the limit is {limit}", limit=limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise InputError(413, f"the body passes the {limit}-byte limit", limit=limit)
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def overloaded_detail(why: str) -> dict:
+    return {"error": f"overloaded: {why}; retry later"}
+
+
+def overloaded(why: str, retry_after_s: int) -> JSONResponse:
+    return JSONResponse(overloaded_detail(why), status_code=503, headers={"Retry-After": str(retry_after_s)})
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes (declared or sent)."""
+    body = await receive_body(request.receive, request.headers.get("content-length"), limit)
+    if body is None:
+        raise ClientDisconnect()
+    return body
 
 
 def generation_params(body: bytes, max_new_tokens: int) -> dict:

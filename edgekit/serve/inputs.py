@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import zipfile
 
 import numpy as np
@@ -105,23 +106,54 @@ def read_json(body: bytes, specs: list[dict]) -> dict[str, np.ndarray]:
     return arrays
 
 
+# The header numpy writes (keys sorted, a plain dtype string): read without ``ast.literal_eval``.
+_NPY_HEADER = re.compile(r"\{'descr': '([<>|=][a-zA-Z][0-9]{1,2})', 'fortran_order': (True|False), "
+                         r"'shape': \(((?:[0-9]{1,19}, ?)*(?:[0-9]{1,19})?)\), \} *\n?")
+
+
+def _npy_header(body: bytes) -> tuple[tuple, bool, np.dtype, int] | None:
+    """(shape, fortran order, dtype, data offset) of a header in numpy's own layout; None for others."""
+    if len(body) < 10 or body[:6] != b"\x93NUMPY":
+        return None
+    if body[6] == 1:
+        start, length = 10, int.from_bytes(body[8:10], "little")
+    elif body[6] in (2, 3) and len(body) >= 12:
+        start, length = 12, int.from_bytes(body[8:12], "little")
+    else:
+        return None
+    found = _NPY_HEADER.fullmatch(body[start:start + length].decode("latin-1"))
+    if found is None:
+        return None
+    try:
+        dtype = np.dtype(found.group(1))
+    except TypeError:
+        return None
+    shape = tuple(int(d) for d in found.group(3).replace(" ", "").split(",") if d)
+    return shape, found.group(2) == "True", dtype, start + length
+
+
 def read_npy(body: bytes, name: str) -> np.ndarray:
     """One ``.npy`` array; its header's shape must match the bytes that follow (no pickles)."""
-    fp = io.BytesIO(body)
-    try:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, OSError, SyntaxError, TypeError) as exc:
-        raise InputError(422, f"input {name!r} is not a readable .npy array: {str(exc)[:160]}", input=name) from None
+    fast = _npy_header(body)
+    if fast is not None:
+        shape, fortran, dtype, offset = fast
+    else:
+        fp = io.BytesIO(body)
+        try:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+        except (ValueError, OSError, SyntaxError, TypeError) as exc:
+            raise InputError(422, f"input {name!r} is not a readable .npy array: {str(exc)[:160]}", input=name) from None
+        offset = fp.tell()
     if dtype.hasobject or dtype.kind not in "biuf":
         raise InputError(422, f"input {name!r} has dtype {dtype}; only numeric arrays are accepted", input=name)
     count = math.prod(shape)
-    payload = memoryview(body)[fp.tell():]
+    payload = memoryview(body)[offset:]
     if count * dtype.itemsize != len(payload):
         raise InputError(422, f"input {name!r}: the .npy header claims shape {list(shape)} ({count * dtype.itemsize} bytes) "
                               f"but {len(payload)} bytes follow", input=name)

@@ -1,6 +1,7 @@
 """What ``edgekit serve`` serves: an artifact, a model file in one, or a bundle folder, as a model
-object for ``edgekit.serve.app.create_app`` (ONNX through onnxruntime, TorchScript through torch;
-language models also get a generator for ``/v1/generate``)."""
+object for ``edgekit.serve.app.create_app`` (ONNX through onnxruntime, TorchScript through torch,
+ExecuTorch ``.pte`` through executorch.runtime; language models also get a generator for
+``/v1/generate``, except from a ``.pte``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from edgekit.errors import EdgekitError, InputFileError, UsageError
 
 
 def load_served_model(path: str | Path, fmt: str | None = None, threads: int | None = None):
-    """The model in ``path``; ``fmt`` (onnx | torchscript) picks a file when an artifact holds several."""
+    """The model in ``path``; ``fmt`` (onnx | torchscript | executorch) picks a file when an artifact holds several."""
     from edgekit.artifacts import load_manifest, model_file_for
 
     path = Path(path)
@@ -20,7 +21,7 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
         path = path / read_bundle_json(path)["model"]
     if path.is_dir():
         folder, manifest = load_manifest(path)
-        entries = [f for f in manifest.files if f.format in ("onnx", "torchscript", "checkpoint")]
+        entries = [f for f in manifest.files if f.format in ("onnx", "torchscript", "executorch", "checkpoint")]
         if fmt is not None:
             entry = manifest.file(fmt)
         elif len(entries) == 1:
@@ -38,6 +39,10 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
             model = OnnxModel(folder / entry.path, manifest.to_dict(), threads)
         except Exception as exc:  # onnxruntime's own exception family
             raise InputFileError(f"{folder / entry.path} cannot be served: {str(exc).splitlines()[0][:300]}") from None
+    elif entry.format == "executorch":
+        from edgekit.serve.pte_model import ExecuTorchModel
+
+        model = ExecuTorchModel(folder, manifest, entry, threads)
     else:
         model = TorchModel(folder, manifest, entry, threads)
     if manifest.task.get("type") == "language-modeling":
@@ -45,7 +50,8 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
         for spec in model.specs:  # token ids past the vocabulary are a 422, not a runtime failure
             if vocab and spec["dtype"].startswith("int") and spec["value_range"] is None:
                 spec["value_range"] = (0.0, float(vocab))
-        model.generator = Generator(folder, manifest, entry.format, threads)
+        if entry.format != "executorch":  # lm_runtime has no .pte step: /v1/predict only
+            model.generator = Generator(folder, manifest, entry.format, threads)
     return model
 
 
@@ -64,13 +70,12 @@ class TorchModel:
 
             self.module = load_model_from_artifact(folder, manifest)
         else:
+            from edgekit.formats.torchscript_backend import load_torchscript
+
             engine = (entry.details or {}).get("quantized_engine")
-            if engine and engine in torch.backends.quantized.supported_engines:
-                torch.backends.quantized.engine = engine
-            try:
-                self.module = torch.jit.load(str(folder / entry.path), map_location="cpu").eval()
-            except (RuntimeError, ValueError) as exc:
-                raise InputFileError(f"{folder / entry.path} is not a loadable TorchScript model: {str(exc).splitlines()[0]}") from None
+            if engine not in torch.backends.quantized.supported_engines:
+                engine = None
+            self.module = load_torchscript(folder / entry.path, engine)  # InputFileError for a bad file
         self.specs = [spec_from_dict(s.to_dict()) for s in manifest.inputs]
         self.outputs = list(manifest.outputs) or ["output"]
         self.summary = {

@@ -1,4 +1,5 @@
-"""Where a run's records go: the caller's ``progress`` callback and ``metrics.jsonl``.
+"""Where a run's records go: the caller's ``progress`` callback and ``metrics.jsonl`` (and, with
+``profile=True``, ``torch.profiler`` traces).
 
 Library code never prints. Each record is a flat dict with an ``event`` key:
 
@@ -94,3 +95,20 @@ class Meter:
             "eta_s": (self.total_steps - step) * busy / done,
             "elapsed_s": round(now - self.started, 3),
         }
+
+
+PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+
+
+def profiler(out: Path, device):
+    """``torch.profiler`` for ``profile=True``: a few steps, Chrome traces in ``out/profile/``."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    folder = out / "profile"
+    folder.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+
+    def write(prof) -> None:
+        prof.export_chrome_trace(str(folder / f"trace_step{prof.step_num}.json"))
+
+    return profile(activities=activities, schedule=schedule(**PROFILE_SCHEDULE), on_trace_ready=write)

@@ -1,0 +1,109 @@
+"""The public Python API: every stage, and the configs they take, from one module.
+
+    from edgekit.api import train, quantize, export, bench, gate, TrainConfig, StaticConfig
+
+    ckpt, _ = train(TrainConfig(epochs=3), "runs/digits")
+    int8, manifest = quantize(ckpt, StaticConfig(formats=("onnx",)), "runs/digits-int8", "rpi4")
+
+Each stage reads and writes folders on disk, as the CLI does, and returns what the CLI renders:
+``train``/``quantize``/``export`` return ``(folder, Manifest)``, ``bench`` a list of
+``BenchResult``, ``gate`` a ``GateReport`` (``raise_for_status`` turns a failure into
+``GateFailed``), ``run_pipeline`` a ``PipelineResult``. Errors are ``EdgekitError`` subclasses
+(``UsageError`` for a bad argument).
+
+Importing this module loads neither torch nor onnxruntime: the stage modules import them inside
+the functions that need them (a test holds every name here to that).
+
+Why not ``edgekit.quantize(...)``: ``edgekit.quantize``, ``edgekit.export``, ``edgekit.train`` and
+``edgekit.bench`` are subpackages, so ``from edgekit import quantize`` is the subpackage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from edgekit.artifacts import Manifest, load_manifest
+from edgekit.bench.api import bench
+from edgekit.errors import EdgekitError, GateFailed, UsageError
+from edgekit.export.api import export
+from edgekit.gates.evaluate import gate_results as gate
+from edgekit.gates.evaluate import raise_for_status
+from edgekit.pipeline import PipelineConfig, run_pipeline
+from edgekit.quantize.methods import DynamicConfig, Method, QatConfig, StaticConfig, method_names, register_method
+from edgekit.quantize.produced import Produced
+from edgekit.targets import Target, load_target
+from edgekit.train.config import TrainConfig
+from edgekit.train.loop import train
+
+__all__ = [
+    "DynamicConfig",
+    "EdgekitError",
+    "GateFailed",
+    "Manifest",
+    "Method",
+    "PipelineConfig",
+    "Produced",
+    "QatConfig",
+    "StaticConfig",
+    "Target",
+    "TrainConfig",
+    "UsageError",
+    "bench",
+    "export",
+    "gate",
+    "load_manifest",
+    "load_target",
+    "method_names",
+    "quantize",
+    "raise_for_status",
+    "register_method",
+    "run_pipeline",
+    "train",
+]
+
+
+def quantize(
+    source: str | Path,
+    config: Any,
+    out: str | Path,
+    target: str | Target = "rpi4",
+    *,
+    max_drop: float | None = None,
+    force: bool = False,
+    progress: Callable | None = None,
+    with_report: bool = False,
+    **source_options: Any,
+) -> tuple[Path, Manifest]:
+    """Quantize ``source`` as ``config`` says, for ``target``; write an artifact folder to ``out``.
+
+    ``config``: a method's config object (``DynamicConfig()``, ``StaticConfig(calib=...)``,
+    ``QatConfig()``, or the config type of a method added with ``register_method``): its type
+    picks the method, its fields are the settings, used as given (``StaticConfig(calib=None)``:
+    the calibration set edgekit ships for the model's dataset). A method name (``"static"``) with
+    the config's fields as keywords is accepted too, as ``edgekit quantize`` passes them.
+
+    ``source``: a checkpoint or artifact folder, an ``.onnx`` file, ``package.module:factory`` or
+    ``hf:CONFIG``; models from outside the zoo take ``source_options`` (``input_shapes``,
+    ``input_dtypes``, ``dynamic_axes``, ``input_ranges``, ``state_dict``). ``max_drop`` (accuracy
+    points): keep the most sensitive layers in float until the drop is within it, or raise
+    ``AccuracyBudgetError``. ``out`` is replaced only when it is a quantized artifact edgekit
+    wrote (else ``force``). Returns ``(out, manifest)``: every file in ``manifest.files`` carries
+    its measured accuracy (or fidelity to the float model) and parity.
+    """
+    from edgekit.quantize import api as quantize_api
+    from edgekit.quantize.methods import method_for_config
+
+    if isinstance(config, str):
+        method, fields = config, source_options
+    else:
+        method = method_for_config(config).name
+        misplaced = sorted(set(source_options) - set(quantize_api.SOURCE_OPTIONS))
+        if misplaced:
+            raise UsageError(f"{', '.join(misplaced)}: set {'it' if len(misplaced) == 1 else 'them'} on the "
+                             f"{type(config).__name__}, not as a keyword of quantize()")
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        fields.update(source_options)
+    return quantize_api.quantize(source, method, out, target, max_drop=max_drop, progress=progress, force=force,
+                                 with_report=with_report, **fields)

@@ -1,0 +1,158 @@
+"""The format table: every model file format edgekit writes, and everything that differs by format.
+
+One module per format (``onnx.py``, ``torchscript.py``, ``executorch.py``) registers one ``Format``
+entry; every stage asks this table instead of testing format names. Adding a format is adding a
+module here that calls ``register`` and naming it in ``_MODULES``. A format module's entry is
+light (no torch, no runtime import); its save/load/predict functions import what they need.
+
+Below the table and beside it: ``sources`` (where float models come from), ``reference`` (the
+reference inputs every artifact is checked on) and ``parity`` (the check itself). Stages depend
+on these, never on each other's internals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgekit.errors import UsageError
+
+_MODULES = ("torchscript", "onnx", "executorch")  # a new format: its module's name here
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    file_name: str  # inside an artifact or bundle folder
+    suffixes: tuple[str, ...]  # file suffixes that identify it
+    backend: str  # module with export_float / copy_quantized / predictor
+    quantizer: str  # module with dynamic / static / qat (the int8 route for this format)
+    board_runtime: str  # the distribution that runs it on the board (bundle pins, memory estimates)
+    board_requirements: tuple[str, ...] = ()  # more distributions the board needs besides numpy
+    # the board installs exactly the pinned list (pip --no-deps): the runtime's declared dependencies
+    # include export-time tools (hydra, omegaconf -> antlr4, source-only) a board neither needs nor builds
+    board_no_deps: bool = False
+    # installed with their own dependencies when another index replaces index_url (verify
+    # --index-url): PyPI's aarch64 torch is a CUDA build that loads CUDA libraries at import
+    with_deps_off_index: tuple[str, ...] = ()
+    runtime_footprint_mb: float = 256.0  # resident memory of the runtime itself (limits.py)
+    index_url: str | None = None  # a wheel index for the board runtime, when PyPI's is wrong for it
+    extra_index_url: str | None = None  # where the rest comes from when index_url is not a full index
+    check_board_wheel: bool = False
+    standalone_server: bool = False  # bundles carry serve.py (FastAPI + the runtime, no edgekit) for it
+    targets_quant_recipe: bool = False  # int8 files record the target's [runtime.onnx_quant] settings
+    external_data: bool = False  # weights may sit in data files beside the model file  # bundle asks the index whether the runtime has a wheel for the board
+    host_modules: tuple[str, ...] = ()  # modules this host needs to write or run the format
+    extra: str | None = None  # the pip extra that installs host_modules
+    layer_names: str = "torch"  # what --exclude names for this format: "torch" modules or "onnx" nodes
+    packed_engine: bool = False  # int8 weights are packed for one of torch's quantized engines (--engine)
+    qat_api: str = "torch.ao"  # formats sharing an API share one QAT fine-tune; others need their own run
+    needs_torch_model: bool = True  # written from a torch module (an .onnx source cannot feed it)
+    bundle_preference: int = 100  # bundle/serve pick the lowest present when no format is given
+    default: bool = True  # written by export/quantize/pipeline when no format is asked for
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def onnx_graph(self) -> bool:
+        """The quantizer edits an ONNX graph (ORT recipes, graph layouts, per-node error reports)."""
+        return self.layer_names == "onnx"
+
+    def available(self) -> bool:
+        return all(importlib.util.find_spec(name) is not None for name in self.host_modules)
+
+    def require(self) -> None:
+        """UsageError naming the extra when this host cannot write or run the format."""
+        if not self.available():
+            raise UsageError(
+                f"--format {self.name} needs the {self.extra} extra: pip install 'edgekit-ml[{self.extra}]'"
+            )
+
+    def ops(self):
+        """The backend module (heavy imports happen inside its functions)."""
+        self.require()
+        return importlib.import_module(self.backend)
+
+    def quantize_ops(self):
+        self.require()
+        return importlib.import_module(self.quantizer)
+
+
+_TABLE: dict[str, Format] = {}
+
+
+def register(entry: Format) -> Format:
+    _TABLE[entry.name] = entry
+    return entry
+
+
+def _load() -> dict[str, Format]:
+    """The whole table in ``_MODULES`` order (a format module imported first registers only itself)."""
+    if tuple(_TABLE) != _MODULES:
+        for name in _MODULES:
+            importlib.import_module(f"edgekit.formats.{name}")
+        ordered = {name: _TABLE[name] for name in _MODULES}
+        _TABLE.clear()
+        _TABLE.update(ordered)
+    return _TABLE
+
+
+def names() -> tuple[str, ...]:
+    """Every format, in table order."""
+    return tuple(_load())
+
+
+def default_names(need_torch: bool = True) -> tuple[str, ...]:
+    """What export/quantize write when no format is asked for: the default formats this host can write."""
+    return tuple(f.name for f in _load().values()
+                 if f.default and f.available() and (need_torch or not f.needs_torch_model))
+
+
+def available_names() -> tuple[str, ...]:
+    return tuple(f.name for f in _load().values() if f.available())
+
+
+def get(name: str) -> Format:
+    table = _load()
+    if name not in table:
+        raise UsageError(f"unknown format {name!r}; choose from: {', '.join(table)}")
+    return table[name]
+
+
+def check(formats: tuple[str, ...] | list[str], what: str = "format") -> tuple[str, ...]:
+    """``formats`` validated against the table (unknown names and a missing extra are one-line errors)."""
+    if not formats:
+        raise UsageError(f"no output {what} given; choose from: {', '.join(names())}")
+    for name in formats:
+        get(name).require()
+    return tuple(formats)
+
+
+def check_one_qat_api(names) -> None:
+    """QAT fine-tunes one network per fake-quant API: formats of different APIs need separate runs."""
+    apis = {}
+    for name in names:
+        apis.setdefault(get(name).qat_api, []).append(name)
+    if len(apis) > 1:
+        groups = " and ".join(f"{'/'.join(v)} ({k})" for k, v in apis.items())
+        raise UsageError(f"QAT trains one network per quantization API; {groups} need separate runs "
+                         "(one --format group each, into different --out folders)")
+
+
+def by_file_name(file_name: str) -> Format | None:
+    return next((f for f in _load().values() if f.file_name == file_name), None)
+
+
+def by_suffix(suffix: str) -> Format | None:
+    return next((f for f in _load().values() if suffix.lower() in f.suffixes), None)
+
+
+def file_names() -> dict[str, str]:
+    return {f.name: f.file_name for f in _load().values()}
+
+
+def preferred(present: tuple[str, ...] | list[str]) -> str | None:
+    """The format a bundle or server picks among ``present`` when none is asked for."""
+    known = [get(name) for name in present if name in _load()]
+    return min(known, key=lambda f: f.bundle_preference).name if known else None

@@ -1,0 +1,226 @@
+"""ExecuTorch: ``model.pte``, a ``torch.export`` program lowered to the XNNPACK delegate.
+
+XNNPACK is the CPU kernel library PyTorch documents for Raspberry Pi 4/5. The program is
+memory-planned for the largest shapes it accepts, so dynamic axes get upper bounds
+(``MAX_BATCH``, ``MAX_SEQUENCE``) recorded in the file's details; the predictor feeds larger
+batches in chunks. Provenance travels inside the program as a constant method
+(``edgekit_provenance``, a JSON string), like the ONNX metadata and the TorchScript extra file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgekit.formats import Format, register
+
+FORMAT = register(Format(
+    name="executorch",
+    file_name="model.pte",
+    suffixes=(".pte",),
+    backend="edgekit.formats.executorch",
+    quantizer="edgekit.quantize.int8_executorch",
+    board_runtime="executorch",
+    # What ``executorch.runtime`` imports to run a program (found by installing executorch with
+    # --no-deps into an empty venv and adding what each import asked for), torch's own
+    # dependencies, and torch itself (the runtime takes torch tensors): installed with --no-deps.
+    board_requirements=("filelock", "typing-extensions", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",
+                        "fsspec", "torch", "torchao", "ruamel.yaml", "flatbuffers", "tabulate"),
+    board_no_deps=True,
+    with_deps_off_index=("torch",),
+    runtime_footprint_mb=300.0,
+    index_url="https://download.pytorch.org/whl/cpu",  # torch's CPU build for the board
+    extra_index_url="https://pypi.org/simple",  # executorch and its dependencies
+    check_board_wheel=True,  # executorch ships wheels for fewer platforms than numpy/onnxruntime
+    host_modules=("executorch", "torchao"),
+    extra="executorch",
+    bundle_preference=10,
+    qat_api="torchao PT2E",
+    default=False,  # written when asked for (--format executorch) or by `pipeline` when installed
+))
+
+PROVENANCE_METHOD = "edgekit_provenance"
+MAX_BATCH = 128  # accuracy runs evaluate in batches of 128
+MAX_SEQUENCE = 512
+MAX_BATCH_WITH_SEQUENCE = 16  # planned memory grows with batch x length (x length for attention)
+FILE_IDENTIFIER = b"ET"  # flatbuffer file identifier at bytes 4..8: "ET" + a 2-digit schema version
+
+
+def quiet_imports() -> None:
+    """Keep torchao's and torch's import-time log lines (optional kernels not built for this host,
+    pytree deprecations) out of the user's terminal; real errors still raise."""
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree", "executorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def runtime():
+    """ExecuTorch's Python runtime."""
+    quiet_imports()
+    from executorch.runtime import Runtime
+
+    return Runtime.get()
+
+
+def _load_forward(path: Path):
+    """The program's ``forward``; loading the first method prints XNNPACK's CPU-probe lines from
+    C++ (``cpuinfo_utils.cpp: Reading file ...``), silenced here."""
+    from edgekit.formats.onnx_export import native_output_silenced
+
+    loader = runtime()
+    with native_output_silenced():  # a damaged program's verification errors print there too
+        return loader.load_program(Path(path)).load_method("forward")
+
+
+def dynamic_shapes(inputs) -> tuple:
+    """torch.export dims for each input's dynamic axes, bounded so the memory plan stays small."""
+    from torch.export import Dim
+
+    has_sequence = any(name != "batch" for spec in inputs for name in spec.dynamic_axes.values())
+    dims: dict = {}
+    shapes = []
+    for spec in inputs:
+        axes = {}
+        for axis, name in spec.dynamic_axes.items():
+            if name not in dims:
+                high = (MAX_BATCH_WITH_SEQUENCE if has_sequence else MAX_BATCH) if name == "batch" else MAX_SEQUENCE
+                dims[name] = Dim(_dim_name(name), min=1, max=high)
+            axes[axis] = dims[name]
+        shapes.append(axes or None)
+    return tuple(shapes)
+
+
+def _dim_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name) or "dim"
+
+
+def export_program(model, examples: tuple, inputs):
+    """``torch.export`` with the inputs' dynamic axes; a model that cannot be exported is a one-line error."""
+    import torch
+
+    from edgekit.errors import UsageError
+
+    if not isinstance(model, torch.fx.GraphModule):  # a PT2E graph is already in eval form, and refuses eval()
+        model = model.eval()
+    try:
+        with torch.no_grad():
+            return torch.export.export(model, tuple(examples), dynamic_shapes=dynamic_shapes(inputs), strict=False)
+    except Exception as exc:  # noqa: BLE001 - torch.export raises many types (UserError, GuardOnDataDependent...)
+        raise UsageError(f"torch.export cannot capture the model for ExecuTorch: {_first_line(exc)}") from None
+
+
+def lower(program, path: Path, provenance: dict) -> int:
+    """Lower an exported program to XNNPACK, write it to ``path``; the number of delegated subgraphs."""
+    quiet_imports()
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from edgekit.errors import EdgekitError
+    from edgekit.fileio import atomic_path
+
+    try:
+        edge = to_edge_transform_and_lower(
+            program, partitioner=[XnnpackPartitioner()],
+            constant_methods={PROVENANCE_METHOD: json.dumps(provenance, sort_keys=True)},
+        )
+        delegated = _count_delegates(edge.exported_program().graph_module)
+        buffer = edge.to_executorch().buffer
+    except Exception as exc:  # noqa: BLE001 - the lowering passes raise many types
+        raise EdgekitError(f"cannot lower the model to ExecuTorch/XNNPACK: {_first_line(exc)}") from None
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(buffer)
+    return delegated
+
+
+def _count_delegates(graph_module) -> int:
+    return sum(1 for node in graph_module.graph.nodes
+               if node.op == "call_function" and "executorch_call_delegate" in str(node.target))
+
+
+def export_float(model, request) -> dict:
+    program = export_program(model, request.examples, request.inputs)
+    details = {"variant": "fp32-executorch", "delegate": "xnnpack", "api": "torch.export"}
+    details["delegated_subgraphs"] = lower(program, request.path, {**request.provenance, **details})
+    details["max_shapes"] = planned_bounds(request.path, request.inputs)
+    return details
+
+
+def planned_bounds(path: Path, inputs) -> dict:
+    """The largest size of each dynamic axis the written program accepts, by axis name.
+
+    Read back from the program's memory plan, not from the bounds asked of torch.export: the
+    XNNPACK lowering can plan a convolution network's batch axis for fewer rows than asked.
+    """
+    meta = load_method(path).metadata
+    out: dict = {}
+    for index, spec in enumerate(inputs):
+        sizes = meta.input_tensor_meta(index).sizes()
+        for axis, name in spec.dynamic_axes.items():
+            out[name] = min(out.get(name, sizes[axis]), int(sizes[axis]))
+    return out
+
+
+def copy_quantized(request) -> dict:
+    """A ``.pte`` carries its provenance from quantization (a program cannot be re-stamped)."""
+    import shutil
+
+    check_file(request.source)
+    shutil.copyfile(request.source, request.path)
+    return dict(request.details)
+
+
+def check_file(path: Path) -> None:
+    from edgekit.errors import InputFileError
+
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if len(head) < 8 or head[4:6] != FILE_IDENTIFIER:
+        raise InputFileError(f"{path} is not an ExecuTorch program (.pte)")
+
+
+def load_method(path: Path):
+    from edgekit.errors import InputFileError
+
+    check_file(path)
+    try:
+        return _load_forward(path)
+    except Exception as exc:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError
+        raise InputFileError(f"{path} is not a loadable ExecuTorch program ({_first_line(exc)})") from None
+
+
+def read_provenance(path: Path) -> dict:
+    check_file(path)
+    program = runtime().load_program(Path(path))
+    if PROVENANCE_METHOD not in program.method_names:
+        return {}
+    return json.loads(program.load_method(PROVENANCE_METHOD).execute([])[0])
+
+
+def predictor(path, details: dict | None = None, threads: int = 1):
+    """numpy in, numpy out; batches past the program's bound run in chunks."""
+    import numpy as np
+    import torch
+
+    from edgekit.evaluation import as_arrays
+
+    method = load_method(Path(path))
+    limit = int(((details or {}).get("max_shapes") or {}).get("batch", 1))
+
+    def run(arrays: list) -> np.ndarray:
+        out = method.execute([torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
+        return out[0].detach().float().numpy().copy()
+
+    def predict(batch) -> np.ndarray:
+        arrays = as_arrays(batch)
+        rows = len(arrays[0])
+        if rows <= limit:
+            return run(arrays)
+        return np.concatenate([run([a[i:i + limit] for a in arrays]) for i in range(0, rows, limit)])
+
+    return predict
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]

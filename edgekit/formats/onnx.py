@@ -1,0 +1,67 @@
+"""ONNX: ``model.onnx`` run by ONNX Runtime (the board needs only numpy + onnxruntime)."""
+
+from __future__ import annotations
+
+from edgekit.formats import Format, register
+
+FORMAT = register(Format(
+    name="onnx",
+    file_name="model.onnx",
+    suffixes=(".onnx",),
+    backend="edgekit.formats.onnx",
+    quantizer="edgekit.quantize.int8_onnx",
+    board_runtime="onnxruntime",
+    runtime_footprint_mb=64.0,
+    host_modules=("onnxruntime", "onnx"),
+    extra="core",
+    layer_names="onnx",
+    needs_torch_model=False,
+    bundle_preference=0,
+    standalone_server=True,
+    targets_quant_recipe=True,
+    external_data=True,
+))
+
+
+def export_float(model, request) -> dict:
+    from edgekit.formats import onnx_export
+
+    details = {"variant": "fp32-onnx", "opset": request.opset}
+    done = onnx_export.export_onnx(model, request.examples, request.inputs, request.outputs, request.path,
+                                   request.opset, request.onnx_route, {**request.provenance, **details},
+                                   request.external_data, family=request.family)
+    details.update(onnx_exporter=done.route, onnx_exporter_choice=done.choice)
+    if done.data_files:
+        details["external_data"] = done.data_files
+    onnx_export.check_model(request.path)
+    if request.optimize:
+        details["ort_optimization"] = onnx_export.optimize_offline(request.path)
+    return details
+
+
+def copy_quantized(request) -> dict:
+    from edgekit import onnx_files
+    from edgekit.formats import onnx_export
+
+    details = dict(request.details)
+    onnx_files.copy(request.source, request.path)
+    written = onnx_export.add_metadata(request.path, request.provenance, request.external_data)
+    details.pop("external_data", None)
+    if written:
+        details["external_data"] = written
+    onnx_export.check_model(request.path)
+    if request.optimize:
+        details["ort_optimization"] = onnx_export.optimize_offline(request.path)
+    return details
+
+
+def predictor(path, details: dict | None = None, threads: int = 1):
+    from edgekit import evaluation
+
+    return evaluation.onnx_predictor(path, threads)
+
+
+def check_file(path) -> None:
+    from edgekit.formats import onnx_export
+
+    onnx_export.check_model(path)

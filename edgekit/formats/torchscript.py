@@ -1,0 +1,65 @@
+"""TorchScript: ``model.pt`` run by torch on the board (int8 through torch.ao, fp32 traced or scripted).
+
+torch.jit is deprecated in favour of torch.export; everything that touches it is in
+``torchscript_backend``.
+"""
+
+from __future__ import annotations
+
+from edgekit.formats import Format, register
+
+FORMAT = register(Format(
+    name="torchscript",
+    file_name="model.pt",
+    suffixes=(".pt", ".pth", ".ts", ".ptl", ".torchscript"),
+    backend="edgekit.formats.torchscript",
+    quantizer="edgekit.quantize.int8_torchscript",
+    board_runtime="torch",
+    runtime_footprint_mb=256.0,
+    # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
+    # PyTorch's CPU index carries CPU-only builds of the same versions (and numpy).
+    index_url="https://download.pytorch.org/whl/cpu",
+    host_modules=("torch",),
+    extra="core",
+    bundle_preference=20,
+    packed_engine=True,
+))
+
+MODES = ("trace", "script")
+
+
+def export_float(model, request) -> dict:
+    from edgekit.errors import UsageError
+    from edgekit.formats import torchscript_backend
+
+    mode = request.torchscript_mode
+    if mode not in MODES:
+        raise UsageError(f"unknown TorchScript mode {mode!r}; choose from: {', '.join(MODES)}")
+    details = {"variant": "fp32-torchscript", "torchscript_mode": f"{mode}+freeze"}
+    module = (torchscript_backend.trace(model, request.examples) if mode == "trace"
+              else torchscript_backend.script(model, label=request.family or "model"))
+    torchscript_backend.save(module, request.path, {**request.provenance, **details})
+    return details
+
+
+def copy_quantized(request) -> dict:
+    from edgekit.formats import torchscript_backend
+
+    module = torchscript_backend.load_torchscript(request.source, request.details.get("quantized_engine"))
+    torchscript_backend.save(module, request.path, request.provenance)
+    return dict(request.details)
+
+
+def predictor(path, details: dict | None = None, threads: int = 1):
+    from edgekit import evaluation
+
+    return evaluation.torchscript_predictor(path, (details or {}).get("quantized_engine"))
+
+
+def check_file(path) -> None:
+    import zipfile
+
+    from edgekit.errors import InputFileError
+
+    if not zipfile.is_zipfile(path):
+        raise InputFileError(f"{path} is not a TorchScript model (not a zip archive)")

@@ -1,0 +1,85 @@
+"""A JSON cache of computed activation ranges, so re-quantizing skips the calibration pass.
+
+The key is a hash of everything the ranges depend on: the exact model graph that was calibrated,
+the calibration data (file names, sizes and contents, batch size, sample limit, input spec), the
+calibration method and its settings, and this cache's format version. Change any of them and the
+key changes, so a stale entry is never read. Entries are plain JSON (never pickle), written
+atomically under ``$EDGEKIT_CACHE_DIR/calibration`` (default ``~/.cache/edgekit/calibration``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+from edgekit.fileio import sha256_file, write_json
+from edgekit.quantize.calibration.calibrators import TensorRange
+
+CACHE_SCHEMA = "edgekit.calibration-cache"
+CACHE_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    from edgekit.cache import cache_root
+
+    return cache_root() / "calibration"
+
+
+def files_fingerprint(files) -> str:
+    """Hash of calibration files: each file's name, size and SHA-256, in sorted order."""
+    digest = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.name):
+        digest.update(f"{path.name}\0{path.stat().st_size}\0{sha256_file(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def data_fingerprint(calib) -> str:
+    """Hash of a CalibrationSet: its files' names and contents plus how they are batched."""
+    digest = hashlib.sha256(files_fingerprint(calib.files).encode())
+    settings = {"batch_size": calib.batch_size, "max_samples": calib.max_samples,
+                "inputs": [spec.to_dict() for spec in calib.specs]}
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def cache_key(model_sha256: str, data_sha256: str, method: str, settings: dict) -> str:
+    payload = {"version": CACHE_VERSION, "model": model_sha256, "data": data_sha256,
+               "method": method, "settings": settings}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class CalibrationCache:
+    def __init__(self, folder: str | os.PathLike | None = None):
+        self.folder = Path(folder) if folder is not None else default_cache_dir()
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def load(self, key: str) -> tuple[dict[str, TensorRange], int] | None:
+        """(ranges, samples) for ``key``, or None when absent or unreadable (then it is recomputed)."""
+        path = self.path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("schema") != CACHE_SCHEMA or data.get("version") != CACHE_VERSION or data.get("key") != key:
+                return None
+            ranges = {name: TensorRange.from_json(value) for name, value in data["ranges"].items()}
+            return ranges, int(data["samples"])
+        except Exception:  # noqa: BLE001 - any damage to a cache entry only costs a recalibration
+            return None
+
+    def store(self, key: str, ranges: dict[str, TensorRange], samples: int, about: dict) -> Path:
+        doc = {
+            "schema": CACHE_SCHEMA,
+            "version": CACHE_VERSION,
+            "key": key,
+            "about": about,
+            "samples": samples,
+            "ranges": {name: r.to_json() for name, r in sorted(ranges.items())},
+        }
+        try:
+            return write_json(self.path(key), doc)
+        except (OSError, EdgekitError):
+            return self.path(key)  # a read-only cache folder only costs the next run a recalibration

@@ -1,0 +1,82 @@
+"""int8 ``.pte`` through PT2E (torchao) and the XNNPACK delegate.
+
+Every method ends the same way: the quantized graph is exported again with the model's dynamic
+axes and lowered to XNNPACK (``formats.executorch.lower``), which turns quantize/dequantize
+pairs around convolutions and linears into int8 kernels.
+"""
+
+from __future__ import annotations
+
+from edgekit.formats.executorch import FORMAT
+from edgekit.quantize.layers import excluded
+from edgekit.quantize.produced import Produced
+
+FILE = FORMAT.file_name
+
+
+def _per_channel(config) -> bool:
+    return True if config.per_channel is None else bool(config.per_channel)  # XNNPACK's recommended recipe
+
+
+def _write(job, graph, details: dict) -> list[Produced]:
+    from edgekit.formats import executorch
+
+    path = job.dest / FILE
+    program = executorch.export_program(graph, job.example_inputs(), job.source.inputs)
+    details = {**details, "variant": f"int8-{details['method']}-executorch", "delegate": "xnnpack",
+               "api": "torchao PT2E"}
+    details["delegated_subgraphs"] = executorch.lower(program, path, {**job.provenance, **details})
+    details["max_shapes"] = executorch.planned_bounds(path, job.source.inputs)
+    return [Produced(FILE, FORMAT.name, details)]
+
+
+def _details(job, config, method: str, exclude, dynamic: bool = False) -> dict:
+    from edgekit.quantize import pt2e_backend
+
+    details = {"method": method, "backend": "torchao PT2E + XNNPACKQuantizer",
+               **pt2e_backend.describe(_per_channel(config), dynamic)}
+    if exclude:
+        details["float_layers"] = list(exclude)
+    return details
+
+
+def dynamic(job, config) -> list[Produced]:
+    from edgekit.quantize import pt2e_backend
+
+    exclude = excluded(job, config, "torch")
+    q = pt2e_backend.quantizer(per_channel=_per_channel(config), dynamic=True, exclude=exclude)
+    graph, _ = pt2e_backend.calibrated(job.float_model(), job.example_inputs(), job.source.inputs,
+                                       [job.example_inputs()], q)  # dynamic: one pass inserts the observers
+    return _write(job, graph, _details(job, config, "dynamic", exclude, dynamic=True))
+
+
+def static(job, config) -> list[Produced]:
+    from edgekit.quantize import pt2e_backend
+
+    exclude = excluded(job, config, "torch")
+    calib = job.calibration(config)
+    job.note_calibration(config, calib)
+    q = pt2e_backend.quantizer(per_channel=_per_channel(config), exclude=exclude)
+    graph, seen = pt2e_backend.calibrated(job.float_model(), job.example_inputs(), job.source.inputs,
+                                          job.torch_batches(calib), q)
+    details = _details(job, config, "static", exclude)
+    details["calibration_samples"] = seen
+    if config.calibrate_method != "minmax":
+        details["calibrate_method_note"] = (f"--calibrate-method {config.calibrate_method} applies to ONNX; "
+                                            "XNNPACKQuantizer observes min/max")
+    return _write(job, graph, details)
+
+
+def qat(job, config) -> list[Produced]:
+    from edgekit.quantize import pt2e_backend
+    from edgekit.quantize.qat import train_fake_quant
+
+    q = pt2e_backend.quantizer(per_channel=_per_channel(config), qat=True)
+    prepared = pt2e_backend.prepare_qat(job.float_model(), job.example_inputs(), job.source.inputs, q)
+    with pt2e_backend.quiet():
+        qat_info = train_fake_quant(job, config, prepared, pt2e_backend.qat_hooks())
+    graph = pt2e_backend.convert(prepared)
+    job.reference_model = prepared  # the int8 file implements the trained fake-quant graph
+    details = _details(job, config, "qat", ())
+    details["qat"] = qat_info
+    return _write(job, graph, details)

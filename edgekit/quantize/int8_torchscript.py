@@ -1,0 +1,59 @@
+"""int8 TorchScript through torch.ao (FX graph mode, the target's quantized engine).
+
+torch.ao's eager/FX quantization is deprecated in favour of PT2E; it stays here because int8
+TorchScript for the ``qnnpack``/``x86`` engines has no PT2E route. ``.pte`` files use PT2E
+(``int8_executorch``).
+"""
+
+from __future__ import annotations
+
+from edgekit.formats.torchscript import FORMAT
+from edgekit.quantize.layers import excluded
+from edgekit.quantize.produced import Produced
+
+FILE = FORMAT.file_name
+
+
+def dynamic(job, config) -> list[Produced]:
+    from edgekit.quantize import torch_backend
+
+    exclude = excluded(job, config, "torch")
+    engine = job.target.quantized_engine
+    qmodel = torch_backend.dynamic_int8(job.float_model(), engine, exclude=exclude)
+    job.save_torchscript(qmodel, FILE, engine)
+    details = {"quantized_engine": engine, "backend": "torch.ao dynamic", "api": "torch.ao"}
+    if exclude:
+        details["float_layers"] = list(exclude)
+    return [Produced(FILE, FORMAT.name, details)]
+
+
+def static(job, config) -> list[Produced]:
+    from edgekit.quantize import torch_backend
+
+    exclude = excluded(job, config, "torch")
+    engine = job.target.quantized_engine
+    calib = job.calibration(config)
+    job.note_calibration(config, calib)
+    qmodel = torch_backend.static_int8_fx(
+        job.float_model(), job.example_inputs(), job.torch_batches(calib), engine, exclude=exclude
+    )
+    job.save_torchscript(qmodel, FILE, engine)
+    details = {"quantized_engine": engine, "backend": "torch.ao FX", "api": "torch.ao",
+               **torch_backend.describe_qconfig(engine)}
+    if exclude:
+        details["float_layers"] = list(exclude)
+    return [Produced(FILE, FORMAT.name, details)]
+
+
+def qat(job, config) -> list[Produced]:
+    import copy
+
+    from edgekit.quantize import torch_backend
+    from edgekit.quantize.qat import fine_tuned
+
+    prepared, qat_info = fine_tuned(job, config)
+    engine = job.target.quantized_engine
+    qmodel = torch_backend.convert_qat(copy.deepcopy(prepared), engine)
+    job.save_torchscript(qmodel, FILE, engine)
+    return [Produced(FILE, FORMAT.name, {"quantized_engine": engine, "backend": "torch.ao FX QAT", "api": "torch.ao",
+                                         "qat": qat_info, **torch_backend.describe_qconfig(engine)})]

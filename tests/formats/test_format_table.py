@@ -1,0 +1,138 @@
+"""Every format decision comes from the table in ``edgekit.formats``.
+
+A format's name may appear as a literal only in ``edgekit/formats/`` and the CLI (help texts),
+plus the files below, each for a stated reason. A new literal elsewhere fails this test: ask
+the table (``formats.get(name).<field>``) instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from edgekit import formats
+
+ROOT = Path(__file__).resolve().parents[2] / "edgekit"
+
+# Scripts that run on the board or under emulation with no edgekit installed: they cannot read
+# the table, so a test below holds their format lists to it.
+BOARD_SCRIPTS = {
+    "edgekit/bench/runner.py": "bench runner shipped in bundles",
+    "edgekit/bundle/check_outputs.py": "output checker shipped in bundles",
+    "edgekit/emulate/probe.py": "probe run inside the emulated board",
+    "edgekit/serve/standalone.py": "serve.py shipped in bundles (ONNX Runtime only)",
+}
+# The same word with another meaning.
+OTHER_MEANING = {
+    "edgekit/artifacts.py": "distribution names whose versions a manifest records",
+    "edgekit/quantize/layers.py": "how --exclude names layers: torch modules or ONNX nodes",
+    "edgekit/quantize/int8_onnx.py": "the layer-name kind, and torch.onnx's exporter route",
+    "edgekit/quantize/api.py": "model source kinds (an .onnx file, hf: configs)",
+    "edgekit/quantize/auto.py": "model source kinds (an .onnx file, hf: configs)",
+    "edgekit/models/registry.py": "torch.onnx's exporter route",
+    "edgekit/bench/workers.py": "the bench's reference workload is an ONNX file edgekit writes itself",
+}
+# Still deciding by name; to move onto the table next (listed in issue 13's closing note).
+NOT_YET = {
+    "edgekit/remote/bench.py": "format from the file suffix on the remote side",
+    "edgekit/serve/loader.py": "serve's runtime choice",
+    "edgekit/serve/onnx_model.py": "serve's ONNX model wrapper",
+    "edgekit/serve/pte_model.py": "serve's ExecuTorch model wrapper",
+}
+ALLOWED = {**BOARD_SCRIPTS, **OTHER_MEANING, **NOT_YET}
+
+
+def _literals(path: Path, names: set[str]) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value) for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+                  and id(node) not in docstrings)
+
+
+def test_no_format_name_outside_the_table():
+    names = set(formats.names())
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).as_posix()
+        if rel.startswith(("edgekit/formats/", "edgekit/cli/")) or rel in ALLOWED:
+            continue
+        lines = _literals(path, names)
+        if lines:
+            found[rel] = lines
+    assert not found, f"format names decided outside edgekit/formats (ask the table instead): {found}"
+
+
+def test_the_allow_list_is_not_stale():
+    names = set(formats.names())
+    stale = [rel for rel in ALLOWED if (ROOT.parent / rel).exists() and not _literals(ROOT.parent / rel, names)]
+    assert not stale, f"no format literal left in {stale}: remove them from the allow-list"
+
+
+@pytest.mark.parametrize("module, attribute", [("edgekit.bench.runner", "FORMATS"),
+                                               ("edgekit.bundle.check_outputs", "FORMATS"),
+                                               ("edgekit.emulate.probe", "FORMATS")])
+def test_board_scripts_know_every_format(module, attribute):
+    assert set(getattr(importlib.import_module(module), attribute)) == set(formats.names())
+
+
+def test_table_entries_are_complete_and_consistent():
+    seen_files = set()
+    for name in formats.names():
+        entry = formats.get(name)
+        assert entry.name == name and entry.file_name not in seen_files
+        seen_files.add(entry.file_name)
+        assert formats.by_file_name(entry.file_name) is entry
+        assert all(formats.by_suffix(suffix) is entry for suffix in entry.suffixes)
+        assert entry.runtime_footprint_mb > 0 and entry.board_runtime
+        if entry.available():
+            ops = entry.ops()
+            for function in ("export_float", "copy_quantized", "predictor", "check_file"):
+                assert callable(getattr(ops, function)), (name, function)
+            quantizer = entry.quantize_ops()
+            for method in ("dynamic", "static", "qat"):
+                assert callable(getattr(quantizer, method)), (name, method)
+
+
+def test_unknown_format_is_one_line_naming_the_table():
+    from edgekit.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown format 'tflite'; choose from: torchscript, onnx, executorch"):
+        formats.get("tflite")
+
+
+def test_missing_extra_names_it(monkeypatch):
+    from dataclasses import replace
+
+    from edgekit.errors import UsageError
+
+    entry = replace(formats.get("executorch"), host_modules=("no_such_module_for_edgekit",))
+    with pytest.raises(UsageError, match=r"pip install 'edgekit-ml\[executorch\]'"):
+        entry.require()
+
+
+def test_import_edgekit_and_the_table_stay_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, edgekit, edgekit.formats as f; f.names(); "
+            "heavy = [m for m in ('torch', 'onnxruntime', 'executorch', 'torchao', 'numpy') if m in sys.modules]; "
+            "print(heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_whole_table_loads_whichever_format_module_is_imported_first():
+    import subprocess
+    import sys
+
+    code = ("import edgekit.formats.executorch, edgekit.formats as f; print(','.join(f.names()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "torchscript,onnx,executorch"
