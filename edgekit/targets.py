@@ -35,6 +35,13 @@ class OnnxQuantSettings:
 
 
 @dataclass(frozen=True)
+class PteQuantSettings:
+    """PT2E int8 for ``.pte`` files (``[runtime.executorch_quant]``): XNNPACK's symmetric recipe."""
+
+    per_channel: bool = True  # weights per output channel (XNNPACK's recommended recipe)
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     description: str
@@ -50,6 +57,7 @@ class Target:
     onnx_quant: OnnxQuantSettings
     budgets: dict[str, float] = field(default_factory=dict)
     max_mhz: int | None = None
+    pte_quant: PteQuantSettings = field(default_factory=PteQuantSettings)
     source: str = ""
 
     @property
@@ -162,6 +170,7 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
     cpu = _Reader(top.get("cpu", dict), "cpu", source)
     runtime = _Reader(top.get("runtime", dict), "runtime", source)
     oq = _Reader(runtime.get("onnx_quant", dict, {}), "runtime.onnx_quant", source)
+    pq = _Reader(runtime.get("executorch_quant", dict, {}), "runtime.executorch_quant", source)
     budgets_raw = _Reader(top.get("budgets", dict, {}), "budgets", source)
     top.done()
 
@@ -175,6 +184,8 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
         reduce_range=oq.get("reduce_range", bool, False),
     )
     oq.done()
+    pte_quant = PteQuantSettings(per_channel=pq.get("per_channel", bool, True))
+    pq.done()
     budgets = {key: float(budgets_raw.get(key, (int, float))) for key in BUDGET_KEYS if key in budgets_raw.table}
     budgets_raw.done()
     target = Target(
@@ -191,6 +202,7 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
         onnx_opset=runtime.get("onnx_opset", int, 17),
         python_platform=runtime.get("python_platform", str, ""),
         onnx_quant=onnx_quant,
+        pte_quant=pte_quant,
         budgets=budgets,
         source=source,
     )

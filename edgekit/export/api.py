@@ -63,7 +63,7 @@ def export(
 
     with commit_dir(out, "export", inputs=[folder, _target_path(target_name)], force=force) as work:
         if manifest.kind == "checkpoint":
-            from edgekit.train.checkpoint import load_model_from_artifact
+            from edgekit.formats.checkpoint import load_model_from_artifact
 
             model = load_model_from_artifact(folder, manifest)
             files = _export_float(model, manifest, work, formats, target, opset, onnx_route, torchscript_mode, optimize,

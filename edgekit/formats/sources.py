@@ -86,7 +86,7 @@ def resolve_source(
         raise UsageError(f"{folder} is a {manifest.kind} artifact; quantize takes a float checkpoint")
 
     def load():
-        from edgekit.train.checkpoint import load_model_from_artifact
+        from edgekit.formats.checkpoint import load_model_from_artifact
 
         return load_model_from_artifact(folder, manifest)
 

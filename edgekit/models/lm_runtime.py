@@ -74,7 +74,7 @@ def load_language_model(folder: Path, manifest, fmt: str | None = None, device: 
 def _torch_step(folder, manifest, entry, device, threads):
     import torch
 
-    from edgekit.train.checkpoint import load_model_from_artifact
+    from edgekit.formats.checkpoint import load_model_from_artifact
     from edgekit.train.distributed import select_device
 
     if threads:
@@ -131,7 +131,7 @@ def load_tokenizer(folder: Path, manifest):
         if (folder / TOKENIZER_FILE).is_file():
             return Tokenizer.from_dict(_json_object(read_json(folder / TOKENIZER_FILE, "tokenizer"), folder / TOKENIZER_FILE))
         if CHECKPOINT in manifest.formats():
-            from edgekit.train.checkpoint import load_checkpoint
+            from edgekit.formats.checkpoint import load_checkpoint
 
             _, meta = load_checkpoint(folder / manifest.file(CHECKPOINT).path)
             if "tokenizer" in meta:

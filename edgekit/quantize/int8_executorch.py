@@ -14,8 +14,9 @@ from edgekit.quantize.produced import Produced
 FILE = FORMAT.file_name
 
 
-def _per_channel(config) -> bool:
-    return True if config.per_channel is None else bool(config.per_channel)  # XNNPACK's recommended recipe
+def _per_channel(job, config) -> bool:
+    """``--per-channel`` when given, else the target's ``[runtime.executorch_quant] per_channel`` (default on)."""
+    return job.target.pte_quant.per_channel if config.per_channel is None else bool(config.per_channel)
 
 
 def _write(job, graph, details: dict) -> list[Produced]:
@@ -34,7 +35,7 @@ def _details(job, config, method: str, exclude, dynamic: bool = False) -> dict:
     from edgekit.quantize import pt2e_backend
 
     details = {"method": method, "backend": "torchao PT2E + XNNPACKQuantizer",
-               **pt2e_backend.describe(_per_channel(config), dynamic)}
+               **pt2e_backend.describe(_per_channel(job, config), dynamic)}
     if exclude:
         details["float_layers"] = list(exclude)
     return details
@@ -44,7 +45,7 @@ def dynamic(job, config) -> list[Produced]:
     from edgekit.quantize import pt2e_backend
 
     exclude = excluded(job, config, "torch")
-    q = pt2e_backend.quantizer(per_channel=_per_channel(config), dynamic=True, exclude=exclude)
+    q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), dynamic=True, exclude=exclude)
     graph, _ = pt2e_backend.calibrated(job.float_model(), job.example_inputs(), job.source.inputs,
                                        [job.example_inputs()], q)  # dynamic: one pass inserts the observers
     return _write(job, graph, _details(job, config, "dynamic", exclude, dynamic=True))
@@ -56,7 +57,7 @@ def static(job, config) -> list[Produced]:
     exclude = excluded(job, config, "torch")
     calib = job.calibration(config)
     job.note_calibration(config, calib)
-    q = pt2e_backend.quantizer(per_channel=_per_channel(config), exclude=exclude)
+    q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), exclude=exclude)
     graph, seen = pt2e_backend.calibrated(job.float_model(), job.example_inputs(), job.source.inputs,
                                           job.torch_batches(calib), q)
     details = _details(job, config, "static", exclude)
@@ -71,7 +72,7 @@ def qat(job, config) -> list[Produced]:
     from edgekit.quantize import pt2e_backend
     from edgekit.quantize.qat import train_fake_quant
 
-    q = pt2e_backend.quantizer(per_channel=_per_channel(config), qat=True)
+    q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), qat=True)
     prepared = pt2e_backend.prepare_qat(job.float_model(), job.example_inputs(), job.source.inputs, q)
     with pt2e_backend.quiet():
         qat_info = train_fake_quant(job, config, prepared, pt2e_backend.qat_hooks())

@@ -34,7 +34,10 @@ def quantizer(*, per_channel: bool, dynamic: bool = False, qat: bool = False, ex
         get_symmetric_quantization_config,
     )
 
-    class ClampFusingQuantizer(XNNPACKQuantizer):
+    class EdgekitXNNPACKQuantizer(XNNPACKQuantizer):
+        """XNNPACK's recipe with two fixes: conv -> ReLU6 observed after the clamp, and integer
+        index arithmetic left integer."""
+
         def transform_for_annotation(self, model):
             model = super().transform_for_annotation(model)
             _restore_integer_scalars(model)
@@ -45,7 +48,7 @@ def quantizer(*, per_channel: bool, dynamic: bool = False, qat: bool = False, ex
                 _annotate_conv_clamp(model, self.global_config, self.filter_fn)
             return super().annotate(model)
 
-    q = ClampFusingQuantizer()
+    q = EdgekitXNNPACKQuantizer()
     q.set_global(get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic, is_qat=qat))
     if exclude:  # XNNPACKQuantizer takes no "None" config per module: filter their nodes out instead
         from torchao.quantization.pt2e.quantizer import get_module_name_filter

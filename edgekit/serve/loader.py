@@ -66,7 +66,7 @@ class TorchModel:
         if threads:
             torch.set_num_threads(threads)
         if entry.format == "checkpoint":
-            from edgekit.train.checkpoint import load_model_from_artifact
+            from edgekit.formats.checkpoint import load_model_from_artifact
 
             self.module = load_model_from_artifact(folder, manifest)
         else:

@@ -24,7 +24,8 @@ from edgekit.errors import EdgekitError, UsageError
 from edgekit.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
 from edgekit.outputs import safe_text
 from edgekit.train.batches import eval_batches
-from edgekit.train.checkpoint import CHECKPOINT_FILE, STATE_FILE
+from edgekit.formats.checkpoint import CHECKPOINT_FILE
+from edgekit.train.checkpoint import STATE_FILE
 from edgekit.train.tasks import evaluate
 
 OWNED_FILES = (MANIFEST_NAME, CHECKPOINT_FILE, STATE_FILE, "metrics.jsonl", "tokenizer.json", "profile")
@@ -154,7 +155,7 @@ def complete(folders: RunFolders) -> None:
 def finish(out, spec, model_config, task, task_info, data, device, best, step, steps_per_epoch, train_seconds):
     """Measure the best weights on the test split (fp32, one process) and write the manifest."""
     from edgekit.models import build_model
-    from edgekit.train.checkpoint import load_checkpoint
+    from edgekit.formats.checkpoint import load_checkpoint
 
     state, _ = load_checkpoint(out / CHECKPOINT_FILE)
     model = build_model(spec.name, model_config)

@@ -1,62 +1,16 @@
-"""Checkpoints: plain tensors + JSON-able metadata, read back with ``weights_only=True``."""
+"""Training state for resuming (``last.pt``): model, optimizer, scaler, step, RNG, in the
+checkpoint format's safe container (``edgekit.formats.checkpoint``)."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import EdgekitError, InputFileError
-from edgekit.fileio import atomic_path
+from edgekit.errors import InputFileError
+from edgekit.formats.checkpoint import load_payload, save_payload
 
-CHECKPOINT_FILE = "checkpoint.pt"  # the model: best weights by validation metric + config
 STATE_FILE = "last.pt"  # everything a resumed run needs: model, optimizer, scaler, step, RNG
-
-
-def save_checkpoint(path: Path, state_dict: dict, meta: dict[str, Any]) -> None:
-    payload = {"model": {k: v.detach().cpu() for k, v in state_dict.items()}, "meta": json.dumps(meta)}
-    _save(payload, path)
-
-
-def _save(payload: dict, path: Path) -> None:
-    """torch.save, atomically, with a full disk reported as the OSError it is (torch's own
-    writer turns it into an opaque RuntimeError)."""
-    import torch
-
-    with atomic_path(path) as tmp:
-        try:
-            torch.save(payload, tmp)
-        except RuntimeError as exc:
-            free = shutil.disk_usage(tmp.parent).free
-            if free < max(tmp.stat().st_size, 1 << 20):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
-            raise EdgekitError(f"cannot write {path}: {str(exc).strip().splitlines()[0][:200]}") from None
-
-
-def _load_payload(path: Path) -> dict:
-    """``torch.load(weights_only=True)`` with edgekit's errors for missing, hostile or cut files."""
-    from edgekit.safeload import load_plain
-
-    path = Path(path)
-    payload = load_plain(path, "checkpoint")
-    if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
-        raise InputFileError(f"checkpoint {path} does not hold an edgekit model state")
-    try:
-        payload["meta"] = json.loads(payload.get("meta", "{}"))
-    except (TypeError, ValueError):
-        raise InputFileError(f"checkpoint {path} has malformed metadata") from None
-    if not isinstance(payload["meta"], dict):
-        raise InputFileError(f"checkpoint {path} has malformed metadata (not a JSON object)")
-    return payload
-
-
-def load_checkpoint(path: Path) -> tuple[dict, dict[str, Any]]:
-    """Load a checkpoint safely. Anything that needs code objects to unpickle is refused."""
-    payload = _load_payload(path)
-    return payload["model"], payload["meta"]
 
 
 def save_train_state(
@@ -92,12 +46,12 @@ def save_train_state(
         "rng": {k: v.cpu() for k, v in rng.items()},
         "meta": json.dumps(meta),
     }
-    _save(payload, path)
+    save_payload(payload, path)
 
 
 def load_train_state(path: Path) -> dict[str, Any]:
     """The inverse of ``save_train_state``: model, optimizer (a ``state_dict``), rng, meta."""
-    payload = _load_payload(path)
+    payload = load_payload(path)
     meta = payload["meta"]
     try:
         info = meta.pop("optimizer")
@@ -110,19 +64,3 @@ def load_train_state(path: Path) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError, AttributeError):
         raise InputFileError(f"{path} is not an edgekit training state (no optimizer/RNG state)") from None
     return {"model": payload["model"], "optimizer": optimizer, "rng": rng, "meta": meta}
-
-
-def load_model_from_artifact(folder: Path, manifest) -> Any:
-    """Rebuild a zoo model from a checkpoint artifact and load its weights (eval mode)."""
-    from edgekit.models import build_model
-
-    state, _ = load_checkpoint(folder / manifest.file("checkpoint").path)
-    model = build_model(manifest.model["name"], manifest.model.get("config"))
-    try:
-        model.load_state_dict(state, strict=True)
-    except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise InputFileError(
-            f"checkpoint in {folder} does not match model {manifest.model['name']!r}: {first}"
-        ) from None
-    return model.eval()

@@ -28,7 +28,7 @@ def _ok(*args) -> None:
 def _float_logits(checkpoint, inputs: np.ndarray) -> np.ndarray:
     import torch
 
-    from edgekit.train.checkpoint import load_model_from_artifact
+    from edgekit.formats.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(checkpoint)
     model = load_model_from_artifact(folder, manifest).eval()
@@ -124,3 +124,23 @@ def test_bundle_json_pins_the_board_runtime(pte_fp32, tmp_path):
     assert "--index-url https://download.pytorch.org/whl/cpu" in text
     assert "--extra-index-url https://pypi.org/simple" in text
     assert not (tmp_path / "b" / "serve.py").exists()  # serve.py is ONNX Runtime only
+
+
+def test_the_target_sets_the_pt2e_recipe(digits_checkpoint, tmp_path):
+    from edgekit.targets import load_target
+
+    source = load_target("rpi4").source
+    text = open(source).read().replace("[runtime.executorch_quant]  # .pte int8 (PT2E, XNNPACKQuantizer): symmetric int8\n"
+                                       "per_channel = true", "[runtime.executorch_quant]\nper_channel = false")
+    assert "per_channel = false" in text
+    custom = tmp_path / "rpi4-per-tensor.toml"
+    custom.write_text(text)
+    _ok("quantize", digits_checkpoint, "--method", "static", "--format", "executorch", "--target", custom,
+        "--out", tmp_path / "q")
+    _, manifest = load_manifest(tmp_path / "q")
+    assert manifest.file("executorch").details["weights"].endswith("per tensor")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("per_channel = false", "per_channel = false\nbits = 4"))
+    result = runner.invoke(app, ["quantize", str(digits_checkpoint), "--method", "static", "--format", "executorch",
+                                 "--target", str(bad), "--out", str(tmp_path / "q2")])
+    assert result.exit_code == 2 and "bits" in result.stderr
