@@ -214,10 +214,7 @@ def _quantize_runs(method: str, names: tuple[str, ...]) -> list[tuple[str, tuple
         return [(method, tuple(names))]
     from edgekit import formats
 
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(formats.get(name).qat_api, []).append(name)
-    runs = list(groups.values())
+    runs = list(formats.by_qat_api(names).values())
     return [(method if i == 0 else f"{method}-{group[0]}", tuple(group)) for i, group in enumerate(runs)]
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from edgekit.errors import UsageError
 
@@ -52,7 +51,6 @@ class Format:
     needs_torch_model: bool = True  # written from a torch module (an .onnx source cannot feed it)
     bundle_preference: int = 100  # bundle/serve pick the lowest present when no format is given
     default: bool = True  # written by export/quantize/pipeline when no format is asked for
-    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def onnx_graph(self) -> bool:
@@ -129,11 +127,17 @@ def check(formats: tuple[str, ...] | list[str], what: str = "format") -> tuple[s
     return tuple(formats)
 
 
-def check_one_qat_api(names) -> None:
-    """QAT fine-tunes one network per fake-quant API: formats of different APIs need separate runs."""
-    apis = {}
+def by_qat_api(names) -> dict[str, list[str]]:
+    """``names`` grouped by the fake-quant API their QAT trains with, in order of first appearance."""
+    apis: dict[str, list[str]] = {}
     for name in names:
         apis.setdefault(get(name).qat_api, []).append(name)
+    return apis
+
+
+def check_one_qat_api(names) -> None:
+    """QAT fine-tunes one network per fake-quant API: formats of different APIs need separate runs."""
+    apis = by_qat_api(names)
     if len(apis) > 1:
         groups = " and ".join(f"{'/'.join(v)} ({k})" for k, v in apis.items())
         raise UsageError(f"QAT trains one network per quantization API; {groups} need separate runs "
@@ -146,10 +150,6 @@ def by_file_name(file_name: str) -> Format | None:
 
 def by_suffix(suffix: str) -> Format | None:
     return next((f for f in _load().values() if suffix.lower() in f.suffixes), None)
-
-
-def file_names() -> dict[str, str]:
-    return {f.name: f.file_name for f in _load().values()}
 
 
 def preferred(present: tuple[str, ...] | list[str]) -> str | None:

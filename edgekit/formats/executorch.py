@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgekit.errors import first_line
 from edgekit.formats import Format, register
 
 FORMAT = register(Format(
@@ -107,7 +108,7 @@ def export_program(model, examples: tuple, inputs):
         with torch.no_grad():
             return torch.export.export(model, tuple(examples), dynamic_shapes=dynamic_shapes(inputs), strict=False)
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types (UserError, GuardOnDataDependent...)
-        raise UsageError(f"torch.export cannot capture the model for ExecuTorch: {_first_line(exc)}") from None
+        raise UsageError(f"torch.export cannot capture the model for ExecuTorch: {first_line(exc, 300)}") from None
 
 
 def lower(program, path: Path, provenance: dict) -> int:
@@ -127,7 +128,7 @@ def lower(program, path: Path, provenance: dict) -> int:
         delegated = _count_delegates(edge.exported_program().graph_module)
         buffer = edge.to_executorch().buffer
     except Exception as exc:  # noqa: BLE001 - the lowering passes raise many types
-        raise EdgekitError(f"cannot lower the model to ExecuTorch/XNNPACK: {_first_line(exc)}") from None
+        raise EdgekitError(f"cannot lower the model to ExecuTorch/XNNPACK: {first_line(exc, 300)}") from None
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(buffer)
     return delegated
@@ -186,7 +187,7 @@ def load_method(path: Path):
     try:
         return _load_forward(path)
     except Exception as exc:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError
-        raise InputFileError(f"{path} is not a loadable ExecuTorch program ({_first_line(exc)})") from None
+        raise InputFileError(f"{path} is not a loadable ExecuTorch program ({first_line(exc, 300)})") from None
 
 
 def read_provenance(path: Path) -> dict:
@@ -219,8 +220,3 @@ def predictor(path, details: dict | None = None, threads: int = 1):
         return np.concatenate([run([a[i:i + limit] for a in arrays]) for i in range(0, rows, limit)])
 
     return predict
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ class FloatExport:
     torchscript_mode: str = "trace"
     optimize: bool = False
     external_data: bool | None = None
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

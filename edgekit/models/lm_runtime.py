@@ -95,7 +95,7 @@ def _file_step(folder, manifest, entry, device, threads):
     import torch
 
     from edgekit import formats
-    from edgekit.errors import EdgekitError
+    from edgekit.errors import EdgekitError, first_line
 
     if device not in ("cpu", "auto"):
         raise UsageError(f"{entry.format} language models run on the CPU here, not {device!r}")
@@ -107,8 +107,7 @@ def _file_step(folder, manifest, entry, device, threads):
     except EdgekitError:
         raise
     except Exception as exc:  # noqa: BLE001 - each runtime raises its own exception family
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputFileError(f"{path} is not a loadable {entry.format} model: {first}") from None
+        raise InputFileError(f"{path} is not a loadable {entry.format} model: {first_line(exc)}") from None
     dtype = np.dtype(manifest.inputs[0].dtype) if manifest.inputs else np.dtype(np.int64)
 
     def step(ids: list[int]):
