@@ -19,10 +19,10 @@ def generate_command(
     top_k: int = typer.Option(20, "--top-k", help="Sample among the k most likely tokens (0: all)."),
     seed: Optional[int] = typer.Option(None, help="Random seed for reproducible samples."),
     device: str = typer.Option("cpu", help="cpu, cuda, cuda:N, mps or auto."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Model file to run: checkpoint, onnx or torchscript (default: the first of these the artifact has)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Model file to run: checkpoint, onnx, executorch or torchscript (default: the first of these the artifact has)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Generate text from a transformer-lm or lstm-lm artifact (checkpoint, or int8/exported TorchScript or ONNX)."""
+    """Generate text from a transformer-lm or lstm-lm artifact (checkpoint, or int8/exported ONNX, .pte or TorchScript)."""
     from edgekit.models.generation import generate_text
 
     result = generate_text(checkpoint, prompt, max_tokens, temperature, top_k, seed, device, fmt)

@@ -28,6 +28,7 @@ class Format:
     suffixes: tuple[str, ...]  # file suffixes that identify it
     backend: str  # module with export_float / copy_quantized / predictor
     quantizer: str  # module with dynamic / static / qat (the int8 route for this format)
+    serve_model: str  # "module:callable" (folder, manifest, entry, threads) -> the model `edgekit serve` runs
     board_runtime: str  # the distribution that runs it on the board (bundle pins, memory estimates)
     board_requirements: tuple[str, ...] = ()  # more distributions the board needs besides numpy
     # the board installs exactly the pinned list (pip --no-deps): the runtime's declared dependencies

@@ -65,9 +65,10 @@ def load_checkpoint(path: Path) -> tuple[dict, dict[str, Any]]:
 
 def load_model_from_artifact(folder: Path, manifest) -> Any:
     """Rebuild a zoo model from a checkpoint artifact and load its weights (eval mode)."""
+    from edgekit.artifacts import CHECKPOINT
     from edgekit.models import build_model
 
-    state, _ = load_checkpoint(folder / manifest.file("checkpoint").path)
+    state, _ = load_checkpoint(folder / manifest.file(CHECKPOINT).path)
     model = build_model(manifest.model["name"], manifest.model.get("config"))
     try:
         model.load_state_dict(state, strict=True)

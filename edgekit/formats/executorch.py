@@ -10,6 +10,7 @@ batches in chunks. Provenance travels inside the program as a constant method
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from edgekit.errors import first_line
@@ -21,6 +22,7 @@ FORMAT = register(Format(
     suffixes=(".pte",),
     backend="edgekit.formats.executorch",
     quantizer="edgekit.quantize.int8_executorch",
+    serve_model="edgekit.serve.pte_model:ExecuTorchModel",
     board_runtime="executorch",
     # What ``executorch.runtime`` imports to run a program (found by installing executorch with
     # --no-deps into an empty venv and adding what each import asked for), torch's own
@@ -74,8 +76,9 @@ def _load_forward(path: Path):
         return loader.load_program(Path(path)).load_method("forward")
 
 
-def dynamic_shapes(inputs) -> tuple:
-    """torch.export dims for each input's dynamic axes, bounded so the memory plan stays small."""
+def dynamic_shapes(inputs, narrowed: dict | None = None) -> tuple:
+    """torch.export dims for each input's dynamic axes, bounded so the memory plan stays small;
+    ``narrowed`` maps a dim's name to tighter (min, max) bounds the model itself imposes."""
     from torch.export import Dim
 
     has_sequence = any(name != "batch" for spec in inputs for name in spec.dynamic_axes.values())
@@ -86,10 +89,38 @@ def dynamic_shapes(inputs) -> tuple:
         for axis, name in spec.dynamic_axes.items():
             if name not in dims:
                 high = (MAX_BATCH_WITH_SEQUENCE if has_sequence else MAX_BATCH) if name == "batch" else MAX_SEQUENCE
-                dims[name] = Dim(_dim_name(name), min=1, max=high)
+                low, high = (narrowed or {}).get(_dim_name(name), (1, high))
+                dims[name] = Dim(_dim_name(name), min=low, max=high)
             axes[axis] = dims[name]
         shapes.append(axes or None)
     return tuple(shapes)
+
+
+_SUGGESTED_DIM = re.compile(r"^\s*(\w+) = Dim\('(\w+)'((?:, (?:min|max)=\d+)*)\)\s*$")
+
+
+def narrowed_bounds(message: str, inputs) -> dict | None:
+    """Tighter dim bounds from torch.export's "Suggested fixes" (e.g. a language model's positional
+    table caps the sequence at its context: ``sequence = Dim('sequence', max=128)``).
+
+    Only narrowing within our own bounds is taken; a suggestion to make an axis a constant, or
+    anything not understood, returns None (the export stays an error)."""
+    if "Suggested fixes:" not in message:
+        return None
+    ours = {_dim_name(name) for spec in inputs for name in spec.dynamic_axes.values()}
+    narrowed = {}
+    for line in message.split("Suggested fixes:", 1)[1].strip().splitlines():
+        if not line.strip():
+            break
+        found = _SUGGESTED_DIM.match(line)
+        if not found or found.group(1) != found.group(2) or found.group(1) not in ours:
+            return None
+        bounds = dict(part.split("=") for part in found.group(3).replace(" ", "").split(",") if part)
+        low, high = int(bounds.get("min", 1)), int(bounds.get("max", MAX_SEQUENCE))
+        if not 1 <= low <= high:
+            return None
+        narrowed[found.group(1)] = (low, high)
+    return narrowed or None
 
 
 def _dim_name(name: str) -> str:
@@ -104,11 +135,18 @@ def export_program(model, examples: tuple, inputs):
 
     if not isinstance(model, torch.fx.GraphModule):  # a PT2E graph is already in eval form, and refuses eval()
         model = model.eval()
-    try:
-        with torch.no_grad():
-            return torch.export.export(model, tuple(examples), dynamic_shapes=dynamic_shapes(inputs), strict=False)
-    except Exception as exc:  # noqa: BLE001 - torch.export raises many types (UserError, GuardOnDataDependent...)
-        raise UsageError(f"torch.export cannot capture the model for ExecuTorch: {first_line(exc, 300)}") from None
+    narrowed = None
+    for _ in range(2):  # once more with the bounds the model itself imposes, when torch.export names them
+        try:
+            with torch.no_grad():
+                return torch.export.export(model, tuple(examples), dynamic_shapes=dynamic_shapes(inputs, narrowed),
+                                           strict=False)
+        except Exception as exc:  # noqa: BLE001 - torch.export raises many types (UserError, GuardOnDataDependent...)
+            error = exc
+            narrowed = None if narrowed else narrowed_bounds(str(exc), inputs)
+            if narrowed is None:
+                break
+    raise UsageError(f"torch.export cannot capture the model for ExecuTorch: {first_line(error, 300)}") from None
 
 
 def lower(program, path: Path, provenance: dict) -> int:

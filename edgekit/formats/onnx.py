@@ -10,6 +10,7 @@ FORMAT = register(Format(
     suffixes=(".onnx",),
     backend="edgekit.formats.onnx",
     quantizer="edgekit.quantize.int8_onnx",
+    serve_model="edgekit.serve.loader:open_onnx",
     board_runtime="onnxruntime",
     runtime_footprint_mb=64.0,
     host_modules=("onnxruntime", "onnx"),

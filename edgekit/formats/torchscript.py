@@ -14,6 +14,7 @@ FORMAT = register(Format(
     suffixes=(".pt", ".pth", ".ts", ".ptl", ".torchscript"),
     backend="edgekit.formats.torchscript",
     quantizer="edgekit.quantize.int8_torchscript",
+    serve_model="edgekit.serve.loader:TorchModel",
     board_runtime="torch",
     runtime_footprint_mb=256.0,
     # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;

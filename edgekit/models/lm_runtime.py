@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from edgekit.artifacts import CHECKPOINT
 from edgekit.errors import InputFileError, UsageError
 
 TOKENIZER_FILE = "tokenizer.json"
-CHECKPOINT = "checkpoint"
 _MAX_PARENT_HOPS = 4
 
 

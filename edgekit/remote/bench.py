@@ -138,11 +138,11 @@ def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | Non
     if path.is_file():
         if path.name.endswith((".tar.gz", ".tgz")):
             raise UsageError(f"{path} is an archive; give the bundle folder it was made beside (or unpack it)")
-        if fmt is None:  # from the suffix (the format table); anything else is taken for TorchScript, as before
+        if fmt is None:  # from the suffix (the format table); else from the folder's bundle.json or manifest
             from edgekit import formats
 
             known = formats.by_suffix(path.suffix)
-            fmt = known.name if known else "torchscript"
+            fmt = known.name if known else None
         folder = path.parent
     else:
         folder = path
@@ -159,8 +159,11 @@ def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | Non
     _, manifest = load_manifest(folder)
     if manifest.kind != "export":
         raise UsageError(f"{folder} is neither a bundle nor an export folder; export it (edgekit export) first")
-    if path.is_file() and manifest.file(fmt).path != path.name:
-        raise UsageError(f"{path} is not the {fmt} model listed in {folder}/manifest.json")
+    if path.is_file():
+        listed = next((f for f in manifest.files if f.path == path.name and fmt in (None, f.format)), None)
+        if listed is None:
+            raise UsageError(f"{path} is not {f'the {fmt}' if fmt else 'a'} model listed in {folder}/manifest.json")
+        fmt = listed.format
     # A bundle made on the fly is reproducible (stamped with the export's time), so the copy on
     # the board is re-used by the next run of the same export.
     out = scratch / "bundle"

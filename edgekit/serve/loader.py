@@ -5,13 +5,16 @@ ExecuTorch ``.pte`` through executorch.runtime; language models also get a gener
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
+from edgekit.artifacts import CHECKPOINT
 from edgekit.errors import EdgekitError, InputFileError, UsageError
 
 
 def load_served_model(path: str | Path, fmt: str | None = None, threads: int | None = None):
-    """The model in ``path``; ``fmt`` (onnx | torchscript | executorch) picks a file when an artifact holds several."""
+    """The model in ``path``; ``fmt`` (a format name) picks a file when an artifact holds several."""
+    from edgekit import formats
     from edgekit.artifacts import load_manifest, model_file_for
 
     path = Path(path)
@@ -21,38 +24,40 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
         path = path / read_bundle_json(path)["model"]
     if path.is_dir():
         folder, manifest = load_manifest(path)
-        entries = [f for f in manifest.files if f.format in ("onnx", "torchscript", "executorch", "checkpoint")]
+        entries = [f for f in manifest.files if f.format in (*formats.names(), CHECKPOINT)]
         if fmt is not None:
             entry = manifest.file(fmt)
         elif len(entries) == 1:
             entry = entries[0]
         else:
-            entry = next((f for f in entries if f.format == "onnx"), None)
-            if entry is None:
+            best = formats.preferred([f.format for f in entries])
+            if best is None:
                 raise UsageError(f"{folder} holds several models; choose one with --format")
+            entry = manifest.file(best)
     else:
         folder, manifest, entry = model_file_for(path)
-    if entry.format == "onnx":
-        from edgekit.serve.onnx_model import OnnxModel
-
-        try:
-            model = OnnxModel(folder / entry.path, manifest.to_dict(), threads)
-        except Exception as exc:  # onnxruntime's own exception family
-            raise InputFileError(f"{folder / entry.path} cannot be served: {str(exc).splitlines()[0][:300]}") from None
-    elif entry.format == "executorch":
-        from edgekit.serve.pte_model import ExecuTorchModel
-
-        model = ExecuTorchModel(folder, manifest, entry, threads)
-    else:
+    if entry.format == CHECKPOINT:
         model = TorchModel(folder, manifest, entry, threads)
+    else:
+        module, _, name = formats.get(entry.format).serve_model.partition(":")
+        model = getattr(importlib.import_module(module), name)(folder, manifest, entry, threads)
     if manifest.task.get("type") == "language-modeling":
         vocab = manifest.model.get("config", {}).get("vocab_size")
         for spec in model.specs:  # token ids past the vocabulary are a 422, not a runtime failure
             if vocab and spec["dtype"].startswith("int") and spec["value_range"] is None:
                 spec["value_range"] = (0.0, float(vocab))
-        if entry.format != "executorch":  # lm_runtime has no .pte step: /v1/predict only
-            model.generator = Generator(folder, manifest, entry.format, threads)
+        model.generator = Generator(folder, manifest, entry.format, threads)
     return model
+
+
+def open_onnx(folder: Path, manifest, entry, threads: int | None):
+    """The ONNX wrapper (standalone, so it takes the manifest as a dict), with edgekit's errors."""
+    from edgekit.serve.onnx_model import OnnxModel
+
+    try:
+        return OnnxModel(folder / entry.path, manifest.to_dict(), threads)
+    except Exception as exc:  # onnxruntime's own exception family
+        raise InputFileError(f"{folder / entry.path} cannot be served: {str(exc).splitlines()[0][:300]}") from None
 
 
 class TorchModel:
@@ -65,7 +70,7 @@ class TorchModel:
 
         if threads:
             torch.set_num_threads(threads)
-        if entry.format == "checkpoint":
+        if entry.format == CHECKPOINT:
             from edgekit.formats.checkpoint import load_model_from_artifact
 
             self.module = load_model_from_artifact(folder, manifest)

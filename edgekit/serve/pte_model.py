@@ -21,7 +21,8 @@ class ExecuTorchModel:
         from edgekit import formats
         from edgekit.serve.inputs import spec_from_dict
 
-        ops = formats.get("executorch").ops()  # one line naming the extra when executorch is missing
+        table_entry = formats.get(entry.format)
+        ops = table_entry.ops()  # one line naming the extra when executorch is missing
         threads_now = size_threadpool(threads)
         self.method = ops.load_method(folder / entry.path)  # InputFileError for a file that is not a program
         meta = self.method.metadata
@@ -33,13 +34,15 @@ class ExecuTorchModel:
         self.outputs = list(manifest.outputs) or ["output"]
         from importlib import metadata
 
+        runtime = table_entry.board_runtime
+
         self.summary = {
             "model": manifest.model.get("name"), "task": manifest.task.get("type"), "format": entry.format,
             "path": entry.path, "precision": entry.precision, "bytes": entry.total_bytes, "sha256": entry.sha256,
             "inputs": [{"name": s["name"], "dtype": s["dtype"], "shape": list(s["shape"]) if s["shape"] else None}
                        for s in self.specs],
             "outputs": self.outputs,
-            "runtime": f"executorch {metadata.version('executorch')} ({threads_now or 'default'} threads)",
+            "runtime": f"{runtime} {metadata.version(runtime)} ({threads_now or 'default'} threads)",
         }
 
     def run(self, feed: dict) -> list:

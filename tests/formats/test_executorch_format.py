@@ -144,3 +144,23 @@ def test_the_target_sets_the_pt2e_recipe(digits_checkpoint, tmp_path):
     result = runner.invoke(app, ["quantize", str(digits_checkpoint), "--method", "static", "--format", "executorch",
                                  "--target", str(bad), "--out", str(tmp_path / "q2")])
     assert result.exit_code == 2 and "bits" in result.stderr
+
+
+def _spec(axes: dict):
+    from edgekit.artifacts import InputSpec
+
+    return InputSpec(name="tokens", dtype="int64", shape=(None, None), dynamic_axes=axes)
+
+
+@pytest.mark.parametrize("suggestion, expected", [
+    ("  sequence = Dim('sequence', max=128)", {"sequence": (1, 128)}),
+    ("  sequence = Dim('sequence', min=2, max=48)", {"sequence": (2, 48)}),
+    ("  sequence = 16", None),  # the model fixes the axis (an LSTM): not a bound we narrow to
+    ("  batch = 1\n  sequence = Dim('sequence', max=128)", None),
+    ("  other = Dim('other', max=8)", None),  # not one of our axes
+    ("  sequence = Dim('sequence', min=9, max=4)", None),
+])
+def test_torch_exports_suggested_bounds_are_taken_only_when_they_narrow(suggestion, expected):
+    message = f"Constraints violated (sequence)!\nSuggested fixes:\n{suggestion}\n\nThe error above occurred ..."
+    assert executorch.narrowed_bounds(message, [_spec({0: "batch", 1: "sequence"})]) == expected
+    assert executorch.narrowed_bounds("Constraints violated (sequence)!", [_spec({1: "sequence"})]) is None

@@ -139,3 +139,38 @@ def test_serve_streams_generated_tokens_as_server_sent_events(lm):
         assert httpx.post(f"{url}/v1/predict", json={"inputs": [[2, 3, 4]]}, timeout=60).status_code == 200
         past = httpx.post(f"{url}/v1/predict", json={"inputs": [[2, 3, 10**6]]}, timeout=60)
         assert past.status_code == 422 and past.json()["input"] == "tokens" and "outside" in past.json()["error"]
+
+
+@pytest.mark.slow
+def test_transformer_lm_as_an_executorch_program_generates_like_the_checkpoint(tmp_path):
+    """torch.export caps the sequence at the model's context (its positional table), so the .pte
+    exports with that bound instead of failing; generation and /v1/generate then run from it."""
+    pytest.importorskip("executorch")
+    httpx = pytest.importorskip("httpx")
+    from edgekit.artifacts import load_manifest
+    from edgekit.export.api import export
+    from edgekit.models.generation import generate_text
+    from edgekit.models.lm_runtime import load_language_model, load_tokenizer
+    from edgekit.serve import process
+    from edgekit.train.config import TrainConfig
+    from edgekit.train.loop import train
+
+    config = TINY["transformer-lm"]
+    ckpt, _ = train(TrainConfig(model="transformer-lm", model_config=config, max_steps=40, batch_size=16,
+                                seq_len=48, seed=0), tmp_path / "ckpt")
+    pte_dir, manifest = export(ckpt, tmp_path / "pte", ("executorch",), target="rpi4")
+    entry = manifest.file("executorch")
+    assert entry.details["max_shapes"]["sequence"] == config["max_len"]
+    assert entry.metrics["parity"]["cosine"] > 0.9999
+    folder, ckpt_manifest = load_manifest(ckpt)
+    fp32 = load_language_model(folder, ckpt_manifest)
+    program = load_language_model(*load_manifest(pte_dir), "executorch")
+    assert program.format == "executorch" and program.context == fp32.context
+    prompt_ids = load_tokenizer(folder, ckpt_manifest).encode("import numpy as np\n").tolist()
+    # 60 steps run past the 48-token context: the window slides within the program's bound
+    assert teacher_forced_agreement(fp32.step, program.step, prompt_ids, 60, fp32.context) >= 0.95
+    expected = generate_text(pte_dir, PROMPT, 10, temperature=0, fmt="executorch").text
+    with process.local_server(pte_dir, ["--threads", "1"]) as url:
+        whole = httpx.post(f"{url}/v1/generate", json={"prompt": PROMPT, "max_tokens": 10, "temperature": 0}, timeout=60)
+        assert whole.status_code == 200 and whole.json()["text"] == expected
+        assert httpx.get(f"{url}/v1/model", timeout=60).json()["format"] == "executorch"

@@ -134,6 +134,19 @@ def test_cli_remote_bench_of_an_export_folder(sshd, int8_onnx_export, tmp_path):
     assert "re-used the bundle" in from_document(json.loads(out.read_text()))[0].notes[0]
 
 
+def test_a_file_is_benched_as_the_format_its_folder_lists_it_as(int8_onnx_export, tmp_path):
+    """No format is guessed from an unknown suffix: the manifest says what a file is, or it is refused."""
+    from edgekit.errors import UsageError
+    from edgekit.remote.bench import resolve_bundle
+
+    folder, info = resolve_bundle(int8_onnx_export / "model.onnx", "rpi4", None, tmp_path / "a")
+    assert info["format"] == "onnx" and (folder / info["model"]).is_file()
+    with pytest.raises(UsageError, match="is not a model listed in"):
+        resolve_bundle(int8_onnx_export / "manifest.json", "rpi4", None, tmp_path / "b")
+    with pytest.raises(UsageError, match="is not the torchscript model listed in"):
+        resolve_bundle(int8_onnx_export / "model.onnx", "rpi4", "torchscript", tmp_path / "c")
+
+
 def test_unreachable_port_is_one_line(sshd, int8_bundle):
     from sshd_fixture import free_port
 
