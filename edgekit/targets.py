@@ -42,6 +42,14 @@ class PteQuantSettings:
 
 
 @dataclass(frozen=True)
+class TorchQuantSettings:
+    """torch.ao int8 for TorchScript files (``[runtime.torch_quant]``)."""
+
+    # weights per output channel; None: the engine's default recipe (qnnpack: per tensor, x86: per channel)
+    per_channel: bool | None = None
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     description: str
@@ -58,6 +66,7 @@ class Target:
     budgets: dict[str, float] = field(default_factory=dict)
     max_mhz: int | None = None
     pte_quant: PteQuantSettings = field(default_factory=PteQuantSettings)
+    torch_quant: TorchQuantSettings = field(default_factory=TorchQuantSettings)
     source: str = ""
 
     @property
@@ -171,6 +180,7 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
     runtime = _Reader(top.get("runtime", dict), "runtime", source)
     oq = _Reader(runtime.get("onnx_quant", dict, {}), "runtime.onnx_quant", source)
     pq = _Reader(runtime.get("executorch_quant", dict, {}), "runtime.executorch_quant", source)
+    tq = _Reader(runtime.get("torch_quant", dict, {}), "runtime.torch_quant", source)
     budgets_raw = _Reader(top.get("budgets", dict, {}), "budgets", source)
     top.done()
 
@@ -186,6 +196,8 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
     oq.done()
     pte_quant = PteQuantSettings(per_channel=pq.get("per_channel", bool, True))
     pq.done()
+    torch_quant = TorchQuantSettings(per_channel=tq.get("per_channel", bool, None))
+    tq.done()
     budgets = {key: float(budgets_raw.get(key, (int, float))) for key in BUDGET_KEYS if key in budgets_raw.table}
     budgets_raw.done()
     target = Target(
@@ -203,6 +215,7 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
         python_platform=runtime.get("python_platform", str, ""),
         onnx_quant=onnx_quant,
         pte_quant=pte_quant,
+        torch_quant=torch_quant,
         budgets=budgets,
         source=source,
     )

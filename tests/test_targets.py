@@ -52,6 +52,8 @@ def _base():
         (lambda d: d.update(budgets={"max_size_mb": True}), "not a boolean"),
         (lambda d: d.update(budgets={"max_speed": 3}), "unknown key(s) in [budgets]"),
         (lambda d: d["cpu"].pop("ram_mb"), "missing key cpu.ram_mb"),
+        (lambda d: d["runtime"].update(torch_quant={"per_channel": "yes"}), "runtime.torch_quant.per_channel"),
+        (lambda d: d["runtime"].update(torch_quant={"reduce_range": True}), "unknown key(s) in [runtime.torch_quant]"),
     ],
 )
 def test_malformed_target_is_a_clear_error(mutate, message):
@@ -67,3 +69,13 @@ def test_invalid_toml(tmp_path):
     path.write_text("name = [unclosed")
     with pytest.raises(InputFileError, match="not valid TOML"):
         load_target(str(path))
+
+
+def test_torch_int8_weight_scales_come_from_the_target():
+    """ARM boards ask qnnpack for per-channel weights; a target that says nothing keeps the engine's default."""
+    assert all(load_target(name).torch_quant.per_channel is True for name in ("rpi3", "rpi4", "rpi5", "rpi-zero2w"))
+    assert load_target("x86-64").torch_quant.per_channel is None
+    assert parse_target(_base(), "board.toml").torch_quant.per_channel is None
+    data = _base()
+    data["runtime"]["torch_quant"] = {"per_channel": False}
+    assert parse_target(data, "board.toml").torch_quant.per_channel is False

@@ -34,12 +34,14 @@ def static(job, config) -> list[Produced]:
     engine = job.target.quantized_engine
     calib = job.calibration(config)
     job.note_calibration(config, calib)
+    per_channel = job.target.torch_quant.per_channel if config.per_channel is None else bool(config.per_channel)
     qmodel = torch_backend.static_int8_fx(
-        job.float_model(), job.example_inputs(), job.torch_batches(calib), engine, exclude=exclude
+        job.float_model(), job.example_inputs(), job.torch_batches(calib), engine, exclude=exclude,
+        per_channel=per_channel,
     )
     job.save_torchscript(qmodel, FILE, engine)
     details = {"quantized_engine": engine, "backend": "torch.ao FX", "api": "torch.ao",
-               **torch_backend.describe_qconfig(engine)}
+               **torch_backend.describe_qconfig(engine, per_channel)}
     if exclude:
         details["float_layers"] = list(exclude)
     return [Produced(FILE, FORMAT.name, details)]
@@ -56,4 +58,4 @@ def qat(job, config) -> list[Produced]:
     qmodel = torch_backend.convert_qat(copy.deepcopy(prepared), engine)
     job.save_torchscript(qmodel, FILE, engine)
     return [Produced(FILE, FORMAT.name, {"quantized_engine": engine, "backend": "torch.ao FX QAT", "api": "torch.ao",
-                                         "qat": qat_info, **torch_backend.describe_qconfig(engine)})]
+                                         "qat": qat_info, **torch_backend.describe_qconfig(engine, config.per_channel)})]

@@ -74,33 +74,42 @@ def _qconfig_mapping(engine: str, exclude=(), qat: bool = False, per_channel: bo
     mapping = get_default_qat_qconfig_mapping(engine) if qat else get_default_qconfig_mapping(engine)
     if per_channel is not None:
         import torch
-        from torch.ao.quantization import FakeQuantize, MovingAveragePerChannelMinMaxObserver, MovingAverageMinMaxObserver
+        from torch.ao.quantization import (
+            FakeQuantize, MinMaxObserver, MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver,
+            PerChannelMinMaxObserver,
+        )
 
         base = mapping.global_qconfig
-        if per_channel:
-            weight = FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127,
-                                            dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+        scheme = torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric
+        if qat:
+            observer = MovingAveragePerChannelMinMaxObserver if per_channel else MovingAverageMinMaxObserver
+            weight = FakeQuantize.with_args(observer=observer, quant_min=-128, quant_max=127, dtype=torch.qint8,
+                                            qscheme=scheme)
         else:
-            weight = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
-                                            dtype=torch.qint8, qscheme=torch.per_tensor_symmetric)
+            weight = (PerChannelMinMaxObserver if per_channel else MinMaxObserver).with_args(dtype=torch.qint8,
+                                                                                             qscheme=scheme)
         mapping.set_global(QConfig(activation=base.activation, weight=weight))
     for name in exclude:
         mapping.set_module_name(name, None)
     return mapping
 
 
-def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: str, exclude=()):
+def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: str, exclude=(),
+                   per_channel: bool | None = None):
     """FX graph mode PTQ: fuse conv-bn-relu, observe ``calibration`` batches, convert to int8.
 
     ``calibration`` yields tuples of tensors (one per model input); ``exclude`` names modules
-    that stay in float.
+    that stay in float; ``per_channel`` chooses the weight scales (None: the engine's default).
     """
     import torch
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     _check_layers(model, exclude)
     with quiet(), quantized_engine(engine), torch.inference_mode(False), torch.no_grad():
-        prepared = _fx(prepare_fx, model.eval(), _qconfig_mapping(engine, exclude), example_inputs)
+        model = fold_functional_conv_bn(model.eval(), example_inputs)
+        prepared = _fx(prepare_fx, model, _qconfig_mapping(engine, exclude, per_channel=per_channel), example_inputs)
+        drop_identities(prepared)
+        absorb_clamps(prepared)
         seen = 0
         for batch in calibration:
             prepared(*batch)
@@ -110,6 +119,158 @@ def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: 
 
             raise InputFileError("calibration produced no batches")
         return convert_fx(prepared)
+
+
+def fold_functional_conv_bn(model, example_inputs: tuple):
+    """``model`` with every BatchNorm that follows a *functional* convolution folded into it.
+
+    torch.ao fuses conv -> BN only between modules; a Conv2d subclass whose forward calls
+    ``F.conv2d(x, self.weight, self.bias, ...)`` itself (e.g. TensorFlow-style "same" padding, as
+    in EfficientNet ports) is traced into, and its BN would run on int8 pre-BN activations whose
+    per-tensor range the widest channel sets. The fold goes into a copy's ``weight``/``bias`` and
+    the BN becomes an identity, so module names (``--exclude``) stay; the copy is used only if it
+    computes what ``model`` computes on ``example_inputs``, else ``model`` comes back as it is."""
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.nn.utils.fusion import fuse_conv_bn_weights
+
+    convs = {F.conv1d, F.conv2d, F.conv3d, torch.conv1d, torch.conv2d, torch.conv3d}
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:  # noqa: BLE001 - prepare_fx reports an untraceable model in its own words
+        return model
+    calls: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    pairs = []
+    for node in graph.nodes:
+        bn = model.get_submodule(node.target) if node.op == "call_module" else None
+        conv = node.args[0] if isinstance(bn, nn.modules.batchnorm._BatchNorm) and len(node.args) == 1 else None
+        if not (isinstance(conv, torch.fx.Node) and conv.op == "call_function" and conv.target in convs
+                and len(conv.users) == 1 and calls[node.target] == 1 and bn.running_mean is not None):
+            continue
+        weight = conv.args[1] if len(conv.args) > 1 else conv.kwargs.get("weight")
+        if isinstance(weight, torch.fx.Node) and weight.op == "get_attr" and weight.target.endswith(".weight"):
+            owner = weight.target[: -len(".weight")]
+            if isinstance(getattr(model.get_submodule(owner), "bias", 0), (torch.Tensor, type(None))):
+                pairs.append((owner, node.target))
+    if not pairs:
+        return model
+    folded = copy.deepcopy(model)
+    for owner_name, bn_name in pairs:
+        owner, bn = folded.get_submodule(owner_name), folded.get_submodule(bn_name)
+        owner.weight, owner.bias = fuse_conv_bn_weights(owner.weight, owner.bias, bn.running_mean, bn.running_var,
+                                                        bn.eps, bn.weight, bn.bias)
+        parent, _, child = bn_name.rpartition(".")
+        setattr(folded.get_submodule(parent), child, nn.Identity())
+    with torch.no_grad():  # a forward that does not pass self.bias would lose the BN's shift: check
+        want, got = model(*example_inputs), folded(*example_inputs)
+    if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor) and want.shape == got.shape
+            and torch.allclose(got, want, rtol=1e-3, atol=1e-4 * max(1.0, float(want.abs().max())))):
+        return model
+    return folded
+
+
+def drop_identities(prepared) -> int:
+    """observer -> Identity -> observer becomes the first observer alone: a folded BN leaves an
+    ``nn.Identity`` that torch.ao would otherwise run as a float op between int8 neighbours."""
+    from torch import nn
+    from torch.ao.quantization.observer import ObserverBase
+
+    def observer(node) -> bool:
+        return node.op == "call_module" and isinstance(prepared.get_submodule(node.target), ObserverBase)
+
+    found = []
+    for node in prepared.graph.nodes:
+        if node.op != "call_module" or not isinstance(prepared.get_submodule(node.target), nn.Identity):
+            continue
+        before, after = node.args[0] if node.args else None, next(iter(node.users), None)
+        if before is not None and after is not None and len(node.users) == 1 and observer(before) and observer(after):
+            found.append((node, after, before))
+    for node, after, before in found:
+        after.replace_all_uses_with(before)
+        prepared.graph.erase_node(after)
+        prepared.graph.erase_node(node)
+        prepared.delete_submodule(after.target)
+    if found:
+        prepared.graph.lint()
+        prepared.recompile()
+    return len(found)
+
+
+def _clamp_bounds(gm, node) -> tuple[float, float] | None:
+    """(low, high) of a ReLU6 / hardtanh node with constant bounds, else None."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if isinstance(module, nn.Hardtanh):  # nn.ReLU6 is a Hardtanh(0, 6)
+            return float(module.min_val), float(module.max_val)
+    elif node.op == "call_function" and node.target is F.relu6:
+        return 0.0, 6.0
+    elif node.op == "call_function" and node.target is F.hardtanh:
+        low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", -1.0)
+        high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", 1.0)
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            return float(low), float(high)
+    return None
+
+
+def _requantizes(gm, node) -> bool:
+    """A conv or linear (fused or not): its int8 output is requantized to its own observer's range."""
+    import torch
+    import torch.nn.functional as F
+
+    if node.op == "call_module":
+        kind = type(gm.get_submodule(node.target)).__name__
+        return kind.startswith(("Conv", "Linear"))
+    return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d, F.linear, torch.conv1d,
+                                                          torch.conv2d, torch.conv3d)
+
+
+def _saturates_at_its_range(observer) -> bool:
+    """Int8 kernels saturate at the dtype's bounds: only an observer that spans all 256 levels
+    (not ``reduce_range``'s 128, the x86 engine's default) turns saturation into the clamp."""
+    return int(getattr(observer, "quant_max", 0)) - int(getattr(observer, "quant_min", 0)) == 255
+
+
+def absorb_clamps(prepared) -> int:
+    """Conv/linear -> observer -> ReLU6 (or another constant clamp) -> observer becomes
+    conv/linear -> observer of the clamped values: the int8 output saturates at the clamp's
+    bounds, which is the clamp. torch.ao fuses conv -> ReLU but not ReLU6; unfused, the clamp
+    shares the conv's pre-activation range (EfficientNet-Lite0: hundreds wide, so [0, 6] gets a
+    few int8 steps), and torch 2.13's quantized hardtanh misreads the channels-last tensors its
+    conv kernels return (logit cosine 0.02). Returns how many clamps were absorbed."""
+    from torch.ao.quantization.observer import ObserverBase
+
+    found = []
+    for clamp in prepared.graph.nodes:
+        bounds = _clamp_bounds(prepared, clamp)
+        before = clamp.args[0] if bounds and clamp.args else None
+        if before is None or before.op != "call_module" or len(before.users) != 1 or len(clamp.users) != 1:
+            continue
+        after = next(iter(clamp.users))
+        if after.op == "call_module" and before.args and _requantizes(prepared, before.args[0]) and all(
+                isinstance(prepared.get_submodule(n.target), ObserverBase) for n in (before, after)) \
+                and _saturates_at_its_range(prepared.get_submodule(before.target)):
+            found.append((before, clamp, after, bounds))
+    for before, clamp, after, (low, high) in found:
+        # the observer records, and passes on, the clamped values: calibration still runs the clamp
+        prepared.get_submodule(before.target).register_forward_pre_hook(
+            lambda _module, args, low=low, high=high: (args[0].clamp(low, high),))
+        after.replace_all_uses_with(before)
+        prepared.graph.erase_node(after)
+        prepared.graph.erase_node(clamp)
+        prepared.delete_submodule(after.target)
+    if found:
+        prepared.graph.lint()
+        prepared.recompile()
+    return len(found)
 
 
 def _fx(prepare, model, mapping, example_inputs):
@@ -248,16 +409,19 @@ def export_ready_fake_quant(prepared):
     return model
 
 
-def describe_qconfig(engine: str) -> dict:
-    """What the engine's default recipe does, for the manifest."""
+def describe_qconfig(engine: str, per_channel: bool | None = None) -> dict:
+    """What the recipe does, for the manifest: the engine's default, with ``per_channel`` when given."""
     from torch.ao.quantization import get_default_qconfig
 
     with quiet():
         qconfig = get_default_qconfig(engine)
         activation, weight = qconfig.activation(), qconfig.weight()
+    scheme = str(weight.qscheme).replace("torch.", "")
+    if per_channel is not None:
+        scheme = "per_channel_symmetric" if per_channel else "per_tensor_symmetric"
     return {
         "activation_dtype": str(activation.dtype).replace("torch.", ""),
         "activation_reduce_range": bool(getattr(activation, "reduce_range", False)),
         "weight_dtype": str(weight.dtype).replace("torch.", ""),
-        "weight_qscheme": str(weight.qscheme).replace("torch.", ""),
+        "weight_qscheme": scheme,
     }
