@@ -68,13 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-tensor", action="store_true", help="per-tensor int8 weights (default: per channel)")
     args = parser.parse_args(argv)
 
-    from executorch.extension.pybindings import portable_lib
-
-    portable_lib._unsafe_reset_threadpool(1)  # before any program loads (see serve/pte_model.py)
     import torch
 
     from edgekit.artifacts import InputSpec
     from edgekit.formats import executorch as pte
+
+    pte.native()._unsafe_reset_threadpool(1)  # before any program loads (see serve/pte_model.py)
     from edgekit.quantize import pt2e_backend
 
     spec = [InputSpec(name="x", shape=(1, 1, 1, 1))]  # static shapes: one planned size

@@ -455,7 +455,7 @@ class TorchScriptModel:
 
 
 class ExecuTorchModel:
-    """An ExecuTorch program (``.pte``) through ``executorch.runtime``; its method takes torch tensors."""
+    """An ExecuTorch program (``.pte``) through ExecuTorch's runtime; its method takes torch tensors."""
 
     format = "executorch"
 
@@ -467,11 +467,12 @@ class ExecuTorchModel:
         self.info = import_executorch(threads)
         failure = None
         with native_stderr(self.log):
-            from executorch.runtime import Runtime
-
+            et = _executorch_native()
             try:
-                self.method = Runtime.get().load_program(path).load_method("forward")
-                meta = self.method.metadata
+                self.program = et._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
+                                                program_verification=et.Verification.InternalConsistency)
+                self.method = self.program.load_method("forward")  # must not outlive self.program
+                meta = self.method.method_meta()
                 self.planned = [meta.input_tensor_meta(i) for i in range(meta.num_inputs())]
             except Exception as exc:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError/...
                 failure = _first_line(exc)
@@ -512,7 +513,7 @@ class ExecuTorchModel:
             if want is None or array.dtype != np.dtype(want):
                 raise RunnerUsageError(f"input {name!r} is {array.dtype}; the program takes {want or info.dtype()}")
             tensors.append(torch.from_numpy(np.ascontiguousarray(array)))
-        return self.method.execute, (tensors,)
+        return self.method, (tensors,)
 
     def context(self):
         return native_stderr(self.log)
@@ -522,23 +523,21 @@ def import_executorch(threads: int) -> dict:
     """Import ExecuTorch's runtime and size its XNNPACK threadpool; the runtime facts for the result.
 
     The pool is one per process and XNNPACK keeps a pointer to it in every loaded delegate, so it
-    is resized only before the first program loads (``portable_lib`` not yet imported): a resize
+    is resized only before the first program loads (the native module not yet imported): a resize
     under a loaded delegate would free the pool it uses. Otherwise the size in effect is recorded.
     """
-    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
+    fresh = "executorch.extension.pybindings._C" not in sys.modules
     log: list[str] = []
     with native_stderr(log):  # its CPU probing logs to stderr
         try:
-            import torch  # noqa: F401 - the runtime's library needs libtorch loaded first
-            from executorch.extension.pybindings import portable_lib as et
-            from executorch.runtime import Runtime
+            et = _executorch_native()
         except ImportError as exc:
             raise RunnerError(f"the ExecuTorch runtime is not installed here (pip install executorch): {_first_line(exc)}") from None
 
         count = getattr(et, "_threadpool_get_thread_count", None)
         reset = getattr(et, "_unsafe_reset_threadpool", None)
         info = {"name": "executorch", "version": _dist_version("executorch"), "threads": None, "engine": None,
-                "providers": [b for b in ("XnnpackBackend",) if Runtime.get().backend_registry.is_available(b)]}
+                "providers": [b for b in ("XnnpackBackend",) if et._is_available(backend_name=b)]}
         if count is None or reset is None:
             info["threads_note"] = "this executorch cannot size its threadpool; it uses its default (one per performance core)"
             return info
@@ -549,6 +548,19 @@ def import_executorch(threads: int) -> dict:
                 info["threads_note"] = "the threadpool was in use in this process already; not resized"
         info["threads"] = int(count())
     return info
+
+
+def _executorch_native():
+    """ExecuTorch's native runtime module. Its public wrappers (``executorch.runtime``,
+    ``portable_lib``) also import the export toolchain, only to warn that the API is experimental:
+    about 3 s and 140 MB more on a host, which a board pays too (and which peak RSS would count)."""
+    import torch  # noqa: F401 - loads libtorch, which the extension links against
+
+    try:
+        from executorch.extension.pybindings import _C as module
+    except ImportError:  # another executorch layout: the public wrapper re-exports the same functions
+        from executorch.extension.pybindings import portable_lib as module
+    return module
 
 
 @contextlib.contextmanager

@@ -149,18 +149,18 @@ def torchscript_predictor(path: Path, threads: int, engine: str | None):
 
 
 def executorch_predictor(path: Path, threads: int):
-    """A ``.pte`` program through ``executorch.runtime`` (torch tensors in); batches past the
+    """A ``.pte`` program through ExecuTorch's runtime (torch tensors in); batches past the
     program's planned batch run in chunks of it, the way edgekit's own predictor runs them."""
     with open(path, "rb") as fh:
         head = fh.read(8)
     if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():  # the flatbuffer file identifier
         raise RuntimeError(f"{path.name} is not an ExecuTorch program (no ExecuTorch file identifier)")
-    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
+    fresh = "executorch.extension.pybindings._C" not in sys.modules
     with _native_stderr([]):  # the runtime logs its CPU probing there (and the causes of its error codes)
         import numpy as np
         import torch
-        from executorch.extension.pybindings import portable_lib as et
-        from executorch.runtime import Runtime
+
+        et = _executorch_native()
 
         if fresh and hasattr(et, "_unsafe_reset_threadpool"):  # only before any program is loaded
             et._unsafe_reset_threadpool(threads)
@@ -168,8 +168,9 @@ def executorch_predictor(path: Path, threads: int):
     log: list[str] = []
     with _native_stderr(log):
         try:
-            method = Runtime.get().load_program(path).load_method("forward")
-            sizes = [method.metadata.input_tensor_meta(i).sizes() for i in range(method.metadata.num_inputs())]
+            program, method = _load_forward(et, path)
+            meta = method.method_meta()
+            sizes = [meta.input_tensor_meta(i).sizes() for i in range(meta.num_inputs())]
             batch_bound = min((int(s[0]) for s in sizes if len(s)), default=1)
             error = None
         except Exception as exc:  # noqa: BLE001 - RuntimeError with an error code; the cause is logged
@@ -186,7 +187,7 @@ def executorch_predictor(path: Path, threads: int):
         run_log: list[str] = []
         with _native_stderr(run_log):
             try:
-                outs = [method.execute([torch.from_numpy(a) for a in chunk])[0].float().numpy() for chunk in chunks]
+                outs = [method([torch.from_numpy(a) for a in chunk])[0].float().numpy() for chunk in chunks]
                 failure = None
             except Exception as exc:  # noqa: BLE001 - as above
                 failure = _failure(exc, run_log)
@@ -194,7 +195,28 @@ def executorch_predictor(path: Path, threads: int):
             raise RuntimeError(f"ExecuTorch could not run {path.name}: {failure}")
         return np.concatenate(outs) if len(outs) > 1 else outs[0]
 
+    predict.program = program  # keeps the program alive as long as its method
     return predict, {"name": "executorch", "version": _dist_version("executorch"), "threads": count, "engine": None}
+
+
+def _executorch_native():
+    """ExecuTorch's native runtime module. Its public wrappers (``executorch.runtime``,
+    ``portable_lib``) also import the export toolchain, only to warn that the API is experimental:
+    about 3 s and 140 MB more on a host, which a board pays too."""
+    import torch  # noqa: F401 - loads libtorch, which the extension links against
+
+    try:
+        from executorch.extension.pybindings import _C as module
+    except ImportError:  # another executorch layout: the public wrapper re-exports the same functions
+        from executorch.extension.pybindings import portable_lib as module
+    return module
+
+
+def _load_forward(et, path):
+    """(program, its forward method): the method must not outlive its program."""
+    program = et._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
+                               program_verification=et.Verification.InternalConsistency)
+    return program, program.load_method("forward")
 
 
 def _failure(exc: BaseException, log: list[str]) -> str:

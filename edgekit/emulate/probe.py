@@ -96,17 +96,17 @@ def torchscript_runner(model: str, threads: int, engine: str | None):
 
 
 def executorch_runner(model: str, threads: int):
-    """A ``.pte`` program through ``executorch.runtime``; batches past its planned batch run in chunks."""
+    """A ``.pte`` program through ExecuTorch's runtime; batches past its planned batch run in chunks."""
     with open(model, "rb") as fh:
         head = fh.read(8)
     if len(head) < 8 or head[4:6] != b"ET" or not head[6:8].isdigit():  # the flatbuffer file identifier
         raise ProbeError(f"cannot load {model}: not an ExecuTorch program (no ExecuTorch file identifier)")
-    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
+    fresh = "executorch.extension.pybindings._C" not in sys.modules
     with _native_stderr([]):  # the runtime logs its CPU probing on stderr
         import numpy as np
         import torch
-        from executorch.extension.pybindings import portable_lib as et
-        from executorch.runtime import Runtime
+
+        et = _executorch_native()
 
         if fresh and hasattr(et, "_unsafe_reset_threadpool"):  # the pool is process-wide: before any load only
             et._unsafe_reset_threadpool(threads)
@@ -114,8 +114,9 @@ def executorch_runner(model: str, threads: int):
     log: list = []
     with _native_stderr(log):
         try:
-            method = Runtime.get().load_program(model).load_method("forward")
-            sizes = [method.metadata.input_tensor_meta(i).sizes() for i in range(method.metadata.num_inputs())]
+            program, method = _load_forward(et, model)
+            meta = method.method_meta()
+            sizes = [meta.input_tensor_meta(i).sizes() for i in range(meta.num_inputs())]
             error = None
         except Exception as exc:  # noqa: BLE001 - RuntimeError with an error code; the cause is logged
             error = _with_cause(exc, log)
@@ -130,7 +131,7 @@ def executorch_runner(model: str, threads: int):
         run_log: list = []
         with _native_stderr(run_log):
             try:
-                outs = [method.execute([torch.from_numpy(a) for a in chunk])[0].float().numpy() for chunk in chunks]
+                outs = [method([torch.from_numpy(a) for a in chunk])[0].float().numpy() for chunk in chunks]
                 failure = None
             except Exception as exc:  # noqa: BLE001
                 failure = _with_cause(exc, run_log)
@@ -138,7 +139,28 @@ def executorch_runner(model: str, threads: int):
             raise RuntimeError(failure)
         return np.concatenate(outs) if len(outs) > 1 else outs[0]
 
+    run.program = program  # keeps the program alive as long as its method
     return run, {"name": "executorch", "version": _dist_version("executorch"), "threads": count}
+
+
+def _executorch_native():
+    """ExecuTorch's native runtime module. Its public wrappers (``executorch.runtime``,
+    ``portable_lib``) also import the export toolchain, only to warn that the API is experimental:
+    about 3 s and 140 MB more on a host, which a board pays too."""
+    import torch  # noqa: F401 - loads libtorch, which the extension links against
+
+    try:
+        from executorch.extension.pybindings import _C as module
+    except ImportError:  # another executorch layout: the public wrapper re-exports the same functions
+        from executorch.extension.pybindings import portable_lib as module
+    return module
+
+
+def _load_forward(et, path):
+    """(program, its forward method): the method must not outlive its program."""
+    program = et._load_program(str(path), enable_etdump=False, debug_buffer_size=0,
+                               program_verification=et.Verification.InternalConsistency)
+    return program, program.load_method("forward")
 
 
 def _with_cause(exc: BaseException, log: list) -> str:

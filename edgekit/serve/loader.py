@@ -1,6 +1,6 @@
 """What ``edgekit serve`` serves: an artifact, a model file in one, or a bundle folder, as a model
 object for ``edgekit.serve.app.create_app`` (ONNX through onnxruntime, TorchScript through torch,
-ExecuTorch ``.pte`` through executorch.runtime; language models also get a generator for
+ExecuTorch ``.pte`` through ExecuTorch's runtime; language models also get a generator for
 ``/v1/generate``, except from a ``.pte``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An ExecuTorch program (``.pte``) for the server: ``executorch.runtime`` behind the model
+"""An ExecuTorch program (``.pte``) for the server: ExecuTorch's native runtime behind the model
 interface of ``edgekit.serve.app`` (``specs``, ``outputs``, ``summary``, ``run``).
 
 The program is memory-planned for its largest shapes: a batch past the planned batch (one big
@@ -70,8 +70,10 @@ class ExecuTorchModel:
 def size_threadpool(threads: int | None) -> int | None:
     """Size ExecuTorch's process-wide XNNPACK threadpool, only before any program has loaded in this
     process (a loaded delegate keeps a pointer to the pool a resize frees); the size in effect."""
-    fresh = "executorch.extension.pybindings.portable_lib" not in sys.modules
-    from executorch.extension.pybindings import portable_lib as et
+    from edgekit.formats.executorch import native
+
+    fresh = "executorch.extension.pybindings._C" not in sys.modules
+    et = native()
 
     if threads and fresh and hasattr(et, "_unsafe_reset_threadpool"):
         et._unsafe_reset_threadpool(int(threads))

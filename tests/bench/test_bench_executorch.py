@@ -259,3 +259,29 @@ def test_edgekit_serve_answers_from_the_pte_over_http(art):
             np.testing.assert_allclose(np.array(a.json()["outputs"]["logits"], dtype=np.float32), torch_outputs(x),
                                        atol=1e-5, rtol=0)
         assert httpx.get(f"{url}/v1/model").json()["format"] == "executorch"
+
+
+def test_running_a_program_does_not_import_the_export_toolchain(art):
+    """ExecuTorch's public runtime wrappers import ``executorch.exir`` (about 3 s and 140 MB here);
+    edgekit's host predictor and all three board scripts load the native module instead."""
+    code = f"""
+import sys, numpy as np
+from pathlib import Path
+x = np.zeros((2, 1, 8, 8), np.float32)
+model = Path({str(art / "model.pte")!r})
+from edgekit.formats import executorch
+assert executorch.predictor(model, {{"max_shapes": {{"batch": 2}}}}, 1)(x).shape == (2, 10)
+from edgekit.bundle import check_outputs
+predict, _ = check_outputs.executorch_predictor(model, 1)
+assert predict({{"input": x}}, ["input"]).shape == (2, 10)
+from edgekit.emulate import probe
+run, _ = probe.executorch_runner(str(model), 1)
+assert run({{"input": x}}, ["input"]).shape == (2, 10)
+from edgekit.bench import runner
+fn, args = runner.ExecuTorchModel(model, 1, None).bind({{"input": x}})
+assert fn(*args)[0].shape == (2, 10)
+print(sorted(m for m in sys.modules if m.startswith(("executorch.exir", "executorch.runtime", "torchao"))))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
