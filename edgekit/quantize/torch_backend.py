@@ -179,10 +179,9 @@ def drop_identities(prepared) -> int:
     """observer -> Identity -> observer becomes the first observer alone: a folded BN leaves an
     ``nn.Identity`` that torch.ao would otherwise run as a float op between int8 neighbours."""
     from torch import nn
-    from torch.ao.quantization.observer import ObserverBase
 
     def observer(node) -> bool:
-        return node.op == "call_module" and isinstance(prepared.get_submodule(node.target), ObserverBase)
+        return node.op == "call_module" and _observes(prepared.get_submodule(node.target))
 
     found = []
     for node in prepared.graph.nodes:
@@ -233,6 +232,14 @@ def _requantizes(gm, node) -> bool:
                                                           torch.conv2d, torch.conv3d)
 
 
+def _observes(module) -> bool:
+    """An activation observer (PTQ) or fake-quant module (QAT)."""
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+    from torch.ao.quantization.observer import ObserverBase
+
+    return isinstance(module, (ObserverBase, FakeQuantizeBase))
+
+
 def _saturates_at_its_range(observer) -> bool:
     """Int8 kernels saturate at the dtype's bounds: only an observer that spans all 256 levels
     (not ``reduce_range``'s 128, the x86 engine's default) turns saturation into the clamp."""
@@ -241,13 +248,12 @@ def _saturates_at_its_range(observer) -> bool:
 
 def absorb_clamps(prepared) -> int:
     """Conv/linear -> observer -> ReLU6 (or another constant clamp) -> observer becomes
-    conv/linear -> observer of the clamped values: the int8 output saturates at the clamp's
-    bounds, which is the clamp. torch.ao fuses conv -> ReLU but not ReLU6; unfused, the clamp
-    shares the conv's pre-activation range (EfficientNet-Lite0: hundreds wide, so [0, 6] gets a
-    few int8 steps), and torch 2.13's quantized hardtanh misreads the channels-last tensors its
-    conv kernels return (logit cosine 0.02). Returns how many clamps were absorbed."""
-    from torch.ao.quantization.observer import ObserverBase
-
+    conv/linear -> observer (or fake-quant) of the clamped values: the int8 output saturates at
+    the clamp's bounds, which is the clamp. torch.ao fuses conv -> ReLU but not ReLU6; unfused,
+    the clamp shares the conv's pre-activation range (EfficientNet-Lite0: hundreds wide, so
+    [0, 6] gets a few int8 steps), and torch 2.13's quantized hardtanh misreads the
+    channels-last tensors its conv kernels return (logit cosine 0.02). Returns how many clamps
+    were absorbed."""
     found = []
     for clamp in prepared.graph.nodes:
         bounds = _clamp_bounds(prepared, clamp)
@@ -256,7 +262,7 @@ def absorb_clamps(prepared) -> int:
             continue
         after = next(iter(clamp.users))
         if after.op == "call_module" and before.args and _requantizes(prepared, before.args[0]) and all(
-                isinstance(prepared.get_submodule(n.target), ObserverBase) for n in (before, after)) \
+                _observes(prepared.get_submodule(n.target)) for n in (before, after)) \
                 and _saturates_at_its_range(prepared.get_submodule(before.target)):
             found.append((before, clamp, after, bounds))
     for before, clamp, after, (low, high) in found:
@@ -301,13 +307,16 @@ def prepare_qat(model, example_inputs: tuple, engine: str, per_channel: bool | N
 
     with quiet(), quantized_engine(engine):
         try:
-            fused = fuse_fx(model.eval())
+            fused = fuse_fx(fold_functional_conv_bn(model.eval(), example_inputs))
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise _untraceable(exc, first) from None
         with torch.inference_mode(False):
-            return _fx(prepare_qat_fx, fused.train(), _qconfig_mapping(engine, qat=True, per_channel=per_channel),
-                       example_inputs)
+            prepared = _fx(prepare_qat_fx, fused.train(),
+                           _qconfig_mapping(engine, qat=True, per_channel=per_channel), example_inputs)
+        drop_identities(prepared)
+        absorb_clamps(prepared)  # the fake-quant after the conv then trains on, and exports, the clamp
+        return prepared
 
 
 def _untraceable(exc, first):

@@ -139,3 +139,44 @@ def test_only_full_range_observers_absorb_a_clamp(engine, absorbed):
         prepared = prepare_fx(folded, torch_backend._qconfig_mapping(engine), (x,))
         assert torch_backend.drop_identities(prepared) == 2  # the two folded BNs
         assert torch_backend.absorb_clamps(prepared) == absorbed
+
+
+def _mobilenet_v2_like() -> nn.Module:
+    """Module convs -> BN -> ReLU6, as in MobileNetV2: torch.ao fuses conv-BN, not the ReLU6."""
+    torch.manual_seed(0)
+
+    def block(c_in, c_out, kernel, stride=1, groups=1):
+        return nn.Sequential(nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False),
+                             nn.BatchNorm2d(c_out), nn.ReLU6())
+
+    net = nn.Sequential(block(3, 16, 3, 2), block(16, 16, 3, groups=16), block(16, 32, 1),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    with torch.no_grad():
+        for bn in (m for m in net.modules() if isinstance(m, nn.BatchNorm2d)):
+            bn.running_var.copy_(torch.logspace(-4, 0, bn.num_features))
+            bn.weight.uniform_(0.5, 3.0)
+            bn.bias.uniform_(-1.0, 2.0)
+    return net.eval()
+
+
+def test_qat_absorbs_relu6_too_and_its_onnx_ready_copy_still_clamps():
+    """QAT's fake-quant after each conv learns [0, 6]; the converted int8 network and the copy
+    that exports to ONNX (fixed fake-quant, no ReLU6 node) both clamp through saturation."""
+    net = _mobilenet_v2_like()
+    x, held_out = _data(32, 7), _data(16, 8)
+    prepared = torch_backend.prepare_qat(net, (x[:2],), "qnnpack", per_channel=True)
+    calls = [prepared.get_submodule(n.target) for n in prepared.graph.nodes if n.op == "call_module"]
+    assert not any(isinstance(m, nn.ReLU6) for m in calls)  # all three absorbed into their fake-quants
+    with torch.no_grad():
+        prepared(x)  # observe one batch (no fine-tuning needed to check the mechanics)
+    prepared.eval()
+    with torch.no_grad():
+        want = net(held_out)
+        onnx_ready = torch_backend.export_ready_fake_quant(prepared)(held_out)
+    converted = torch_backend.convert_qat(prepared, "qnnpack")
+    assert "relu6" not in converted.code and "hardtanh" not in converted.code
+    with torch_backend.quantized_engine("qnnpack"), torch.no_grad():
+        got = converted(held_out)
+    assert float(_cosine(got, want).min()) > 0.99
+    assert float(_cosine(onnx_ready, want).min()) > 0.99
+    assert float(_cosine(onnx_ready, got).min()) > 0.999
