@@ -106,6 +106,8 @@ def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: 
 
     _check_layers(model, exclude)
     with quiet(), quantized_engine(engine), torch.inference_mode(False), torch.no_grad():
+        from edgekit.quantize.conv_bn_fold import fold_functional_conv_bn
+
         model = fold_functional_conv_bn(model.eval(), example_inputs)
         prepared = _fx(prepare_fx, model, _qconfig_mapping(engine, exclude, per_channel=per_channel), example_inputs)
         drop_identities(prepared)
@@ -119,60 +121,6 @@ def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: 
 
             raise InputFileError("calibration produced no batches")
         return convert_fx(prepared)
-
-
-def fold_functional_conv_bn(model, example_inputs: tuple):
-    """``model`` with every BatchNorm that follows a *functional* convolution folded into it.
-
-    torch.ao fuses conv -> BN only between modules; a Conv2d subclass whose forward calls
-    ``F.conv2d(x, self.weight, self.bias, ...)`` itself (e.g. TensorFlow-style "same" padding, as
-    in EfficientNet ports) is traced into, and its BN would run on int8 pre-BN activations whose
-    per-tensor range the widest channel sets. The fold goes into a copy's ``weight``/``bias`` and
-    the BN becomes an identity, so module names (``--exclude``) stay; the copy is used only if it
-    computes what ``model`` computes on ``example_inputs``, else ``model`` comes back as it is."""
-    import copy
-
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-    from torch.nn.utils.fusion import fuse_conv_bn_weights
-
-    convs = {F.conv1d, F.conv2d, F.conv3d, torch.conv1d, torch.conv2d, torch.conv3d}
-    try:
-        graph = torch.fx.symbolic_trace(model).graph
-    except Exception:  # noqa: BLE001 - prepare_fx reports an untraceable model in its own words
-        return model
-    calls: dict[str, int] = {}
-    for node in graph.nodes:
-        if node.op == "call_module":
-            calls[node.target] = calls.get(node.target, 0) + 1
-    pairs = []
-    for node in graph.nodes:
-        bn = model.get_submodule(node.target) if node.op == "call_module" else None
-        conv = node.args[0] if isinstance(bn, nn.modules.batchnorm._BatchNorm) and len(node.args) == 1 else None
-        if not (isinstance(conv, torch.fx.Node) and conv.op == "call_function" and conv.target in convs
-                and len(conv.users) == 1 and calls[node.target] == 1 and bn.running_mean is not None):
-            continue
-        weight = conv.args[1] if len(conv.args) > 1 else conv.kwargs.get("weight")
-        if isinstance(weight, torch.fx.Node) and weight.op == "get_attr" and weight.target.endswith(".weight"):
-            owner = weight.target[: -len(".weight")]
-            if isinstance(getattr(model.get_submodule(owner), "bias", 0), (torch.Tensor, type(None))):
-                pairs.append((owner, node.target))
-    if not pairs:
-        return model
-    folded = copy.deepcopy(model)
-    for owner_name, bn_name in pairs:
-        owner, bn = folded.get_submodule(owner_name), folded.get_submodule(bn_name)
-        owner.weight, owner.bias = fuse_conv_bn_weights(owner.weight, owner.bias, bn.running_mean, bn.running_var,
-                                                        bn.eps, bn.weight, bn.bias)
-        parent, _, child = bn_name.rpartition(".")
-        setattr(folded.get_submodule(parent), child, nn.Identity())
-    with torch.no_grad():  # a forward that does not pass self.bias would lose the BN's shift: check
-        want, got = model(*example_inputs), folded(*example_inputs)
-    if not (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor) and want.shape == got.shape
-            and torch.allclose(got, want, rtol=1e-3, atol=1e-4 * max(1.0, float(want.abs().max())))):
-        return model
-    return folded
 
 
 def drop_identities(prepared) -> int:
@@ -190,10 +138,15 @@ def drop_identities(prepared) -> int:
         before, after = node.args[0] if node.args else None, next(iter(node.users), None)
         if before is not None and after is not None and len(node.users) == 1 and observer(before) and observer(after):
             found.append((node, after, before))
-    for node, after, before in found:
-        after.replace_all_uses_with(before)
+    return _splice_out(prepared, found)
+
+
+def _splice_out(prepared, found: list) -> int:
+    """Remove each (op, the observer after it) pair, wiring that observer's users to ``keep``."""
+    for op, after, keep in found:
+        after.replace_all_uses_with(keep)
         prepared.graph.erase_node(after)
-        prepared.graph.erase_node(node)
+        prepared.graph.erase_node(op)
         prepared.delete_submodule(after.target)
     if found:
         prepared.graph.lint()
@@ -265,18 +218,11 @@ def absorb_clamps(prepared) -> int:
                 _observes(prepared.get_submodule(n.target)) for n in (before, after)) \
                 and _saturates_at_its_range(prepared.get_submodule(before.target)):
             found.append((before, clamp, after, bounds))
-    for before, clamp, after, (low, high) in found:
+    for before, _, _, (low, high) in found:
         # the observer records, and passes on, the clamped values: calibration still runs the clamp
         prepared.get_submodule(before.target).register_forward_pre_hook(
             lambda _module, args, low=low, high=high: (args[0].clamp(low, high),))
-        after.replace_all_uses_with(before)
-        prepared.graph.erase_node(after)
-        prepared.graph.erase_node(clamp)
-        prepared.delete_submodule(after.target)
-    if found:
-        prepared.graph.lint()
-        prepared.recompile()
-    return len(found)
+    return _splice_out(prepared, [(clamp, after, before) for before, clamp, after, _ in found])
 
 
 def _fx(prepare, model, mapping, example_inputs):
@@ -304,6 +250,8 @@ def prepare_qat(model, example_inputs: tuple, engine: str, per_channel: bool | N
     """
     import torch
     from torch.ao.quantization.quantize_fx import fuse_fx, prepare_qat_fx
+
+    from edgekit.quantize.conv_bn_fold import fold_functional_conv_bn
 
     with quiet(), quantized_engine(engine):
         try:

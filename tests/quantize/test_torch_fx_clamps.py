@@ -18,6 +18,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 from edgekit.quantize import torch_backend  # noqa: E402
+from edgekit.quantize.conv_bn_fold import fold_functional_conv_bn  # noqa: E402
 
 
 class SameConv(nn.Conv2d):
@@ -75,7 +76,7 @@ def test_bn_after_a_functional_conv_is_folded_exactly_and_the_model_is_left_alon
     net = _trained_looking_net()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     x = _data(8, 1)
-    folded = torch_backend.fold_functional_conv_bn(net, (x[:2],))
+    folded = fold_functional_conv_bn(net, (x[:2],))
     assert isinstance(folded.bn0, nn.Identity) and isinstance(folded.bn1, nn.Identity)  # after functional convs
     assert isinstance(folded.bn2, nn.BatchNorm2d)  # module conv -> BN: left to torch.ao's own fusion
     assert folded.stem.bias is not None and folded.dw.bias is not None
@@ -94,12 +95,12 @@ def test_a_conv_that_ignores_its_bias_attribute_is_not_folded():
     net = nn.Sequential(NoBiasConv(3, 4, 3, bias=False), nn.BatchNorm2d(4)).eval()
     with torch.no_grad():
         net[1].running_mean.fill_(0.5)
-    assert torch_backend.fold_functional_conv_bn(net, (_data(2, 5),)) is net
+    assert fold_functional_conv_bn(net, (_data(2, 5),)) is net
 
 
 def test_a_model_with_nothing_to_fold_comes_back_as_is():
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
-    assert torch_backend.fold_functional_conv_bn(net, (_data(2, 5),)) is net
+    assert fold_functional_conv_bn(net, (_data(2, 5),)) is net
 
 
 @pytest.mark.parametrize("per_channel", [True, False])
@@ -134,7 +135,7 @@ def test_only_full_range_observers_absorb_a_clamp(engine, absorbed):
     from torch.ao.quantization.quantize_fx import prepare_fx
 
     x = _data(2, 6)
-    folded = torch_backend.fold_functional_conv_bn(_trained_looking_net(), (x,))
+    folded = fold_functional_conv_bn(_trained_looking_net(), (x,))
     with torch_backend.quiet(), torch_backend.quantized_engine(engine):
         prepared = prepare_fx(folded, torch_backend._qconfig_mapping(engine), (x,))
         assert torch_backend.drop_identities(prepared) == 2  # the two folded BNs
