@@ -1,7 +1,7 @@
 """What ``edgekit serve`` serves: an artifact, a model file in one, or a bundle folder, as a model
 object for ``edgekit.serve.app.create_app`` (ONNX through onnxruntime, TorchScript through torch,
-ExecuTorch ``.pte`` through ExecuTorch's runtime; language models also get a generator for
-``/v1/generate``, except from a ``.pte``)."""
+ExecuTorch ``.pte`` through ExecuTorch's runtime, each format's wrapper named by its table
+entry's ``serve_model``; language models also get a generator for ``/v1/generate``)."""
 
 from __future__ import annotations
 
