@@ -65,6 +65,22 @@ class SshServer:
                 self.process.wait()
 
 
+def procs_with(marker: str) -> list[str]:
+    """Like ``pgrep -af MARKER``: command lines holding ``marker`` (read from /proc, so procps
+    need not be installed); the remote "board" is this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:  # the process ended while we looked
+            continue
+        if marker in cmdline:
+            found.append(f"{entry.name} {cmdline}")
+    return found
+
+
 def missing_tools() -> str | None:
     """Why the sshd tests cannot run here, or None."""
     if not SSHD.is_file():

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sshd_fixture import sshd  # noqa: F401 - sshd is a pytest fixture
+from sshd_fixture import procs_with, sshd  # noqa: F401 - sshd is a pytest fixture
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
@@ -32,21 +32,6 @@ def bundle(digits_static, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hostile-remote")
     exported, _ = export(digits_static, root / "int8", formats=("onnx",), target="rpi4")
     return build_bundle(exported, "rpi4", root / "rpi4", archive=False)
-
-
-def _procs_with(marker: str) -> list[str]:
-    """Command lines holding ``marker`` (from /proc: procps need not be installed)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append(f"{entry.name} {cmdline}")
-    return found
 
 
 def _wait_for(predicate, within_s: float) -> bool:
@@ -93,7 +78,7 @@ def test_interrupting_edgekit_stops_the_run_on_the_board(sshd, bundle, tmp_path,
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        started = _wait_for(lambda: any("runner.py" in p for p in _procs_with(remote_dir.name)), 120)
+        started = _wait_for(lambda: any("runner.py" in p for p in procs_with(remote_dir.name)), 120)
         assert started, "the runner never started on the board"
         proc.send_signal(signum)  # edgekit only (not its ssh child): as a CI runner cancels a job
         _, stderr = proc.communicate(timeout=90)
@@ -103,5 +88,5 @@ def test_interrupting_edgekit_stops_the_run_on_the_board(sshd, bundle, tmp_path,
             proc.wait()
     assert proc.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1] == "Error: interrupted" and "Traceback" not in stderr
-    assert _wait_for(lambda: not _procs_with(remote_dir.name), 20), _procs_with(remote_dir.name)
+    assert _wait_for(lambda: not procs_with(remote_dir.name), 20), procs_with(remote_dir.name)
     assert not list((remote_dir / ".runs").glob("*.pid"))

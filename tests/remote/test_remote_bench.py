@@ -6,7 +6,6 @@ Skipped only when OpenSSH's server is not installed (CI installs it: apt-get ins
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sshd_fixture import keygen, sshd  # noqa: F401 - sshd is a pytest fixture
+from sshd_fixture import keygen, procs_with, sshd  # noqa: F401 - sshd is a pytest fixture
 from typer.testing import CliRunner
 
 from edgekit.bench.result import from_document
@@ -54,25 +53,10 @@ def _remote_dir(tmp_path: Path) -> Path:
     return tmp_path / f"edgekit-board-{uuid.uuid4().hex[:12]}"
 
 
-def _procs_with(marker: str) -> list[str]:
-    """Like ``pgrep -af MARKER`` (read from /proc, so procps need not be installed)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:  # the process ended while we looked
-            continue
-        if marker in cmdline:
-            found.append(f"{entry.name} {cmdline}")
-    return found
-
-
 def _wait_gone(marker: str, within_s: float = 15.0) -> list[str]:
     """Processes whose command line holds ``marker``, after giving them ``within_s`` to exit."""
     deadline = time.monotonic() + within_s
-    while (left := _procs_with(marker)) and time.monotonic() < deadline:
+    while (left := procs_with(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
@@ -182,7 +166,7 @@ def test_missing_numpy_on_the_board_names_the_pip_command(sshd, int8_bundle, tmp
     [line] = _error_lines(result.stderr)
     assert line.startswith(f"Error: numpy is not installed for {bare / 'bin' / 'python'} on {sshd.host}")
     assert "-m pip install -r requirements.txt" in line and f"cd {remote_dir}/rpi4-int8-static-onnx-" in line
-    assert not _procs_with(remote_dir.name)
+    assert not procs_with(remote_dir.name)
 
 
 def test_timeout_stops_the_runner_on_the_board(sshd, int8_bundle, tmp_path):
@@ -208,7 +192,7 @@ def test_a_lost_connection_leaves_no_runner_behind(sshd, int8_bundle, tmp_path):
                                         "--min-runs", "1000000000", "--max-runs", "1000000000", "--threads", "1"],
                    timeout_s=4)
     assert done.timed_out
-    assert _procs_with(remote_dir.name), "without a terminal the runner outlives its ssh connection"
+    assert procs_with(remote_dir.name), "without a terminal the runner outlives its ssh connection"
     ssh.run(board, scripts.KILL, [str(remote_dir), run_id], timeout_s=30)
     assert _wait_gone(remote_dir.name) == []
     assert not (remote_dir / ".runs" / f"{run_id}.pid").exists()

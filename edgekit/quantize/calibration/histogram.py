@@ -69,10 +69,6 @@ class StreamingHistogram:
     def edges(self) -> np.ndarray:
         return (self.offset + np.arange(self.bins + 1, dtype=np.float64)) * self.width
 
-    def centers(self) -> np.ndarray:
-        e = self.edges()
-        return 0.5 * (e[:-1] + e[1:])
-
     def occupied(self) -> tuple[np.ndarray, np.ndarray]:
         """(counts, edges) trimmed to the bins between the first and last non-empty one."""
         if self.width == 0.0:
