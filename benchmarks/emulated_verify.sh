@@ -4,13 +4,16 @@
 # a Debian arm64 userland under QEMU user-mode emulation (Cortex-A72) and compared with this
 # host's outputs.
 #
-# With the executorch extra installed, the int8 ExecuTorch (.pte, XNNPACK) bundle is verified the
-# same way (EMULATED_EXECUTORCH=0 skips it).
+# With the executorch extra and the aarch64 cross compiler (crossbuild-essential-arm64) installed,
+# the int8 ExecuTorch (.pte) program is also bundled with the native runtime (edgekit-run, no Python
+# on the board) and verified the same way (EMULATED_NATIVE=0 skips it): it downloads only the
+# executorch aarch64 wheel (18 MB, once). EMULATED_EXECUTORCH=1 also verifies the Python .pte bundle,
+# which needs torch's CPU build for aarch64 (PyTorch's CPU index or EMULATED_TORCH_INDEX).
 #
 # The TorchScript bundle's requirements name PyTorch's CPU index (download.pytorch.org), which
-# this CI machine cannot reach; it is verified with --index-url https://pypi.org/simple, whose
-# aarch64 torch is the same version built with CUDA (about 4.6 GB installed; its CPU kernels,
-# QNNPACK included, are the ones a Pi runs). Set EMULATED_TORCHSCRIPT=0 to skip that part.
+# this CI machine cannot reach; with EMULATED_TORCHSCRIPT=1 it is verified from that index, or from
+# EMULATED_TORCH_INDEX (a mirror of it). PyPI's aarch64 torch is a CUDA build (about 4.6 GB) that
+# verify refuses to install for a board. Off by default: CI must not depend on gigabytes of wheels.
 #
 #   bash benchmarks/emulated_verify.sh [WORK_DIR]      # default WORK_DIR: runs/emulated-verify
 #
@@ -48,10 +51,11 @@ quietly() {  # the build steps' chatter goes to $log, shown only when a step fai
 quietly "$edgekit" train --model digits-cnn --out "$work/runs/digits"
 formats=onnx,torchscript
 pte=0
-if [ "${EMULATED_EXECUTORCH:-1}" != 0 ] \
-   && "$(dirname "$edgekit")/python" -c "import executorch, torchao" >/dev/null 2>&1; then
+native=0
+if "$(dirname "$edgekit")/python" -c "import executorch, torchao" >/dev/null 2>&1; then
   formats=onnx,torchscript,executorch
-  pte=1
+  [ "${EMULATED_EXECUTORCH:-0}" != 0 ] && pte=1
+  [ "${EMULATED_NATIVE:-1}" != 0 ] && command -v aarch64-linux-gnu-g++ >/dev/null && native=1
 fi
 quietly "$edgekit" quantize "$work/runs/digits" --method static --calib calib_data/digits --target rpi4 \
   --format "$formats" --out "$work/runs/digits-int8"
@@ -61,6 +65,9 @@ quietly "$edgekit" bundle "$work/dist" --target rpi4 --format torchscript --out 
 if [ "$pte" = 1 ]; then
   quietly "$edgekit" bundle "$work/dist" --target rpi4 --format executorch --out "$work/bundles/rpi4-executorch"
 fi
+if [ "$native" = 1 ]; then
+  quietly "$edgekit" bundle "$work/dist" --target rpi4 --format executorch --runtime native --out "$work/bundles/rpi4-native"
+fi
 built=$(date +%s)
 echo "emulated_verify: int8 bundles ($formats) for rpi4 built in $(( built - start ))s under $work/bundles"
 
@@ -68,17 +75,24 @@ echo "emulated_verify: int8 bundles ($formats) for rpi4 built in $(( built - sta
 verified=$(date +%s)
 echo "emulated_verify: ONNX bundle verified under emulation in $(( verified - built ))s (report: $work/verify.json)"
 
-if [ "${EMULATED_TORCHSCRIPT:-1}" != 0 ]; then
-  "$edgekit" verify "$work/bundles/rpi4-torchscript" --emulate --index-url https://pypi.org/simple \
+if [ "${EMULATED_TORCHSCRIPT:-0}" != 0 ]; then
+  "$edgekit" verify "$work/bundles/rpi4-torchscript" --emulate ${EMULATED_TORCH_INDEX:+--index-url "$EMULATED_TORCH_INDEX"} \
     --json "$work/verify-torchscript.json"
   echo "emulated_verify: TorchScript bundle verified under emulation in $(( $(date +%s) - verified ))s" \
     "(report: $work/verify-torchscript.json)"
 fi
 
+if [ "$native" = 1 ]; then
+  native_start=$(date +%s)
+  "$edgekit" verify "$work/bundles/rpi4-native" --emulate --json "$work/verify-native.json"
+  echo "emulated_verify: native .pte bundle (edgekit-run, no Python) verified under emulation in" \
+    "$(( $(date +%s) - native_start ))s (report: $work/verify-native.json)"
+fi
+
 if [ "$pte" = 1 ]; then
-  # the .pte bundle pins torch from PyTorch's CPU index too: verified from PyPI like TorchScript
+  # the .pte bundle pins torch from PyTorch's CPU index too: verified from it (or EMULATED_TORCH_INDEX)
   pte_start=$(date +%s)
-  "$edgekit" verify "$work/bundles/rpi4-executorch" --emulate --index-url https://pypi.org/simple \
+  "$edgekit" verify "$work/bundles/rpi4-executorch" --emulate ${EMULATED_TORCH_INDEX:+--index-url "$EMULATED_TORCH_INDEX"} \
     --json "$work/verify-executorch.json"
   echo "emulated_verify: ExecuTorch (.pte) bundle verified under emulation in $(( $(date +%s) - pte_start ))s" \
     "(report: $work/verify-executorch.json)"

@@ -9,8 +9,15 @@ onnxruntime load only when a stage runs.
 from __future__ import annotations
 
 import importlib
+import os
 
-__version__ = "0.1.0"
+from edgekit._version import __version__
+
+# ONNX Runtime (1.32) writes a telemetry device id and event database under ~/.cache/Microsoft at
+# import, in every process that loads it (quantize, bench runners, serve): edgekit writes only the
+# files it says it writes. Set before any onnxruntime import; children inherit it. Set the variable
+# to 0 yourself to keep ONNX Runtime's default.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __all__ = ["__version__", "api"]
 

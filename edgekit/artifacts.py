@@ -16,6 +16,9 @@ from edgekit.fileio import read_json, sha256_file, write_json
 from edgekit.outputs import safe_text
 
 MANIFEST_NAME = "manifest.json"
+# Files an artifact carries beside its models, which later stages read (and what they are):
+# every one present is listed with its checksum in the manifest's ``extra_files``.
+CARRIED_FILES = {"reference.npz": "reference data", "tokenizer.json": "tokenizer"}
 MANIFEST_SCHEMA = "edgekit.manifest"
 MANIFEST_VERSION = 1
 KINDS = ("checkpoint", "quantized", "export")
@@ -109,6 +112,9 @@ class Manifest:
     target: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     created: str = ""
+    # The files the artifact carries beside its models (CARRIED_FILES), each with its checksum:
+    # [{"path", "sha256", "bytes"}]. ``finalize`` lists them; ``load_manifest`` verifies them.
+    extra_files: tuple[dict[str, Any], ...] = ()
 
     def file(self, fmt: str) -> ModelFile:
         for entry in self.files:
@@ -125,6 +131,7 @@ class Manifest:
         data["inputs"] = [spec.to_dict() for spec in self.inputs]
         data["outputs"] = list(self.outputs)
         data["files"] = [asdict(f) for f in self.files]
+        data["extra_files"] = [dict(e) for e in self.extra_files]
         return {"schema": MANIFEST_SCHEMA, "schema_version": MANIFEST_VERSION, **data}
 
     @classmethod
@@ -158,6 +165,7 @@ class Manifest:
                 target=_plain_or_none(_typed(data.get("target"), (str, type(None)), "target"), "target", TOKEN),
                 versions=dict(_typed(data.get("versions") or {}, dict, "versions")),
                 created=str(data.get("created", "")),
+                extra_files=_extra_files(data.get("extra_files", [])),
             )
         except InputFileError as exc:
             raise InputFileError(f"{where} is malformed: {safe_text(exc)}") from None
@@ -166,8 +174,8 @@ class Manifest:
 
 
 # Names that reach file names, a bundle's README and command lines: plain tokens only.
-TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-MODEL_NAME = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}$")  # zoo names, onnx:FILE, module:pkg.mod:fn, hf:TYPE
+TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}\Z")  # zoo names, onnx:FILE, module:pkg.mod:fn, hf:TYPE
 
 
 def _plain(value: str, what: str, pattern: re.Pattern) -> str:
@@ -213,6 +221,22 @@ def _model_file(raw) -> ModelFile:
         if not isinstance(data["bytes"], int) or isinstance(data["bytes"], bool) or data["bytes"] < 0:
             raise ValueError(f"files[].data_files[].bytes must be a size in bytes, got {data['bytes']!r}")
     return entry
+
+
+def _extra_files(raw) -> tuple[dict[str, Any], ...]:
+    entries = []
+    for data in _typed(raw, list, "extra_files"):
+        _typed(data, dict, "extra_files[]")
+        if set(data) != {"path", "sha256", "bytes"}:
+            raise ValueError(f"extra_files[] must have exactly path, sha256 and bytes, got {sorted(data)[:5]}")
+        path = _typed(data["path"], str, "extra_files[].path")
+        if path not in CARRIED_FILES or any(e["path"] == path for e in entries):
+            raise ValueError(f"extra_files[].path {path[:60]!r} is not one of {', '.join(CARRIED_FILES)} (or repeated)")
+        _typed(data["sha256"], str, "extra_files[].sha256")
+        if not isinstance(data["bytes"], int) or isinstance(data["bytes"], bool) or data["bytes"] < 0:
+            raise ValueError(f"extra_files[].bytes must be a size in bytes, got {data['bytes']!r}")
+        entries.append({"path": path, "sha256": data["sha256"], "bytes": data["bytes"]})
+    return tuple(entries)
 
 
 def _check_relative(path: str) -> None:
@@ -268,12 +292,45 @@ def finalize(manifest: Manifest, folder: Path) -> Manifest:
         quantization = {**quantization, "recipe_sha256": recipe_sha256(quantization, manifest.target)}
     stamped = replace(
         manifest,
+        extra_files=carried_files(folder),
         quantization=quantization,
         versions=manifest.versions or runtime_versions(),
         created=manifest.created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
     write_json(folder / MANIFEST_NAME, stamped.to_dict())
     return stamped
+
+
+def carried_files(folder: Path) -> tuple[dict[str, Any], ...]:
+    """The ``extra_files`` entries of the carried files (CARRIED_FILES) present in ``folder``."""
+    entries = []
+    for name in CARRIED_FILES:
+        path = folder / name
+        if path.is_file() and not path.is_symlink():
+            entries.append({"path": name, "sha256": sha256_file(path), "bytes": path.stat().st_size})
+    return tuple(entries)
+
+
+def check_carried(folder: Path, manifest: Manifest, name: str | None = None) -> None:
+    """Every carried file present in ``folder`` (or just ``name``) is the one its manifest lists.
+
+    One that is absent is left to the stage that needs it (it says what is missing); one that is
+    present but unlisted, changed, or a link out of the folder is an InputFileError.
+    """
+    listed = {e["path"]: e for e in manifest.extra_files}
+    root = folder.resolve()
+    for rel in [name] if name is not None else list(CARRIED_FILES):
+        what, path = CARRIED_FILES[rel], folder / rel
+        if not (path.exists() or path.is_symlink()):
+            continue
+        if not path.resolve().is_relative_to(root):
+            raise InputFileError(f"{what} {path} points outside the artifact folder")
+        entry = listed.get(rel)
+        if entry is None:
+            raise InputFileError(f"{what} {path} is not covered by {folder / MANIFEST_NAME}'s checksums "
+                                 "(added or replaced after the artifact was made); rebuild the artifact")
+        if not path.is_file() or path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+            raise InputFileError(f"{what} {path} does not match its manifest checksum (corrupt or changed)")
 
 
 def parent_ref(folder: Path, manifest: Manifest) -> dict:
@@ -312,6 +369,7 @@ def load_manifest(path: str | Path, verify: bool = True) -> tuple[Path, Manifest
                     raise InputFileError(f"{what} missing from artifact: {file_path}")
                 if file_path.stat().st_size != size or sha256_file(file_path) != digest:
                     raise InputFileError(f"{what} {file_path} does not match its manifest checksum (corrupt or changed)")
+        check_carried(folder, manifest)
     return folder, manifest
 
 

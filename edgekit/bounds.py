@@ -67,3 +67,132 @@ def check_sampling(max_tokens, temperature, top_k) -> None:
         raise UsageError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE:g} and 100, got {temperature!r}")
     if not _is_int(top_k) or top_k < 0:
         raise UsageError(f"top_k must be >= 0 (0: no limit), got {top_k!r}")
+
+
+# -- model sizes ------------------------------------------------------------------------------
+# A zoo config (--set, a manifest's model.config) or a transformers config.json names sizes that
+# are cheap to write and slow to build: a million layers of width 1 pass any memory estimate and
+# take minutes to construct, module by module. Each size has a bound far above any real model
+# (the largest published ones have ~128 layers, 128 heads, hidden 18,432, 256k vocabularies).
+MODEL_SIZE_LIMITS = {
+    "layers": 1024,
+    "experts": 1024,
+    "heads": 1024,
+    "width": 1 << 16,  # hidden size, embedding width, channels, head dim
+    "feed-forward size": 1 << 18,
+    "vocabulary": 1 << 21,
+    "sequence length": 1 << 20,
+}
+_SEQUENCE_KEYS = {"max_len", "n_ctx", "seq_length", "seq_len", "max_seq_len", "max_seq_length", "max_sequence_length",
+                  "block_size", "window", "sliding_window", "context_length", "max_length"}
+_FFN_KEYS = {"n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "ffn_hidden_size", "ff_dim"}
+_WIDTH_KEYS = {"width", "d_model", "n_embd", "d_kv", "dim", "channels", "embedding_size"}
+
+
+def model_size_kind(key: str) -> str | None:
+    """Which kind of model size a config key names ("layers", "heads", ...), or None."""
+    name = key.lower()
+    if "layer" in name:
+        return "layers"
+    if "expert" in name:
+        return "experts"
+    if "head" in name and "dim" not in name and "size" not in name:
+        return "heads"
+    if "vocab" in name:
+        return "vocabulary"
+    if "position" in name or name in _SEQUENCE_KEYS:
+        return "sequence length"
+    if "intermediate" in name or name in _FFN_KEYS:
+        return "feed-forward size"
+    if name in _WIDTH_KEYS or name.endswith(("hidden_size", "_dim", "embed_dim")):
+        return "width"
+    return None
+
+
+def model_size_problem(key: str, value) -> str | None:
+    """Why ``value`` is not a sane model size for ``key`` (None: it is, or ``key`` is no size)."""
+    kind = model_size_kind(key)
+    if kind is None or isinstance(value, bool) or not isinstance(value, int):
+        return None
+    limit = MODEL_SIZE_LIMITS[kind]
+    if value > limit:
+        return f"more {kind} than any model has (at most {limit:,})"
+    return None
+
+
+# -- config objects ---------------------------------------------------------------------------
+def check_field_types(config) -> None:
+    """Each field of the dataclass ``config`` holds a value of its declared type, or a UsageError
+    names the field, the value and what it may be: ``TrainConfig(epochs="3")`` or
+    ``DynamicConfig(formats="onnx")`` fail here, not later as a raw TypeError deep in a stage.
+
+    Understood: ``bool``, ``int``, ``float`` (an int will do; its range is the config's to check), ``str``, ``Path`` (a str or
+    any os.PathLike will do), ``tuple[X, ...]`` (a list will do, a str will not), ``dict[K, V]``,
+    ``X | None``; anything else (``Any``, callables) is left to the config's own checks.
+    """
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(type(config))
+    for item in dataclasses.fields(config):
+        expected = hints.get(item.name)
+        value = getattr(config, item.name)
+        if expected is not None and not _conforms(value, expected):
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise UsageError(f"{type(config).__name__}.{item.name} must be {_describe(expected)}, "
+                             f"got {shown} ({type(value).__name__})")
+
+
+def _conforms(value, expected) -> bool:
+    import types
+    import typing
+    from pathlib import Path
+
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, arg) for arg in args)
+    if expected is type(None):
+        return value is None
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return _is_int(value)
+    if expected is float:  # the range (finite, positive, ...) is the config's own check, with its own words
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    if expected is Path:
+        return isinstance(value, (str, os.PathLike))
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_conforms(v, args[0]) for v in value)
+        return len(args) == len(value) and all(_conforms(v, a) for v, a in zip(value, args))
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False
+        key, item = args if len(args) == 2 else (typing.Any, typing.Any)
+        return all(_conforms(k, key) and _conforms(v, item) for k, v in value.items())
+    return True  # Any, Callable, a class of the config's own: its own checks judge
+
+
+def _describe(expected) -> str:
+    import types
+    import typing
+    from pathlib import Path
+
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in args)
+    names = {type(None): "None", bool: "true or false (a bool)", int: "an integer", float: "a number",
+             str: "a string", Path: "a path (str or Path)"}
+    if expected in names:
+        return names[expected]
+    plural = {bool: "bools", int: "integers", float: "numbers", str: "strings", Path: "paths"}
+    if origin is tuple:
+        return f"a tuple (or list) of {plural.get(args[0], 'values') if args else 'values'}"
+    if origin is dict:
+        return "a dict" + (f" with {plural.get(args[0], 'typed')[:-1]} keys" if args else "")
+    return getattr(expected, "__name__", str(expected))

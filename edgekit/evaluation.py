@@ -6,6 +6,8 @@ from typing import Callable
 
 import numpy as np
 
+from edgekit.errors import first_line
+
 # A batch of inputs (one array, or arrays by input name) -> a batch of outputs (e.g. logits).
 Predict = Callable[[np.ndarray | dict[str, np.ndarray]], np.ndarray]
 
@@ -34,25 +36,33 @@ def torch_predictor(module) -> Predict:
     return predict
 
 
-def onnx_predictor(path, threads: int = 1) -> Predict:
-    import onnxruntime as ort
+def board_predictor(fmt: str, path, threads: int | None = 1, engine: str | None = None) -> Predict:
+    """The model file at ``path`` run by the board's runtime for ``fmt`` (the code a board runs);
+    ``threads`` None leaves the runtime's thread settings as this process has them."""
+    from edgekit.board.errors import BoardError, BoardUsageError
+    from edgekit.board.runtimes import open_model
+    from edgekit.errors import InputFileError, UsageError
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
+    try:
+        runtime = open_model(fmt, path, threads, engine)
+    except BoardError as exc:
+        raise InputFileError(f"{path} is not a loadable {fmt} model ({first_line(exc)})") from None
 
     def predict(batch) -> np.ndarray:
-        return session.run(None, dict(zip(names, as_arrays(batch))))[0]
+        try:
+            with runtime.context():
+                return runtime.run(as_arrays(batch))[0]
+        except BoardUsageError as exc:
+            raise UsageError(f"{path}: {first_line(exc)}") from None
 
+    predict.runtime = runtime  # keeps a loaded program alive with its method
     return predict
 
 
-def torchscript_predictor(path, engine: str | None = None) -> Predict:
-    from edgekit.formats.torchscript_backend import load_torchscript
+def onnx_predictor(path, threads: int = 1) -> Predict:
+    from edgekit import formats
 
-    return torch_predictor(load_torchscript(path, engine))
+    return board_predictor(formats.by_suffix(".onnx").name, path, threads)
 
 
 def task_accuracy(task: dict, predict: Predict, split: str = "test") -> float | None:

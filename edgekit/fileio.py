@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -12,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from edgekit.errors import EdgekitError, InputFileError, UsageError
+from edgekit.errors import EdgekitError, InputFileError, UsageError, first_line
 
 
 def _fsync_dir(path: Path) -> None:
@@ -121,11 +123,35 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, final)
         done = True
         _fsync_dir(parent)
+    except Exception as exc:
+        _disk_full_instead(exc, parent, final)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         if not done:
             prune_empty(created)
+
+
+DISK_FULL_FREE_BYTES = 1 << 20
+
+
+def _disk_full_instead(exc: Exception, folder: Path, final: Path) -> None:
+    """Raise ENOSPC for a write into ``folder`` that failed while its filesystem is full.
+
+    Some writers never report a full disk: torch's C++ zip writer and the TorchScript ONNX
+    exporter leave a cut file behind and the next step fails on it ("wire format was corrupt",
+    "failed to find proper ai.onnx domain"). Whatever failed while writing an output, with less
+    than ``DISK_FULL_FREE_BYTES`` left where it was being written, is reported as what it is.
+    """
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if free < DISK_FULL_FREE_BYTES:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final)) from exc
 
 
 def write_bytes(final: str | os.PathLike, data: bytes) -> Path:
@@ -144,26 +170,226 @@ def write_json(final: str | os.PathLike, obj) -> Path:
 
 MAX_JSON_BYTES = 64 << 20  # manifests, bundle descriptions, bench results: far below this
 MAX_JSON_DEPTH = 32
+MAX_TOML_BYTES = 1 << 20
+MAX_INT_DIGITS = 19  # every integer edgekit reads fits in 64 bits (TOML's own limit, too)
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON file") -> dict:
-    """A JSON object from a file we did not necessarily write: size and nesting are bounded."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(f"{what} not found: {path}")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise InputFileError(f"{what} {path} is larger than {MAX_JSON_BYTES >> 20} MiB; refusing to read it")
+class NotJSONError(InputFileError):
+    """Text that is not JSON at all (as opposed to JSON whose numbers or nesting are refused)."""
+
+
+class _Malformed(Exception):
+    """Raised from inside a parser hook; becomes the InputFileError naming the file."""
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise _Malformed(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _Malformed(f"integer {text} is outside the 64-bit range")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) and text.lstrip("+-").lower() not in ("inf", "nan"):
+        raise _Malformed(f"number {text[:24]}{'...' if len(text) > 24 else ''} is out of range (it overflows to infinity)")
+    return value
+
+
+def _constant(finite: bool):
+    def parse(token: str) -> float:
+        if finite:
+            raise _Malformed(f"{token} is not allowed here (a finite number is)")
+        return float(token.replace("Infinity", "inf"))
+
+    return parse
+
+
+def _read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of a regular file, as bytes; anything else is an InputFileError."""
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputFileError(f"{what} {path} is not valid JSON ({exc})") from None
+        if not path.is_file():
+            raise InputFileError(f"{what} not found: {path}")
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
+        raise InputFileError(f"{what} {path} is larger than {size}; refusing to read it")
+    return data
+
+
+def loads_json(text: str | bytes, where: str, *, finite: bool = False, depth: int = MAX_JSON_DEPTH):
+    """A JSON value from text we did not necessarily write: integers fit in 64 bits, no number
+    overflows to infinity, nesting is at most ``depth`` levels, and with ``finite`` NaN and
+    Infinity are refused too. Anything else is an InputFileError naming ``where``."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        obj = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_constant(finite))
+    except _Malformed as exc:
+        raise InputFileError(f"{where} is malformed: {exc}") from None
     except RecursionError:
-        raise InputFileError(f"{what} {path} is nested too deeply") from None
+        raise InputFileError(f"{where} is malformed: nested too deeply (more than {depth} levels)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotJSONError(f"{where} is not valid JSON ({exc})") from None
+    except ValueError as exc:  # anything else json's scanner refuses
+        raise InputFileError(f"{where} is malformed: {first_line(exc, 200)}") from None
+    if json_depth(obj, depth + 1) > depth:
+        raise InputFileError(f"{where} is malformed: nested more than {depth} levels deep")
+    return obj
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", *, finite: bool = False,
+              max_bytes: int = MAX_JSON_BYTES) -> dict:
+    """A JSON object from a file we did not necessarily write: size, nesting and numbers are
+    bounded (see ``loads_json``); NaN/Infinity are refused with ``finite``."""
+    path = Path(path)
+    obj = loads_json(_read_bounded(path, what, max_bytes), f"{what} {path}", finite=finite)
     if not isinstance(obj, dict):
         raise InputFileError(f"{what} {path} must hold a JSON object, not {type(obj).__name__}")
-    if json_depth(obj) > MAX_JSON_DEPTH:
-        raise InputFileError(f"{what} {path} is nested more than {MAX_JSON_DEPTH} levels deep")
     return obj
+
+
+def loads_toml(text: str, where: str, *, depth: int = MAX_JSON_DEPTH) -> dict:
+    """A TOML document from text we did not necessarily write: integers fit in 64 bits (as
+    TOML requires), no float overflows to infinity (``inf``/``nan`` written as such are kept for
+    the schema to judge), nesting is at most ``depth`` levels."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(text, parse_float=_parse_float)
+    except _Malformed as exc:
+        raise InputFileError(f"{where} is malformed: {exc}") from None
+    except RecursionError:
+        raise InputFileError(f"{where} is malformed: nested too deeply (more than {depth} levels)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputFileError(f"{where} is not valid TOML: {exc}") from None
+    except ValueError as exc:  # e.g. int() refusing a 5,000-digit integer
+        reason = first_line(exc, 200)
+        if "integer string conversion" in reason:
+            reason = "an integer of thousands of digits is outside TOML's 64-bit range"
+        raise InputFileError(f"{where} is malformed: {reason}") from None
+    if json_depth(data, depth + 1) > depth:
+        raise InputFileError(f"{where} is malformed: nested more than {depth} levels deep")
+    huge = _huge_int(data)
+    if huge is not None:
+        raise InputFileError(f"{where} is malformed: an integer of {huge} digits is outside TOML's 64-bit range")
+    return data
+
+
+def read_toml(path: str | os.PathLike, what: str = "TOML file", *, max_bytes: int = MAX_TOML_BYTES) -> dict:
+    """A TOML file, bounded like ``loads_toml`` and in size; not UTF-8 is not valid TOML."""
+    path = Path(path)
+    data = _read_bounded(path, what, max_bytes)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"{what} {path} is not valid TOML: {exc}") from None
+    return loads_toml(text, f"{what} {path}")
+
+
+def _huge_int(obj) -> int | None:
+    """How many digits the first integer outside 64 bits has (None: there is none)."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+            # tomllib gives no integer of more than 4,300 digits (int() refuses them): str() is safe
+            return len(str(abs(value))) if value.bit_length() < 14_000 else int(value.bit_length() * math.log10(2)) + 1
+    return None
+
+
+MAX_NPZ_BYTES = 1 << 30
+MAX_NPZ_MEMBERS = 4096
+MAX_NPY_HEADER = 10_000
+
+
+def read_npz(path: str | os.PathLike, what: str = ".npz file", *, max_bytes: int = MAX_NPZ_BYTES) -> dict:
+    """The arrays of an ``.npz`` we did not necessarily write, read strictly: no pickles (object
+    arrays), no encrypted or repeated members, at most ``max_bytes`` expanded (declared and as
+    read: no zip bombs), and every member's ``.npy`` header must match the bytes that follow
+    (a header claiming 10^12 elements allocates nothing). Anything else is one InputFileError."""
+    import zipfile
+
+    path = Path(path)
+    where = f"{what} {path}"
+    try:
+        if not path.is_file():
+            raise InputFileError(f"{what} not found: {path}")
+        archive = zipfile.ZipFile(path)
+    except InputFileError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, struct/zlib errors, odd names, OSError
+        raise InputFileError(f"cannot read {where}: not a readable .npz archive ({first_line(exc, 200)})") from None
+    with archive:
+        members = archive.infolist()
+        if len(members) > MAX_NPZ_MEMBERS:
+            raise InputFileError(f"{where} is malformed: {len(members)} members (at most {MAX_NPZ_MEMBERS})")
+        if sum(m.file_size for m in members) > max_bytes:
+            raise InputFileError(f"{where} expands past {max_bytes >> 20} MiB; refusing to read it")
+        arrays, total = {}, 0
+        for member in members:
+            name = member.filename[:-4] if member.filename.endswith(".npy") else member.filename
+            if member.flag_bits & 0x1:
+                raise InputFileError(f"{where} is malformed: member {name[:60]!r} is encrypted")
+            if name in arrays:
+                raise InputFileError(f"{where} is malformed: member {name[:60]!r} appears twice")
+            try:
+                with archive.open(member) as fh:
+                    data = fh.read(member.file_size + 1)  # a member holding more than it says stops here
+            except Exception as exc:  # noqa: BLE001 - CRC, zlib/bz2/lzma errors, unsupported methods
+                raise InputFileError(f"cannot read {where}: member {name[:60]!r} is damaged ({first_line(exc, 200)})") from None
+            total += len(data)
+            if len(data) != member.file_size or total > max_bytes:
+                raise InputFileError(f"{where} is malformed: member {name[:60]!r} holds more than its declared size")
+            arrays[name] = npy_array(data, f"{where} member {name[:60]!r}")
+    return arrays
+
+
+def npy_array(data: bytes, where: str):
+    """One ``.npy`` from bytes: numeric or text dtypes only (no pickles); its header's shape must
+    account for exactly the bytes that follow."""
+    import io
+    import warnings
+
+    import numpy as np
+
+    fh = io.BytesIO(data)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy's literal parser warns about a hostile header's escapes
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh, max_header_size=MAX_NPY_HEADER)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh, max_header_size=MAX_NPY_HEADER)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many types on junk
+        raise InputFileError(f"{where} is not a readable .npy array ({first_line(exc, 200)})") from None
+    if dtype.hasobject:
+        raise InputFileError(f"{where} holds Python objects (a pickle, allow_pickle); refusing to load it")
+    offset = fh.tell()
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(data) - offset:
+        shown = list(shape)[:8]
+        raise InputFileError(f"{where} is malformed: its header claims shape {shown} of {dtype} "
+                             f"but {len(data) - offset} bytes follow")
+    try:
+        array = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+        return array.reshape(shape, order="F" if fortran else "C").copy()
+    except Exception as exc:  # noqa: BLE001 - e.g. a zero-sized dtype
+        raise InputFileError(f"{where} is not a readable .npy array ({first_line(exc, 200)})") from None
 
 
 def json_depth(obj, limit: int = MAX_JSON_DEPTH + 1) -> int:
@@ -201,7 +427,9 @@ def make_dirs(path: str | os.PathLike) -> list[Path]:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise EdgekitError(f"cannot create output folder {path}: {exc.strerror or exc}") from None
+        # a name no filesystem takes (a 300-character component, a loop of links) is the user's input
+        error = UsageError if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP) else EdgekitError
+        raise error(f"cannot create output folder {path}: {exc.strerror or exc}") from None
     if not path.is_dir():
         raise EdgekitError(f"cannot create output folder {path}: a file is in the way")
     if not os.access(path, os.W_OK | os.X_OK):
@@ -292,6 +520,9 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True, then=None) -> I
         yield tmp
         swap_in_dir(tmp, final, then)
         done = True
+    except Exception as exc:
+        _disk_full_instead(exc, final.parent, final)
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

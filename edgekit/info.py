@@ -90,16 +90,23 @@ def _bundle(folder: Path) -> dict:
     from edgekit.bundle.layout import read_bundle_json
 
     info = read_bundle_json(folder)
+    native = info.get("native") if isinstance(info.get("native"), dict) else None
+    needs = (f"no Python: {native.get('runner')} for {native.get('arch')} with {len(native.get('libraries') or [])} "
+             "ExecuTorch libraries in lib/" if native else
+             f"Python {info.get('python_version')} with pip, then requirements.txt ({', '.join(info.get('requirements') or [])})")
     return {
         "type": "bundle",
         "target": info["target"],
         "bundle": {
             "variant": info.get("variant"),
             "runtime": info.get("runtime"),
+            "kind": "native" if native else "python",
+            "board_needs": needs,
+            "native": native,
             "python_platform": info.get("python_platform"),
             "python_version": info.get("python_version"),
             "host_check": info.get("host_check"),
-            "folder_bytes": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
+            "folder_bytes": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()),
             "created": info.get("created"),
         },
     }

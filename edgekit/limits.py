@@ -32,9 +32,14 @@ class ResourceLimitError(UsageError):
     """The work would not fit where it has to run (exit code 2, like any other bad input)."""
 
 
-def model_memory_mb(model_bytes: int, fmt: str) -> float:
-    """Estimated resident memory (MiB) of running a model of ``model_bytes`` with ``fmt``'s runtime."""
-    return model_bytes / MIB + _footprint_mb(fmt)
+# edgekit-run and its libraries resident (the digits models peak at ~7 MiB in all, measured with VmHWM)
+NATIVE_FOOTPRINT_MB = 8.0
+
+
+def model_memory_mb(model_bytes: int, fmt: str, native: bool = False) -> float:
+    """Estimated resident memory (MiB) of running a model of ``model_bytes`` with ``fmt``'s runtime
+    (``native``: the native runner, edgekit.native, instead of the format's Python runtime)."""
+    return model_bytes / MIB + (NATIVE_FOOTPRINT_MB if native else _footprint_mb(fmt))
 
 
 def _runtime_name(fmt: str) -> str:
@@ -49,19 +54,22 @@ def _footprint_mb(fmt: str) -> float:
     return formats.get(fmt).runtime_footprint_mb if fmt in formats.names() else TORCH_FOOTPRINT_MB
 
 
-def check_model_fits(target: Target, model_bytes: int, fmt: str, what: str, force: bool = False) -> str | None:
+def check_model_fits(target: Target, model_bytes: int, fmt: str, what: str, force: bool = False,
+                     native: bool = False) -> str | None:
     """None when the model fits ``target``'s RAM; else a warning (``force``) or ResourceLimitError."""
-    return check_fits(target.ram_mb, target.name, model_bytes, fmt, what, force)
+    return check_fits(target.ram_mb, target.name, model_bytes, fmt, what, force, native)
 
 
-def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt: str, what: str, force: bool = False) -> str | None:
+def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt: str, what: str, force: bool = False,
+               native: bool = False) -> str | None:
     """``check_model_fits`` from the bare facts (a bundle records its target's ``ram_mb``)."""
-    need = model_memory_mb(model_bytes, fmt)
+    need = model_memory_mb(model_bytes, fmt, native)
     if need <= ram_mb:
         return None
-    runtime = _runtime_name(fmt)
+    runtime = "edgekit-run" if native else _runtime_name(fmt)
     message = (
-        f"{what} needs about {need:,.0f} MB of RAM ({_size(model_bytes)} model + ~{_footprint_mb(fmt):.0f} MB "
+        f"{what} needs about {need:,.0f} MB of RAM ({_size(model_bytes)} model + "
+        f"~{NATIVE_FOOTPRINT_MB if native else _footprint_mb(fmt):.0f} MB "
         f"for {runtime}), more than the {ram_mb:,} MB RAM of target {target_name!r}"
     )
     if force:

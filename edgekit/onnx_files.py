@@ -136,6 +136,54 @@ def _checked_location(path: Path, location: str, tensor: str) -> str:
     return location
 
 
+def initializer_inputs(model) -> list[str]:
+    """Names of the graph inputs that an initializer backs: weights, not inputs to feed.
+
+    IR version 3 (the ONNX model zoo's older files) lists every initializer among the graph
+    inputs; from IR 4 on such an input is an initializer a caller may override. Either way
+    edgekit treats it as a constant: its model inputs are ``model_inputs``."""
+    weights = {init.name for init in model.graph.initializer}
+    return [vi.name for vi in model.graph.input if vi.name in weights]
+
+
+def model_inputs(model) -> list:
+    """The graph inputs (ValueInfos) a caller feeds: those no initializer backs, in graph order."""
+    weights = {init.name for init in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in weights]
+
+
+def unused_initializers(model) -> list[str]:
+    """Initializers that no node reads (subgraphs included) and no graph output names."""
+    used = {name for graph in _graphs(model.graph) for node in graph.node for name in node.input}
+    used |= {vi.name for vi in model.graph.output}
+    return [init.name for init in model.graph.initializer if init.name not in used]
+
+
+def _graphs(graph):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _graphs(attr.g)
+            for sub in attr.graphs:
+                yield from _graphs(sub)
+
+
+def drop_initializer_inputs(model) -> list[str]:
+    """Remove the initializer-backed graph inputs from ``model`` (in memory), so runtimes and
+    graph optimisers see constants; IR 3 models move to IR 4, the first version that allows an
+    initializer outside the inputs. Returns the names removed."""
+    dropped = initializer_inputs(model)
+    if not dropped:
+        return []
+    kept = model_inputs(model)
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    if model.ir_version < 4:
+        model.ir_version = 4
+    return dropped
+
+
 def copy(source: str | os.PathLike, dest: str | os.PathLike) -> list[str]:
     """Copy a model file and its external data files into ``dest``'s folder; returns the data names.
 

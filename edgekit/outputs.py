@@ -8,10 +8,16 @@ asks this module first:
   folder or one above it are refused.
 - ``check_not_inputs``: an output equal to, inside, or a parent of any input is refused.
 - ``foreign_entries``: an existing folder may be replaced only when it is an edgekit output of
-  the same kind (its manifest, bundle.json or pipeline.json proves it) holding nothing else.
+  the same kind (its manifest, bundle.json or pipeline.json proves it) holding nothing else, at
+  every depth: each file is one the proof lists (manifest ``files``, SHA256SUMS) or a name that
+  kind writes itself, each sub-folder holds only such files, and the artifacts inside a pipeline
+  run folder pass their own check (the rules are in ``edgekit.ownership``).
 - ``claim_output``: all of the above plus a lock, so two runs into one folder cannot interleave.
-- ``check_report_paths``: report files may not be folders, repeat each other, or land on or
-  inside an input.
+- ``check_report_paths``: report files may not be folders, links, special files, repeat each
+  other, or land on or inside an input; an existing one is replaced only when edgekit wrote it
+  (its JSON ``schema``, or the generator mark of a Markdown, JUnit XML or HTML report).
+
+Output names (``--out``, report paths) may not hold control characters (a newline, ESC, ...).
 """
 
 from __future__ import annotations
@@ -19,31 +25,30 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from edgekit.errors import EdgekitError, UsageError
-
-MANIFEST_NAME = "manifest.json"
-REFERENCE_NAME = "reference.npz"
-#: What each artifact kind writes beside the model files its manifest lists.
-ARTIFACT_EXTRAS = {
-    "checkpoint": ("checkpoint.pt", "last.pt", "metrics.jsonl", "tokenizer.json", "profile"),
-    "quantized": (REFERENCE_NAME, "tokenizer.json"),  # a language model's vocabulary (lm_runtime.carry_tokenizer)
-    "export": (REFERENCE_NAME, "tokenizer.json"),
-}
-#: The entries of a pipeline run folder (each sub-folder is an artifact it guards on its own).
-PIPELINE_ENTRIES = (
-    "checkpoint", "quantized", "export", "bench.json", "gate.json", "gate.md", "junit.xml",
-    "pipeline.json", "pipeline.md", "report.html",
+from edgekit.ownership import (  # noqa: F401  (the names callers know from edgekit.outputs)
+    ARTIFACT_EXTRAS,
+    KINDS,
+    MANIFEST_NAME,
+    MAX_PROOF_BYTES,
+    PIPELINE_ENTRIES,
+    REFERENCE_NAME,
+    REPORT_FORMATS,
+    describe_report_format,
+    foreign_entries,
+    generator_mark,
+    owned_tree,
+    parse_sums,
+    read_proof,
+    read_sums,
+    report_written_by_edgekit,
 )
-KINDS = (*ARTIFACT_EXTRAS, "bundle", "pipeline")
-
-_TEMP = re.compile(r"^\..+\.(\d+-[a-z0-9_]{8}\.tmp|old-\d+|lock)$")
-MAX_PROOF_BYTES = 16 << 20  # a manifest/bundle.json/pipeline.json larger than this proves nothing
 
 
 class OutputBusyError(EdgekitError):
@@ -55,6 +60,7 @@ def normalise_out(out: str | os.PathLike, flag: str = "--out") -> Path:
     text = os.fspath(out)
     if not text or "\x00" in text:
         raise UsageError(f"{flag} must name a folder")
+    check_name_text(text, flag)
     given = Path(text)
     if given.name in ("", ".", ".."):
         raise UsageError(f"{flag} {safe_text(text)} must end in a folder name (e.g. dist/model), not '.' or '..'")
@@ -85,70 +91,6 @@ def check_not_inputs(out: Path, inputs: Iterable[str | os.PathLike | None], flag
             raise UsageError(f"{flag} {safe_text(out)} holds the input {safe_text(item)}; choose another folder")
         if target.is_relative_to(source):
             raise UsageError(f"{flag} {safe_text(out)} lies inside the input {safe_text(item)}; choose another folder")
-
-
-def foreign_entries(folder: Path, kind: str) -> list[str]:
-    """What in ``folder`` edgekit did not write as an output of ``kind`` (sorted; [] when none).
-
-    A folder with no proof of ownership (manifest of that kind, bundle.json + SHA256SUMS,
-    pipeline.json) is foreign as a whole: its first entry is named.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"unknown output kind {kind!r}")
-    entries = sorted(p.name for p in folder.iterdir() if not _TEMP.match(p.name))
-    if not entries:
-        return []
-    owned = _owned(folder, kind)
-    if owned is None:
-        return entries
-    return [name for name in entries if name not in owned]
-
-
-def _owned(folder: Path, kind: str) -> set[str] | None:
-    if kind == "bundle":
-        return _bundle_owned(folder)
-    if kind == "pipeline":
-        doc = read_proof(folder / "pipeline.json")
-        return set(PIPELINE_ENTRIES) if doc is not None and doc.get("schema") == "edgekit.pipeline" else None
-    doc = read_proof(folder / MANIFEST_NAME)
-    if doc is None or doc.get("schema") != "edgekit.manifest" or doc.get("kind") != kind:
-        return None
-    owned = {MANIFEST_NAME, *ARTIFACT_EXTRAS[kind]}
-    files = doc.get("files")
-    for entry in files if isinstance(files, list) else ():
-        if not isinstance(entry, dict):
-            continue
-        paths = [entry.get("path"), *(d.get("path") for d in entry.get("data_files") or () if isinstance(d, dict))]
-        owned.update(p.split("/")[0] for p in paths if isinstance(p, str) and p)
-    return owned
-
-
-def _bundle_owned(folder: Path) -> set[str] | None:
-    if read_proof(folder / "bundle.json") is None:
-        return None
-    sums = folder / "SHA256SUMS"
-    try:
-        if sums.stat().st_size > MAX_PROOF_BYTES:
-            return None
-        text = sums.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    owned = {"SHA256SUMS"}
-    for line in text.splitlines():
-        match = re.match(r"^[0-9a-f]{64} [ *](.+)$", line)
-        if match:
-            owned.add(match.group(1).split("/")[0])
-    return owned
-
-
-def read_proof(path: Path) -> dict | None:
-    try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_PROOF_BYTES:
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def check_replaceable(out: Path, kind: str, force: bool = False, flag: str = "--out") -> None:
@@ -247,19 +189,44 @@ def _read_holder(fd: int) -> str:
     return text if text.isdigit() else ""
 
 
-def check_report_paths(outputs: dict[str, str | os.PathLike | None], inputs: Iterable) -> dict[str, Path]:
-    """Report files by flag: none a folder, a link, a repeat of another, an input or inside one."""
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+            (stat.S_ISSOCK, "a socket"))
+
+
+def check_report_paths(outputs: dict[str, str | os.PathLike | None], inputs: Iterable,
+                       formats: dict[str, str] | None = None) -> dict[str, Path]:
+    """Report files by flag: none a folder, a link, a special file, a repeat of another, an input
+    or inside one; none an existing file edgekit did not write.
+
+    ``formats`` maps a flag to what its report is (``json:edgekit.gate``, ``markdown``, ``junit``,
+    ``html``; see ``REPORT_FORMATS``): an existing non-empty file there is replaced only when it
+    is such a report (without an entry, any edgekit report will do). Call it again right before
+    writing: the check is only as fresh as its last run.
+    """
     chosen = {flag: Path(path) for flag, path in outputs.items() if path is not None}
+    formats = formats or {}
     seen: dict[Path, str] = {}
     resolved_inputs = [(item, Path(os.path.realpath(item))) for item in inputs
                        if item is not None and str(item) and Path(str(item)).exists()]
     for flag, path in chosen.items():
+        text = os.fspath(path)
+        if not text or "\x00" in text:
+            raise UsageError(f"{flag} must name a file")
+        check_name_text(text, flag)
         if path.name in ("", ".", ".."):
             raise UsageError(f"{flag} {safe_text(path)} must name a file")
-        if path.is_dir():
-            raise UsageError(f"{flag} {safe_text(path)} is a folder; give a file path")
-        if path.is_symlink():
-            raise UsageError(f"{flag} {safe_text(path)} is a symbolic link; give a plain file path")
+        try:
+            info = os.lstat(path)
+        except OSError:
+            info = None  # absent (or its folder is missing or not a folder: writing says so)
+        if info is not None:
+            if stat.S_ISLNK(info.st_mode):
+                raise UsageError(f"{flag} {safe_text(path)} is a symbolic link; give a plain file path")
+            if stat.S_ISDIR(info.st_mode):
+                raise UsageError(f"{flag} {safe_text(path)} is a folder; give a file path")
+            for test, what in _SPECIAL:
+                if test(info.st_mode):
+                    raise UsageError(f"{flag} {safe_text(path)} is {what}, not a regular file; give a file path")
         resolved = Path(os.path.realpath(path))
         for item, source in resolved_inputs:
             if resolved == source:
@@ -269,7 +236,21 @@ def check_report_paths(outputs: dict[str, str | os.PathLike | None], inputs: Ite
         if resolved in seen:
             raise UsageError(f"{flag} and {seen[resolved]} both write {safe_text(path)}")
         seen[resolved] = flag
+        fmt = formats.get(flag)
+        if info is not None and info.st_size > 0 and not report_written_by_edgekit(path, fmt):
+            raise UsageError(
+                f"{flag} {safe_text(path)} exists and edgekit did not write it (it is not an {describe_report_format(fmt)}); "
+                "choose another path, or move or delete that file first"
+            )
     return chosen
+
+
+def check_name_text(text: str, flag: str) -> None:
+    """Refuse an output name holding a control character (a newline, tab, ESC, DEL, C1)."""
+    match = _CONTROL.search(text)
+    if match:
+        raise UsageError(f"{flag} {safe_text(text)} holds the control character {safe_text(match.group())}; "
+                         "choose a name without newlines, tabs or escape codes")
 
 
 def with_artifact_folders(paths: Iterable) -> list:

@@ -1,8 +1,12 @@
 """``run_pipeline``: train -> quantize -> export -> bench -> gate, every stage through files on disk.
 
+The model is a zoo model trained here, a checkpoint artifact, or any model ``edgekit quantize``
+takes (an ``.onnx`` file, ``package.module:factory``, ``hf:CONFIG``): ``edgekit.pipeline_plan``
+decides what runs for it and what is skipped (each skip a row of the table, with its reason).
+
 Layout of the output folder::
 
-    checkpoint/                 float checkpoint artifact (edgekit train)
+    checkpoint/                 float checkpoint artifact (edgekit train; zoo models only)
     quantized/<method>/         int8 artifacts (edgekit quantize)
     export/fp32/, export/int8-<method>/   verified model files (edgekit export)
     bench.json                  bench document (one result per variant)
@@ -13,19 +17,20 @@ Layout of the output folder::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from edgekit.errors import UsageError
+from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import make_dirs, prune_empty, write_json, write_text
 from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 from edgekit.outputs import claim_output
+from edgekit.pipeline_summary import ratio, summary_markdown  # noqa: F401 - re-exported
 
 Progress = Callable[[str], None]
 QUANT_METHODS = ("dynamic", "static", "qat")
 DEFAULT_METHODS = ("dynamic", "static")
+SOURCE_OPTIONS = ("input_shapes", "input_dtypes", "dynamic_axes", "input_ranges", "state_dict")
 DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
 DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
 
@@ -38,7 +43,8 @@ class PipelineConfig:
     epochs: int | None = None  # None: the model's default (ModelSpec.default_epochs)
     seed: int = 0
     calib: Path | None = None  # None: the calibration set edgekit ships for the model's dataset
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    # None: DEFAULT_METHODS, static skipped (and said) when there is no calibration data; asked for, it needs some
+    methods: tuple[str, ...] | None = None
     formats: tuple[str, ...] | None = None  # None: every format this host can write (edgekit.formats)
     threads: int | None = None
     warmup: int = 10
@@ -48,6 +54,9 @@ class PipelineConfig:
     budget_overrides: dict[str, str | float | None] = field(default_factory=dict)
     config_path: Path | None = None
     checkpoint: Path | None = None  # start from this checkpoint artifact instead of training
+    # or from any model quantize takes: model.onnx, package.module:factory, hf:CONFIG, a checkpoint folder
+    source: str | Path | None = None
+    source_options: dict[str, Any] = field(default_factory=dict)  # SOURCE_OPTIONS, as quantize() takes them
     force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
     processes: int = DEFAULT_PROCESSES
     reference: bool = True  # time the reference workload in every bench round (regression gates normalise by it)
@@ -55,6 +64,10 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         """Every setting is checked here, before anything is trained or written."""
         import math
+
+        from edgekit.bounds import check_field_types
+
+        check_field_types(self)
 
         for name, low in (("epochs", 1), ("min_runs", 1), ("warmup", 0), ("batch", 1), ("processes", 1)):
             value = getattr(self, name)
@@ -72,15 +85,20 @@ class PipelineConfig:
         check_runs(self.min_runs, "min-runs")
         if not (isinstance(self.min_time_s, (int, float)) and math.isfinite(self.min_time_s) and self.min_time_s >= 0):
             raise UsageError(f"min-time must be a number of seconds, 0 or more, got {self.min_time_s!r}")
-        for method in self.methods:
+        for method in self.methods or ():
             if method not in QUANT_METHODS:
                 raise UsageError(f"unknown method {method!r}; choose from: {', '.join(QUANT_METHODS)}")
+        if self.methods is not None and not self.methods:
+            raise UsageError(f"methods is empty; choose from: {', '.join(QUANT_METHODS)}")
+        unknown = sorted(set(self.source_options) - set(SOURCE_OPTIONS))
+        if unknown:
+            raise UsageError(f"unknown source option(s) {', '.join(unknown)}; choose from: {', '.join(SOURCE_OPTIONS)}")
         from edgekit import formats
 
         if self.formats is None:
             object.__setattr__(self, "formats", formats.available_names())
         formats.check(self.formats)
-        if "static" in self.methods and self.calib is not None and not Path(self.calib).exists():
+        if "static" in (self.methods or DEFAULT_METHODS) and self.calib is not None and not Path(self.calib).exists():
             raise UsageError(
                 f"calibration data {self.calib} not found (run from the edgekit checkout, or pass --calib)"
             )
@@ -100,6 +118,8 @@ class VariantRow:
     size_ratio: float | None = None  # vs the fp32 variant of the same format, same run
     p50_ratio: float | None = None
     p50_ratio_ci: tuple[float, float] | None = None  # 95 % interval across worker processes
+    metric: str = "accuracy"  # what judges it: task accuracy, or fidelity to the float model (no labelled data)
+    fidelity: dict | None = None  # cosine, top1_agreement (and sqnr_db) vs the float model on fixed inputs
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -112,6 +132,9 @@ class PipelineResult:
     gate_report: object  # edgekit.gates.results.GateReport
     float_accuracy: float | None
     recommended: dict | None = None  # edgekit.pipeline_verdict.recommend
+    model: str = ""  # the model's own name (a zoo name, a checkpoint's model, onnx:FILE, module:..., hf:TYPE)
+    metric: str = "accuracy"  # accuracy | fidelity: what the quality column holds
+    skipped: tuple = ()  # edgekit.pipeline_plan.Skipped: rows that were not made, and why
 
     @property
     def passed(self) -> bool:
@@ -129,18 +152,23 @@ class PipelineResult:
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
     from edgekit.targets import load_target
 
+    from edgekit.pipeline_plan import make_plan
+
     say = progress or (lambda message: None)
     target = load_target(config.target)
-    config = _with_model_defaults(config)
-    _check_before_work(config, target, say)  # budgets, sizes: refuse now, not after training
-    inputs = [config.checkpoint, config.calib, config.config_path, target.source]
+    plan = make_plan(config)  # what runs for this model, what is skipped and why: refused now if it cannot
+    config = _with_model_defaults(config, plan)
+    _check_before_work(config, target, say, plan)  # budgets, sizes: refuse now, not after training
+    inputs = [config.checkpoint, config.calib, config.config_path, target.source, *_source_paths(config)]
+    for skip in plan.skipped:
+        say(f"skip {', '.join(skip.variants)}: {skip.reason}")
     with claim_output(config.out, "pipeline", inputs=inputs, force=config.force):
         created = make_dirs(config.out)
         try:
             marker = Path(config.out) / "pipeline.json"
             if not marker.exists():  # claims the folder for a rerun, should this run stop half-way
                 write_json(marker, {"schema": "edgekit.pipeline", "schema_version": 1, "status": "incomplete"})
-            return _run(config, target, say)
+            return _run(config, plan, target, say)
         except BaseException:
             if [p.name for p in Path(config.out).iterdir()] == ["pipeline.json"] and _incomplete(marker):
                 marker.unlink()
@@ -149,62 +177,78 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> Pi
 
 
 def _incomplete(marker: Path) -> bool:
+    from edgekit.fileio import read_json
+
     try:
-        return json.loads(marker.read_text()).get("status") == "incomplete"
-    except (OSError, ValueError):
+        return read_json(marker, "pipeline marker", max_bytes=1 << 20).get("status") == "incomplete"
+    except InputFileError:
         return False
 
 
-def _with_model_defaults(config: PipelineConfig) -> PipelineConfig:
+def _source_paths(config: PipelineConfig) -> list:
+    """The files a --source model is read from: the pipeline's output may be none of them, nor hold one."""
+    if config.source is None:
+        return [config.source_options.get("state_dict")]
+    from edgekit.formats.sources import hf_config_file
+
+    text = str(config.source)
+    return [hf_config_file(text) if text.startswith("hf:") else text, config.source_options.get("state_dict")]
+
+
+def _with_model_defaults(config: PipelineConfig, plan=None) -> PipelineConfig:
     """Fill what the model decides: its training epochs and the calibration set shipped for its dataset."""
     from dataclasses import replace
 
-    from edgekit.artifacts import load_manifest
-    from edgekit.data.calibsets import default_calibration
-    from edgekit.models import get_spec
+    if plan is None:
+        from edgekit.pipeline_plan import make_plan
 
-    if config.checkpoint is not None:
-        task, epochs = load_manifest(config.checkpoint)[1].task, config.epochs
-    else:
-        spec = get_spec(config.model)
-        task, epochs = spec.task, config.epochs or spec.default_epochs
-    calib = config.calib
-    if calib is None and "static" in config.methods:
-        calib = default_calibration(task.get("dataset"))
-        if calib is None:
-            raise UsageError(f"edgekit ships no calibration data for {config.model}; pass --calib FOLDER (.npy/.npz)")
-    return replace(config, epochs=epochs, calib=calib)
-
-
-def _check_before_work(config: PipelineConfig, target, say: Progress) -> None:
-    from edgekit.artifacts import load_manifest
-    from edgekit.gates.budgets import resolve_budgets
-    from edgekit.limits import check_calibration_size, check_model_fits, float_parameter_bytes
-
-    resolve_budgets(target, config.config_path, config.budget_overrides)
-    if config.checkpoint is not None:
-        folder, trained = load_manifest(config.checkpoint)
-        if trained.kind != "checkpoint":
-            raise UsageError(f"{folder} is a {trained.kind} artifact; --checkpoint takes a float checkpoint")
-        name, model_config, inputs = trained.model["name"], trained.model.get("config"), trained.inputs
-    else:
+        plan = make_plan(config)
+    epochs = config.epochs
+    if plan.kind == "zoo":
         from edgekit.models import get_spec
 
-        spec = get_spec(config.model)
-        name, model_config = config.model, None
-        inputs = spec.input_spec(spec.config(None))
-    float_bytes = float_parameter_bytes(name, model_config)
-    for fmt in config.formats:
-        warning = check_model_fits(target, float_bytes, fmt, f"the fp32 {fmt} model of {name}", config.force)
+        epochs = epochs or get_spec(config.model).default_epochs
+    elif epochs is not None:
+        raise UsageError(f"--epochs trains a zoo model (--model); {plan.name} is taken as it is")
+    return replace(config, epochs=epochs, calib=plan.calib, methods=plan.methods)
+
+
+def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None) -> None:
+    from edgekit.gates.budgets import resolve_budgets
+    from edgekit.limits import check_calibration_size, check_model_fits
+
+    if plan is None:
+        from edgekit.pipeline_plan import make_plan
+
+        plan = make_plan(config)
+    resolve_budgets(target, config.config_path, config.budget_overrides)
+    float_bytes = _float_bytes(plan)
+    for fmt in plan.formats if float_bytes is not None else ():
+        warning = check_model_fits(target, float_bytes, fmt, f"the fp32 {fmt} model of {plan.name}", config.force)
         if warning:
             say(f"Warning: {warning}")
-    if "static" in config.methods:
+    calib = plan.calib if plan.calib is not None else config.calib
+    if "static" in plan.methods and calib is not None:
         from edgekit.quantize.calibration.data import open_calibration
 
-        warning = check_calibration_size(config.calib)
+        warning = check_calibration_size(calib)
         if warning:
             say(f"Warning: {warning}")
-        open_calibration(config.calib, inputs)  # its first batch is checked now: shape, dtype, finite values
+        open_calibration(calib, plan.inputs)  # its first batch is checked now: shape, dtype, finite values
+
+
+def _float_bytes(plan) -> int | None:
+    """The float model's weights in bytes (zoo models and checkpoints: built on the spot; an ONNX
+    file: its tensors), or None when it is not known before the model is built (module:, hf:)."""
+    if plan.kind in ("zoo", "checkpoint"):
+        from edgekit.limits import float_parameter_bytes
+
+        return float_parameter_bytes(plan.name, plan.model_config)
+    if plan.kind == "onnx":
+        from edgekit import onnx_files
+
+        return onnx_files.tensor_bytes(onnx_files.read(plan.source.onnx_path)[0])
+    return None
 
 
 def _quantize_runs(method: str, names: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
@@ -218,36 +262,35 @@ def _quantize_runs(method: str, names: tuple[str, ...]) -> list[tuple[str, tuple
     return [(method if i == 0 else f"{method}-{group[0]}", tuple(group)) for i, group in enumerate(runs)]
 
 
-def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
-    from edgekit.artifacts import load_manifest
+def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     from edgekit.bench.api import bench
     from edgekit.bench.result import to_document
     from edgekit.export.api import export
     from edgekit.quantize.api import quantize
-    from edgekit.train.config import TrainConfig
-    from edgekit.train.loop import train
 
     out = Path(config.out)
-    if config.checkpoint is not None:
-        checkpoint, trained = load_manifest(config.checkpoint)
-        say(f"using checkpoint {checkpoint} ({trained.model['name']}, test accuracy {trained.metrics.get('accuracy', float('nan')):.4f})")
-    else:
-        say(f"train {config.model} ({config.epochs} epochs)")
-        checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed),
-                                    out / "checkpoint", progress=_epoch_lines(say))
-        say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
+    plan, float_accuracy = _float_model(config, plan, out, say)
+    source, options = plan.quantize_source, plan.source_options
 
     exports = []
     say("export fp32")
-    exports.append(export(checkpoint, out / "export" / "fp32", config.formats, target))
-    for method in config.methods:
-        for label, group in _quantize_runs(method, config.formats):
+    if plan.kind == "onnx":  # the file itself is the fp32 model: shipped as ONNX Runtime runs it, checked
+        from edgekit.export.onnx_file import export_onnx_file
+
+        exports.append(export_onnx_file(plan.source, out / "export" / "fp32", target))
+    else:
+        exports.append(export(source, out / "export" / "fp32", plan.formats, target, **options))
+    for method in plan.methods:
+        for label, group in _quantize_runs(method, plan.formats):
             say(f"quantize int8 {label}")
-            options = {"calib": config.calib} if method == "static" else {}
-            quantized, _ = quantize(checkpoint, method, out / "quantized" / label, target, formats=group, **options)
+            calib = {"calib": plan.calib} if method == "static" else {}
+            quantized, _ = quantize(source, method, out / "quantized" / label, target, formats=group, **options, **calib)
             say(f"export int8 {label}")
             exports.append(export(quantized, out / "export" / f"int8-{label}", group, target))
 
+    native = _native_row(exports, out, target, say)
+    if native is not None:
+        exports.append(native)
     model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
     say(f"bench {len(model_paths)} variants on this machine ({config.processes} worker processes each, interleaved)")
     results = bench(
@@ -265,12 +308,68 @@ def _run(config: PipelineConfig, target, say: Progress) -> PipelineResult:
 
     say(f"gate against {target.name} budgets")
     report = _gate(results, target, config)
-    rows = _rows(exports, results, report)
-    result = PipelineResult(out, tuple(rows), report, trained.metrics.get("accuracy"))
+    rows = _rows(exports, results, report, plan.metric)
+    result = PipelineResult(out, tuple(rows), report, float_accuracy, model=plan.name, metric=plan.metric,
+                            skipped=plan.skipped)
     result = replace(result, recommended=recommend(rows, result.float_accuracy, _drop_budget(report)))
-    _write_summary(result, config, target)
-    _write_report(result, results, config, target)
+    from edgekit.pipeline_summary import write_report, write_summary
+
+    write_summary(result, config, target, plan)
+    write_report(result, results, target)
     return result
+
+
+def _float_model(config: PipelineConfig, plan, out: Path, say: Progress):
+    """(the plan with its checkpoint, the float model's test accuracy or None): a zoo model is
+    trained here; a checkpoint or any other source is taken as it is."""
+    if plan.kind == "zoo":
+        from edgekit.train.config import TrainConfig
+        from edgekit.train.loop import train
+
+        say(f"train {config.model} ({config.epochs} epochs)")
+        checkpoint, trained = train(TrainConfig(model=config.model, epochs=config.epochs, seed=config.seed),
+                                    out / "checkpoint", progress=_epoch_lines(say))
+        say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
+        return replace(plan, checkpoint=checkpoint), trained.metrics.get("accuracy")
+    if plan.kind == "checkpoint":
+        from edgekit.artifacts import load_manifest
+
+        _, trained = load_manifest(plan.checkpoint)
+        accuracy = trained.metrics.get("accuracy")
+        shown = "" if accuracy is None else f", test accuracy {accuracy:.4f}"
+        say(f"using checkpoint {plan.checkpoint} ({plan.name}{shown})")
+        return plan, accuracy
+    say(f"using {plan.source.label} ({plan.name}; no labelled data: judged by fidelity to the float model)"
+        if plan.metric == "fidelity" else f"using {plan.source.label} ({plan.name})")
+    return plan, plan.source.float_accuracy
+
+
+def _native_row(exports, out: Path, target, say: Progress):
+    """The int8-static ``.pte`` as a native bundle built for this host (``edgekit-run``, no Python):
+    (its folder, its manifest) for the bench, or None when there is no such export or no compiler."""
+    from dataclasses import replace as replace_fields
+
+    from edgekit import formats
+    from edgekit.artifacts import load_manifest
+    from edgekit.bundle.build import build_bundle
+    from edgekit.errors import EdgekitError
+    from edgekit.native.toolchain import host_arch
+
+    for folder, manifest in exports:
+        for entry in manifest.files:
+            variant = (entry.details or {}).get("variant", "")
+            if not (formats.get(entry.format).native_runner and variant.startswith("int8-static")):
+                continue
+            host = replace_fields(target, arch=host_arch(), mcpu="", core="")  # budgets stay the target's
+            say(f"bundle {variant} with the native runtime (edgekit-run) for this host")
+            try:
+                bundle = build_bundle(folder, host, out / "native" / variant, fmt=entry.format, runtime="native",
+                                      archive=False, force=True, progress=say)
+            except EdgekitError as exc:
+                say(f"  skipped the native row: {str(exc).splitlines()[0]}")
+                return None
+            return load_manifest(bundle)
+    return None
 
 
 def _epoch_lines(say: Progress):
@@ -283,16 +382,6 @@ def _epoch_lines(say: Progress):
             say(f"  epoch {record['epoch']}/{record['epochs']}: {metrics}")
 
     return report
-
-
-def _write_report(result: PipelineResult, results, config: PipelineConfig, target) -> None:
-    """report.html: each variant's latency distribution and the size-accuracy-latency trade-off."""
-    from edgekit.bench.html_report import write_html
-
-    verdict = "all budgets met" if result.passed else f"{len(result.gate_report.failures)} budget check(s) failed"
-    write_html(result.out / "report.html", results, title=f"edgekit pipeline: {config.model} for {target.name}",
-               subtitle=f"float test accuracy {_pct(result.float_accuracy)}; gate: {verdict}",
-               gates={row.variant: row.gate for row in result.rows})
 
 
 def _drop_budget(report) -> float | None:
@@ -312,7 +401,7 @@ def _gate(results, target, config: PipelineConfig):
     return report
 
 
-def _rows(exports, results, report) -> list[VariantRow]:
+def _rows(exports, results, report, metric: str = "accuracy") -> list[VariantRow]:
     rows = []
     pairs = [(folder, entry) for folder, manifest in exports for entry in manifest.files]
     for (folder, entry), res, ref in zip(pairs, results, report.models):
@@ -329,9 +418,19 @@ def _rows(exports, results, report) -> list[VariantRow]:
                 p99_ms=res.timing.p99,
                 peak_rss_mb=res.memory.peak_rss,
                 gate=gate,
+                metric=metric,
+                fidelity=_fidelity(entry.metrics) if metric == "fidelity" else None,
             )
         )
     return _with_ratios(rows, results)
+
+
+def _fidelity(metrics: dict) -> dict | None:
+    """Cosine and top-1 agreement to the float model: an int8 file's measured fidelity, an fp32
+    file's parity check (the same two figures, on the export's reference inputs)."""
+    found = metrics.get("fidelity") or metrics.get("parity") or {}
+    picked = {key: found.get(key) for key in ("cosine", "top1_agreement", "sqnr_db") if found.get(key) is not None}
+    return picked or None
 
 
 def _with_ratios(rows: list[VariantRow], results) -> list[VariantRow]:
@@ -357,48 +456,3 @@ def _with_ratios(rows: list[VariantRow], results) -> list[VariantRow]:
         )
     return out
 
-
-def ratio(value: float | None) -> str:
-    return "" if value is None else f" ({value:.2f}x)"
-
-
-def summary_markdown(result: PipelineResult, target_name: str) -> str:
-    lines = [
-        f"# edgekit pipeline: {target_name}",
-        "",
-        f"Float model test accuracy: {_pct(result.float_accuracy)}. Benchmarked on this machine; "
-        "ratios are against the fp32 variant of the same format, measured in the same run.",
-        "",
-        "| variant | format | size | accuracy | p50 ms | p99 ms | peak RSS | gate |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
-    ]
-    for row in result.rows:
-        lines.append(
-            f"| {row.variant} | {row.format} | {row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)} "
-            f"| {_pct(row.accuracy)} | {row.p50_ms:.3f}{ratio(row.p50_ratio)} | {row.p99_ms:.3f} "
-            f"| {row.peak_rss_mb:.0f} MB | {row.gate} |"
-        )
-    lines += ["", recommendation_line(result.recommended), ""]
-    lines += [f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
-    lines += [f"- Warning: {warning}" for warning in result.warnings]
-    return "\n".join(lines) + "\n"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}%"
-
-
-def _write_summary(result: PipelineResult, config: PipelineConfig, target) -> None:
-    doc = {
-        "schema": "edgekit.pipeline",
-        "schema_version": 1,
-        "target": target.name,
-        "model": config.model,
-        "float_accuracy": result.float_accuracy,
-        "passed": result.passed,
-        "variants": [row.to_dict() for row in result.rows],
-        "recommended": result.recommended,
-        "warnings": list(result.warnings),
-    }
-    write_json(result.out / "pipeline.json", doc)
-    write_text(result.out / "pipeline.md", summary_markdown(result, target.name))

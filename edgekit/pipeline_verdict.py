@@ -10,7 +10,9 @@ verdict flip between reruns is part of it.
   the point ratio decides, as before.
 * **recommended**: of the int8 variants whose accuracy drop is within the budget (points) and
   whose gate did not fail, the one with the lowest p50; ``pays_off`` says its interval lies
-  wholly below 1 (faster than fp32 with 95 % confidence).
+  wholly below 1 (faster than fp32 with 95 % confidence). A model without labelled data is
+  judged by fidelity: its drop is ``(1 - cosine) * 100`` points (the float model scores 1.0),
+  as ``edgekit quantize`` counts it, so the default 1 pt budget asks for a cosine of 0.99.
 """
 
 from __future__ import annotations
@@ -22,13 +24,10 @@ DEFAULT_MAX_DROP_POINTS = 1.0
 
 
 def p50_ratio(result, base) -> tuple[float, float | None, float | None]:
-    """(ratio, CI low, CI high) of ``result``'s p50 against ``base``'s; no interval without spreads."""
-    from edgekit.bench.stats import ratio_interval
+    """(ratio, CI low, CI high) of ``result``'s p50 against ``base``'s (``edgekit.bench.ratios``)."""
+    from edgekit.bench.ratios import p50_ratio as ratio_of
 
-    a, b = getattr(result, "spread", None), getattr(base, "spread", None)
-    if a is not None and b is not None and a.processes > 1 and b.processes > 1 and a.center > 0 and b.center > 0:
-        return ratio_interval(a, b)
-    return result.timing.p50 / base.timing.p50, None, None
+    return ratio_of(result, base)
 
 
 def slower_than_fp32(row) -> bool:
@@ -51,9 +50,7 @@ def recommend(rows: Sequence, float_accuracy: float | None, max_drop_points: flo
     budget = DEFAULT_MAX_DROP_POINTS if max_drop_points is None else max_drop_points
 
     def drop(row) -> float | None:
-        if row.accuracy is None or float_accuracy is None:
-            return None
-        return (float_accuracy - row.accuracy) * 100.0
+        return drop_points(row, float_accuracy)
 
     candidates = [
         row for row in rows
@@ -72,15 +69,31 @@ def recommend(rows: Sequence, float_accuracy: float | None, max_drop_points: flo
         "p50_ratio_ci": interval,
         "size_ratio": best.size_ratio,
         "accuracy_drop_points": drop(best),
+        "metric": getattr(best, "metric", "accuracy"),
+        "cosine": (getattr(best, "fidelity", None) or {}).get("cosine"),
         "pays_off": (interval[1] < 1.0) if interval is not None else best.p50_ratio < 1.0,
     }
 
 
+def drop_points(row, float_accuracy: float | None) -> float | None:
+    """The row's quality drop in points: accuracy against the float model's, or, judged by
+    fidelity, ``(1 - cosine) * 100``; None when neither was measured."""
+    if getattr(row, "metric", "accuracy") == "fidelity":
+        cosine = (getattr(row, "fidelity", None) or {}).get("cosine")
+        return None if cosine is None else (1.0 - cosine) * 100.0
+    if row.accuracy is None or float_accuracy is None:
+        return None
+    return (float_accuracy - row.accuracy) * 100.0
+
+
 def recommendation_line(rec: dict[str, Any] | None) -> str:
     if rec is None:
-        return "No int8 variant qualifies (accuracy within budget and gate not failed)."
+        return "No int8 variant qualifies (accuracy or fidelity within budget and gate not failed)."
     interval = "" if rec["p50_ratio_ci"] is None else f" (95% CI {rec['p50_ratio_ci'][0]:.2f}-{rec['p50_ratio_ci'][1]:.2f}x)"
-    drop = "" if rec["accuracy_drop_points"] is None else f", accuracy {-rec['accuracy_drop_points'] + 0.0:+.2f} pt"
+    if rec.get("metric") == "fidelity" and rec.get("cosine") is not None:
+        drop = f", cosine {rec['cosine']:.4f} to the float model"
+    else:
+        drop = "" if rec["accuracy_drop_points"] is None else f", accuracy {-rec['accuracy_drop_points'] + 0.0:+.2f} pt"
     size = "" if rec["size_ratio"] is None else f", {rec['size_ratio']:.2f}x the size"
     return (f"Recommended: {rec['variant']}: {rec['p50_ratio']:.2f}x the p50 of fp32 {rec['format']}{interval}"
             f"{size}{drop}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,9 +17,10 @@ ENGINES = ("qnnpack", "x86", "fbgemm", "onednn")
 QUANT_TYPES = ("int8", "uint8")
 BUDGET_KEYS = ("max_size_mb", "max_p50_ms", "max_p99_ms", "max_peak_rss_mb", "max_accuracy_drop", "max_error_rate")
 # Strings from a target reach file names, README.txt and command lines: plain tokens only.
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-PLATFORM_PATTERN = re.compile(r"^[A-Za-z0-9_]{0,64}$")
-CORE_PATTERN = re.compile(r"^[A-Za-z0-9._ +-]{1,64}$")  # a CPU's name, e.g. "Cortex-A72", "generic x86-64"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
+PLATFORM_PATTERN = re.compile(r"^[A-Za-z0-9_]{0,64}\Z")
+MCPU_PATTERN = re.compile(r"[a-z0-9][a-z0-9.+_-]{0,39}")  # reaches the compiler's argument list
+CORE_PATTERN = re.compile(r"^[A-Za-z0-9._ +-]{1,64}\Z")  # a CPU's name, e.g. "Cortex-A72", "generic x86-64"
 LIMITS = {"cpu.cores": 1024, "cpu.ram_mb": 1 << 24, "cpu.max_mhz": 100_000, "runtime.threads": 1024}
 MAX_DESCRIPTION = 200
 MAX_TARGET_BYTES = 1 << 20
@@ -67,6 +67,7 @@ class Target:
     max_mhz: int | None = None
     pte_quant: PteQuantSettings = field(default_factory=PteQuantSettings)
     torch_quant: TorchQuantSettings = field(default_factory=TorchQuantSettings)
+    mcpu: str = ""  # the compiler's name for the core (-mcpu= on ARM): what native runners are tuned for
     source: str = ""
 
     @property
@@ -107,13 +108,9 @@ def load_target(name_or_path: str | os.PathLike) -> Target:
         if text not in known:
             raise unknown_name("target", text, known)
         path = known[text]
-    try:
-        if path.stat().st_size > MAX_TARGET_BYTES:
-            raise InputFileError(f"target file {path} is larger than {MAX_TARGET_BYTES // 1024} KiB; not a target profile")
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"target file {path} is not valid TOML: {exc}") from None
-    return parse_target(data, str(path))
+    from edgekit.fileio import read_toml
+
+    return parse_target(read_toml(path, "target file", max_bytes=MAX_TARGET_BYTES), str(path))
 
 
 class _Reader:
@@ -156,6 +153,8 @@ def _check_strings(target: Target, source: str) -> None:
     """Names are plain tokens, numbers within what any board has, text printable on one line."""
     if not NAME_PATTERN.match(target.name):
         raise InputFileError(f"{source}: target.name {target.name[:80]!r} must be 1-64 of A-Z a-z 0-9 . _ -")
+    if target.mcpu and not MCPU_PATTERN.fullmatch(target.mcpu):
+        raise InputFileError(f"{source}: cpu.mcpu {target.mcpu[:80]!r} must be a compiler CPU name such as cortex-a72")
     if target.core and not CORE_PATTERN.match(target.core):
         raise InputFileError(f"{source}: cpu.core {target.core[:80]!r} must be 1-64 of A-Z a-z 0-9 . _ + - and spaces")
     if not PLATFORM_PATTERN.match(target.python_platform):
@@ -209,6 +208,7 @@ def parse_target(data: dict, source: str = "<target>") -> Target:
         ram_mb=cpu.get("ram_mb", int),
         isa=tuple(isa),
         max_mhz=cpu.get("max_mhz", int, None),
+        mcpu=cpu.get("mcpu", str, ""),
         threads=runtime.get("threads", int),
         quantized_engine=runtime.get("quantized_engine", str, choices=ENGINES),
         onnx_opset=runtime.get("onnx_opset", int, 17),

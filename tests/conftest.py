@@ -49,3 +49,36 @@ def one_line_error(result, code: int) -> str:
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert "Traceback" not in result.output
     return lines[0]
+
+
+# ---- skips: counted by reason, and held to tests/skip_policy.py on CI -----------------------------
+
+_SKIPS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        _SKIPS[reason] = _SKIPS.get(reason, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    from skip_policy import unexpected
+
+    if not _SKIPS:
+        return
+    terminalreporter.section(f"skips by reason ({sum(_SKIPS.values())})")
+    for reason, count in sorted(_SKIPS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count:4d}  {reason}")
+    surprising = unexpected(_SKIPS)
+    if surprising and os.environ.get("EDGEKIT_CI") == "1":
+        terminalreporter.write_line(f"FAILED: {sum(surprising.values())} test(s) skipped for reasons CI does not "
+                                    "expect (tests/skip_policy.py): install what they need in .ci/setup", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from skip_policy import unexpected
+
+    if os.environ.get("EDGEKIT_CI") == "1" and unexpected(_SKIPS) and session.exitstatus == 0:
+        session.exitstatus = 1

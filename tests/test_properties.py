@@ -76,7 +76,7 @@ NAMES = st.text(alphabet=st.characters(blacklist_characters="=", blacklist_categ
 @SETTINGS
 @given(text=st.text(max_size=30))
 def test_parse_shape_returns_positive_dims_or_value_error(text):
-    from edgekit.bench.runner import parse_shape
+    from edgekit.board.inputs import parse_shape
 
     try:
         name, dims = parse_shape(text)
@@ -91,7 +91,7 @@ def test_parse_shape_returns_positive_dims_or_value_error(text):
 @given(name=NAMES, dims=st.lists(st.integers(min_value=1, max_value=10**6), min_size=1, max_size=6),
        upper=st.booleans())
 def test_parse_shape_round_trips(name, dims, upper):
-    from edgekit.bench.runner import parse_shape
+    from edgekit.board.inputs import parse_shape
 
     text = f"{name}={('X' if upper else 'x').join(map(str, dims))}"
     assert parse_shape(text) == (name, tuple(dims))

@@ -1,7 +1,7 @@
 """Local benchmarks: each model is timed in its own runner process; several models interleave.
 
-Every model runs in a fresh ``sys.executable`` running the standalone ``runner.py`` (the same
-file that goes to devices), so peak RSS is per model and an ONNX model is timed in a process
+Every model runs in a fresh ``sys.executable`` running the board's runner (``edgekit.board.runner``,
+the same code that goes to devices), so peak RSS is per model and an ONNX model is timed in a process
 that never imported torch. With several models, all runners start in ``--serve`` mode and this
 process asks them for blocks of timed calls in turn, so drift of the machine (heat, other load)
 hits every model alike.
@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from edgekit.artifacts import MANIFEST_NAME, load_manifest, model_file_for
-from edgekit.bench import runner as _runner
 from edgekit.bench.launch import (
     MIN_BLOCK_S,
-    RUNNER_PATH,
+    RUNNER_COMMAND,
     BenchModel,
     Progress,
     document,
@@ -29,8 +27,11 @@ from edgekit.bench.launch import (
     to_result,
 )
 from edgekit.bench.result import BenchResult
+from edgekit.board.errors import BoardUsageError
+from edgekit.board.manifest import detect_format
 from edgekit.errors import InputFileError, UsageError
 from edgekit.targets import Target, load_target
+from edgekit.threads import resolve_threads  # one rule for bench, generate and serve (re-exported here)
 
 MAX_PROCESSES = 64  # worker processes per model (pyperf uses 20)
 
@@ -152,36 +153,28 @@ def resolve_model(path: str | os.PathLike) -> BenchModel:
     if entry is not None and entry.format == "checkpoint":
         raise UsageError(f"{path} is a training checkpoint, not a runnable model; export it first")
     if entry is not None:
-        return BenchModel(path, entry.format, entry)
+        return BenchModel(path, entry.format, entry, native_runner(path.parent))
     try:
-        return BenchModel(path, _runner.detect_format(path, None, None))
-    except _runner.RunnerUsageError as exc:
+        return BenchModel(path, detect_format(path, None, None))
+    except BoardUsageError as exc:
         raise UsageError(str(exc)) from None
 
 
-def resolve_threads(threads: int | None, target: Target | None) -> tuple[int, list[str]]:
-    """(threads to use, notes). Explicit wins; otherwise the target's count (or all cores), but
-    never every core of this host: one is left for the system.
+def native_runner(folder: Path) -> Path | None:
+    """A native bundle's runner, when ``folder`` is one; a UsageError when it was built for another machine."""
+    from edgekit.bundle import layout, native
+    from edgekit.native.toolchain import host_arch
 
-    Why: spin-waiting runtime threads (OpenMP in torch) on a fully busy small host -- a 2-vCPU VM
-    or CI runner -- were seen to stall for ~60 ms per call (p99 1,500x p50), which says nothing
-    about the model. The cap only applies to local runs; on the board the runner gets the
-    target's threads.
-    """
-    host = _runner.usable_cores()
-    if threads is not None:
-        if threads > host:
-            return threads, [f"{threads} threads asked for on a host with {host} usable cores"]
-        return threads, []
-    wanted = target.threads if target is not None else host
-    limit = max(1, host - 1)
-    if wanted <= limit:
-        return wanted, []
-    asked = f"target {target.name} uses {target.threads}" if target is not None else "default: all cores"
-    return limit, [
-        f"threads capped at {limit} of this host's {host} usable cores, one left for the system ({asked}); "
-        "pass --threads to override"
-    ]
+    if not layout.is_bundle(folder):
+        return None
+    info = layout.read_bundle_json(folder)
+    if not native.is_native(info):
+        return None
+    arch = info["native"].get("arch")
+    if arch != host_arch():
+        raise UsageError(f"{folder} is a native bundle built for {arch}; this host is {host_arch()}: time it on the "
+                         f"board (edgekit bench {folder} --host USER@BOARD), or check it with edgekit verify {folder} --emulate")
+    return folder / native.RUNNER
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,8 +230,9 @@ def _shape_args(shapes: Mapping[str, Sequence[int]] | None) -> list[str]:
 def _runner_argv(model: BenchModel, common: list[str], target: Target | None) -> list[str]:
     from edgekit import formats
 
-    # -P: do not put edgekit/bench on the runner's sys.path (it must see only what a device has).
-    argv = [sys.executable, "-P", str(RUNNER_PATH), str(model.path), "--format", model.format, *common]
+    if model.runner is not None:  # edgekit-run speaks the runner's options and protocol
+        return [str(model.runner), "bench", str(model.path), *common]
+    argv = [*RUNNER_COMMAND, str(model.path), "--format", model.format, *common]
     if model.format in formats.names() and formats.get(model.format).packed_engine and target is not None:
         details = model.entry.details if model.entry else {}
         quantized = model.entry is None or model.entry.precision == "int8"

@@ -13,3 +13,13 @@ def three_digits(value: float | None) -> str:
         return "0"
     decimals = max(0, 2 - math.floor(math.log10(abs(value))))
     return f"{value:.{decimals}f}"
+
+
+def plain(value, style: str = ""):
+    """A rich ``Text`` of ``value`` for a terminal table or line: never read as markup, and control
+    characters (ESC, OSC: a model path or variant from a JSON file may hold them) escaped."""
+    from rich.text import Text
+
+    from edgekit.outputs import safe_text
+
+    return Text(safe_text(value), style=style)

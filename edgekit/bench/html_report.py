@@ -2,7 +2,12 @@
 
 For a reviewer opening a CI artifact: each variant's latency distribution (all on one shared
 millisecond scale, so they compare by eye) and the size–accuracy–latency trade-off (a bubble per
-variant: x = p50 latency, y = accuracy, area = size on disk), then the figures as a table.
+variant: x = p50 latency, y = accuracy, area = size on disk), then the figures as a table. Ratios
+are against the fp32 variant of the same format measured in the same run (the pipeline's table
+reads the same ``edgekit.bench.ratios``), with the 95 % interval across worker processes when
+there is one; a variant whose format has no fp32 variant in the results is held to the first one,
+and the table names each ratio's baseline. The pipeline adds its verdict: the recommendation and
+the "not paying off" warnings its table prints.
 
 The distribution is drawn from the quantiles the bench result keeps: the line runs from the
 fastest run to p99, the box from p50 to p90, a diamond marks the mean and a dot the slowest run.
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.bench.display import three_digits
@@ -38,11 +44,21 @@ def colors(n: int) -> list[str]:
     return [*PALETTE, *extra]
 
 
-def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates: dict | None = None) -> str:
-    """The report page for ``results`` (BenchResult list); ``gates``: variant label -> pass | fail | skip."""
+def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates: dict | None = None,
+                ratios: dict | None = None, quality: tuple[str, dict] | None = None, verdict=(), notes=()) -> str:
+    """The report page for ``results`` (BenchResult list); ``gates``: variant label -> pass | fail | skip.
+
+    ``ratios``: variant label -> ``Ratio`` as the caller's table has them (default: computed here,
+    against the fp32 variant of the same format). ``quality``: (column name, label -> cell), e.g.
+    ("fidelity", ...) for a model without labelled data (default: each result's accuracy).
+    ``verdict``: lines shown first, as the table states them (a recommendation, warnings);
+    ``notes``: lines shown under the figures (what was skipped, and why)."""
     if not results:
         raise ValueError("no results to report")
+    from edgekit.outputs import generator_mark  # the meta tag that proves the page is edgekit's
+
     labels = _unique([variant_label(r) for r in results])
+    ratios = ratios if ratios is not None else same_run_ratios(results, labels)
     palette = colors(len(results))
     scale = _log_scale(results)
     figures = "\n".join(
@@ -58,6 +74,7 @@ def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+{generator_mark("html")}
 <title>{_e(title)}</title>
 <style>
 body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px;
@@ -73,12 +90,16 @@ table {{ border-collapse: collapse; font-size: 12px; margin-top: 6px; }}
 th, td {{ border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }}
 th:first-child, td:first-child {{ text-align: left; }}
 td.fail {{ color: #b00020; font-weight: 600; }} td.pass {{ color: #1b7f3b; }}
+div.verdict p {{ font-size: 14px; margin: 6px 0; }}
+div.verdict p.recommended {{ font-weight: 600; }}
+div.verdict p.warning {{ color: #8a4b00; }}
 </style>
 </head>
 <body>
 <h1>{_e(title)}</h1>
 {f'<p class="sub">{_e(subtitle)}</p>' if subtitle else ''}
 <p class="sub">{_e(facts)}</p>
+{_verdict(verdict)}
 <h2>Latency distribution per variant (ms, one logarithmic scale)</h2>
 <p class="note">Line: fastest run to p99. Box: p50 to p90, dark bar at p50. Diamond: mean. Dot: slowest run
 (an arrow when it lies off the scale). Latency tails are long, so the scale is logarithmic.</p>
@@ -88,7 +109,8 @@ td.fail {{ color: #b00020; font-weight: 600; }} td.pass {{ color: #1b7f3b; }}
 larger file. The best trade-off sits top left with a small bubble.</p>
 {_tradeoff_svg(results, labels, palette)}
 <h2>Figures</h2>
-{_table(results, labels, palette, gates or {})}
+{_table(results, labels, palette, gates or {}, ratios, quality)}
+{"".join(f'<p class="note skipped">{_e(line)}</p>' for line in notes)}
 </body>
 </html>
 """
@@ -228,26 +250,80 @@ def _tradeoff_svg(results, labels, palette) -> str:
 # ---------------------------------------------------------------------------------------- table
 
 
-def _table(results, labels, palette, gates: dict) -> str:
-    first = results[0]
+@dataclass(frozen=True)
+class Ratio:
+    """A variant against its baseline, both measured in the same run."""
+
+    baseline: str  # the baseline's label
+    p50: float | None
+    p50_ci: tuple[float, float] | None  # 95 % interval across worker processes
+    size: float | None
+    same_format_fp32: bool = True  # False: no fp32 variant of its format in the run, held to the first result
+
+
+def same_run_ratios(results, labels: list[str] | None = None) -> dict[str, Ratio]:
+    """label -> Ratio against the fp32 variant of the same format, else against the first result."""
+    from edgekit.bench.ratios import fp32_baselines, p50_ratio
+
+    labels = labels or _unique([variant_label(r) for r in results])
+    out = {}
+    for index, (res, found) in enumerate(zip(results, fp32_baselines(results))):
+        base_index = 0 if found is None else found
+        base = results[base_index]
+        value, low, high = p50_ratio(res, base) if base.timing.p50 > 0 else (None, None, None)
+        size = res.model.bytes / base.model.bytes if base.model.bytes > 0 else None
+        out[labels[index]] = Ratio(labels[base_index], value, None if low is None else (low, high), size, found is not None)
+    return out
+
+
+def _ratio_cell(ratio: Ratio | None) -> str:
+    if ratio is None or ratio.p50 is None:
+        return "–"
+    interval = "" if ratio.p50_ci is None else f" ({ratio.p50_ci[0]:.2f}–{ratio.p50_ci[1]:.2f})"
+    return f"{ratio.p50:.2f}×{interval}"
+
+
+def _table(results, labels, palette, gates: dict, ratios: dict, quality: tuple[str, dict] | None = None) -> str:
     rows = []
+    column, cells = quality if quality is not None else ("accuracy", {})
     for r, label, color in zip(results, labels, palette):
         t = r.timing
-        acc = "–" if r.model.accuracy is None else f"{100 * r.model.accuracy:.2f}%"
-        ratio = f"{t.p50 / first.timing.p50:.2f}×" if first.timing.p50 > 0 else "–"
-        size_ratio = f"{r.model.bytes / first.model.bytes:.2f}×" if first.model.bytes > 0 else "–"
+        acc = cells.get(label) or ("–" if r.model.accuracy is None else f"{100 * r.model.accuracy:.2f}%")
+        ratio = ratios.get(label)
+        size_ratio = "–" if ratio is None or ratio.size is None else f"{ratio.size:.2f}×"
+        baseline = "–" if ratio is None else ratio.baseline
         gate = gates.get(label, "")
         rows.append(
-            f'<tr><td><span style="color:{color}">■</span> {_e(label)}</td>'
-            f"<td>{_e(r.model.format)} {_e(r.model.precision)}</td><td>{_size(r.model.bytes)}</td><td>{acc}</td>"
-            f"<td>{three_digits(t.p50)}</td><td>{three_digits(t.p90)}</td><td>{three_digits(t.p99)}</td><td>{ratio}</td>"
-            f"<td>{size_ratio}</td><td>{r.memory.peak_rss:.0f} MB</td><td class=\"{_e(gate)}\">{_e(gate or '–')}</td></tr>"
+            f'<tr data-variant="{_e(label)}"><td><span style="color:{color}">■</span> {_e(label)}</td>'
+            f"<td>{_e(r.model.format)} {_e(r.model.precision)}</td><td>{_size(r.model.bytes)}</td><td>{_e(acc)}</td>"
+            f"<td>{three_digits(t.p50)}</td><td>{three_digits(t.p90)}</td><td>{three_digits(t.p99)}</td>"
+            f'<td class="p50-ratio">{_ratio_cell(ratio)}</td><td class="size-ratio">{size_ratio}</td>'
+            f'<td class="baseline">{_e(baseline)}</td>'
+            f"<td>{r.memory.peak_rss:.0f} MB</td><td class=\"{_e(gate)}\">{_e(gate or '–')}</td></tr>"
         )
-    head = ("<tr><th>variant</th><th>model</th><th>size</th><th>accuracy</th><th>p50 ms</th>"
-            f"<th>p90 ms</th><th>p99 ms</th><th>p50 ×</th><th>size ×</th><th>peak RSS</th>"
+    head = (f"<tr><th>variant</th><th>model</th><th>size</th><th>{_e(column)}</th><th>p50 ms</th>"
+            "<th>p90 ms</th><th>p99 ms</th><th>p50 × (95% CI)</th><th>size ×</th><th>vs</th><th>peak RSS</th>"
             "<th>gate</th></tr>")
-    note = f'<p class="note">Ratios (×) are against the first variant, {_e(labels[0])}, measured in the same run.</p>'
-    return f"<table>\n{head}\n" + "\n".join(rows) + f"\n</table>\n{note}"
+    return f"<table>\n{head}\n" + "\n".join(rows) + f"\n</table>\n{_ratio_note(labels, ratios)}"
+
+
+def _ratio_note(labels: list[str], ratios: dict) -> str:
+    odd = sorted({ratio.baseline for ratio in ratios.values() if not ratio.same_format_fp32})
+    text = ("Ratios (×) are against the fp32 variant of the same format (column vs), measured in the same run; "
+            "the interval is the 95% confidence interval across worker processes, when the bench ran several.")
+    if odd:
+        text += (f" Variants whose format has no fp32 variant here are held to {', '.join(odd)}, "
+                 "the first variant of the run.")
+    return f'<p class="note">{_e(text)}</p>'
+
+
+def _verdict(lines) -> str:
+    """The pipeline's conclusions, as its table prints them: the recommendation, then warnings."""
+    out = []
+    for line in lines:
+        kind = "recommended" if line.startswith("Recommended") else "warning" if line.startswith("Warning") else "plain"
+        out.append(f'<p class="{kind}">{_e(line)}</p>')
+    return f'<div class="verdict">\n' + "\n".join(out) + "\n</div>" if out else ""
 
 
 # -------------------------------------------------------------------------------------- helpers

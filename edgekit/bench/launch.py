@@ -1,4 +1,4 @@
-"""Runner processes: start the standalone ``runner.py`` for a model and read its JSON result, either
+"""Runner processes: start the board's benchmark runner (``edgekit.board.runner``) for a model and read its JSON result, either
 once (one model) or in ``--serve`` mode, asked for blocks of timed calls in turn (several models,
 interleaved). ``api.bench`` and ``workers`` (several processes per model) both build on this.
 """
@@ -10,6 +10,7 @@ import json
 import math
 import queue
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -17,12 +18,14 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.artifacts import ModelFile
-from edgekit.bench import runner as _runner
 from edgekit.bench.result import BenchResult, from_document
+from edgekit.board import runner as _runner
+from edgekit.board.errors import EXIT_USAGE
 from edgekit.children import popen_kwargs
 from edgekit.errors import BenchError, EdgekitError, InputFileError, UsageError
 
-RUNNER_PATH = Path(_runner.__file__).resolve()
+# -P: nothing of the working folder on the runner's path (it must see only what a device has)
+RUNNER_COMMAND = (sys.executable, "-P", "-m", _runner.__name__)
 # An interleaved turn lasts at least this long (and at least ``block_size`` calls): each hand-over
 # costs the runner's settle wait (worker threads stop spinning, up to ~30 ms) plus one re-warm call.
 MIN_BLOCK_S = 0.05
@@ -34,8 +37,9 @@ class BenchModel:
     """A model file to time, with its manifest entry when it sits in an artifact folder."""
 
     path: Path
-    format: str  # onnx | torchscript
+    format: str  # a format of the table
     entry: ModelFile | None = None
+    runner: Path | None = None  # a native bundle's edgekit-run, which times the model itself
 
 
 def runner_failure(model: BenchModel, returncode: int, stderr: str) -> EdgekitError:
@@ -44,7 +48,7 @@ def runner_failure(model: BenchModel, returncode: int, stderr: str) -> EdgekitEr
         last = lines[-1].removeprefix("Error: ")
     else:
         last = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-    if returncode == _runner.EXIT_USAGE:
+    if returncode == EXIT_USAGE:
         return UsageError(f"{model.path}: {last}")
     return BenchError(f"benchmark of {model.path} failed: {last}")
 

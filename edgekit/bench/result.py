@@ -2,12 +2,11 @@
 
 A bench document is ``{"schema": "edgekit.bench", "schema_version": 1, "results": [...]}``;
 each entry of ``results`` is one model's measurement (``BenchResult.to_dict()``).
-The standalone runner (``edgekit/bench/runner.py``) writes exactly this document.
+The board's runner (``edgekit/board/runner.py``) writes exactly this document.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,7 +146,7 @@ class BenchResult:
             )
         except KeyError as exc:
             raise InputFileError(f"{where} is not a valid edgekit bench result: missing field {exc}") from None
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise InputFileError(f"{where} is not a valid edgekit bench result: {exc!r:.200}") from None
 
 
@@ -190,18 +189,34 @@ def _list(value, what: str) -> list:
     return value
 
 
+# No measured figure comes near these (1e15 ms is 30,000 years; 2**62 bytes is 4 EiB): past them a
+# number is damage or an attack, and would overflow the arithmetic and the tables that use it.
+MAX_FIGURE = 1e15
+MAX_COUNT = 1 << 62
+
+
 def _figure(value, what: str, allow_negative: bool = False) -> float:
-    """A measured number: finite, and not negative unless allowed."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or (value < 0 and not allow_negative):
-        raise ValueError(f"{what} must be a finite number{'' if allow_negative else ' >= 0'}, got {value!r}")
+    """A measured number: finite and within ``MAX_FIGURE``, and not negative unless allowed."""
+    low = -MAX_FIGURE if allow_negative else 0
+    # the comparisons are false for NaN, and exact (no float conversion) for an integer of any size
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= MAX_FIGURE:
+        raise ValueError(f"{what} must be a finite number{'' if allow_negative else ' >= 0'} "
+                         f"of at most {MAX_FIGURE:g}, got {_shown(value)}")
     return float(value)
 
 
 def _count(value, what: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+        raise ValueError(f"{what} must be an integer >= {low} (at most 2**62), got {_shown(value)}")
     return value
+
+
+def _shown(value) -> str:
+    """``repr`` of a bad value, cut short (a huge integer by its size: printing it would be slow)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_model(model: ModelInfo) -> None:

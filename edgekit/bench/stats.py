@@ -1,7 +1,7 @@
 """Summary statistics of timed runs, and statistics across worker processes.
 
-The per-call math lives in the standalone runner (it travels alone to devices and must compute
-the same figures there); this module is the library's import location for it.
+The per-call math lives in the board package (it travels to devices and must compute the same
+figures there); this module is the library's import location for it.
 
 Across processes (what pyperf does): the same model timed in different processes can settle at
 different speeds (memory layout, which core, frequency state), so a confidence interval from the
@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from edgekit.bench.runner import parse_shape, percentile, summarize_ns
+from edgekit.board.inputs import parse_shape
+from edgekit.board.stats import percentile, summarize_ns
 
 __all__ = ["Spread", "parse_shape", "percentile", "ratio_interval", "spread_of", "summarize_ns", "t_quantile",
            "welch_interval"]

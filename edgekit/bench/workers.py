@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
 from dataclasses import replace
 from typing import Sequence
 
-from edgekit.bench.launch import RUNNER_PATH, BenchModel, document, run_interleaved, to_result
-from edgekit.bench.runner import summarize_ns
+from edgekit.bench.launch import RUNNER_COMMAND, BenchModel, document, run_interleaved, to_result
+from edgekit.board.stats import summarize_ns
 from edgekit.bench.stats import spread_of
 
 
@@ -92,7 +91,7 @@ def with_reference(models, argvs, timing_args, env, *, processes, progress, **se
     folder = tempfile.mkdtemp(prefix="edgekit-reference-")
     try:
         ref = BenchModel(write_reference_model(folder), "onnx")
-        ref_argv = [sys.executable, "-P", str(RUNNER_PATH), str(ref.path), "--format", "onnx", *timing_args]
+        ref_argv = [*RUNNER_COMMAND, str(ref.path), "--format", "onnx", *timing_args]
 
         def user_progress(index: int, runs: int) -> None:
             if index < len(models):

@@ -10,8 +10,10 @@ Layout of a bundle folder (schema ``edgekit.bundle``, version 1)::
     manifest.json          the export's manifest, listing only this model file (kind "export")
     reference.npz          fixed inputs + the float model's outputs at batch 1 and 7
                            (keys "b{batch}/input/{name}" and "b{batch}/output")
-    runner.py              byte-identical copy of edgekit/bench/runner.py (the benchmark)
-    check_outputs.py       runs the model on reference.npz's inputs, prints JSON
+    edgekit_board/         byte-identical copy of the board package edgekit/board/ (the runtimes,
+                           the benchmark runner, the output check)
+    runner.py              entry script: the benchmark (edgekit_board/runner.py)
+    check_outputs.py       entry script: runs the model on reference.npz's inputs, prints JSON
                            {max_abs, cosine, top1_agreement per batch, outputs sha256}
     requirements.txt       numpy + onnxruntime (or torch) pinned to the host's versions,
                            with "# platform: <tag>" and "# python: <version>" comments
@@ -24,8 +26,8 @@ Layout of a bundle folder (schema ``edgekit.bundle``, version 1)::
     wheels/                optional (--wheels): the target platform's binary wheels
     SHA256SUMS             ``sha256sum -c`` format, over every other file (wheels included)
 
-Standalone files (runner.py, check_outputs.py) use only the standard library, numpy and the
-model's runtime. ``edgekit.bundle.verify.verify_checksums(folder)`` checks SHA256SUMS.
+The board package and its entry scripts use only the standard library, numpy and the model's
+runtime. ``edgekit.bundle.verify.verify_checksums(folder)`` checks SHA256SUMS.
 """
 
 from __future__ import annotations

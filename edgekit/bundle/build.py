@@ -10,38 +10,27 @@ import contextlib
 import datetime as _dt
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
-from edgekit import __version__, formats
+from edgekit import formats
+from edgekit._version import __version__
 from edgekit.artifacts import Manifest, ModelFile, load_manifest
-from edgekit.bundle import layout
+from edgekit.board import entries as board_files
+from edgekit.bundle import layout, native
 from edgekit.bundle.compat import check_target
-from edgekit.bundle.readme import readme_text
+from edgekit.bundle.host_check import python_check
+from edgekit.bundle.readme import native_readme_text, readme_text
 from edgekit.bundle.requirements import Pins, check_wheel_exists, download_wheels, pin
 from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
-from edgekit.children import popen_kwargs
-from edgekit.errors import EdgekitError, InputFileError, UsageError
+from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import atomic_dir, clean_stale_temps, sha256_file, temp_sibling, write_json, write_text
 from edgekit.limits import check_model_fits, model_memory_mb
 from edgekit.outputs import check_not_inputs, claim_output, safe_text
 from edgekit.targets import Target, load_target
 
-HOST_CHECK_TIMEOUT_S = 600.0
-
-
-def runner_source() -> Path:
-    """edgekit/bench/runner.py, the file a bundle carries byte for byte."""
-    import edgekit.bench
-
-    return Path(edgekit.bench.__file__).resolve().parent / "runner.py"
-
-
-def check_outputs_source() -> Path:
-    return Path(__file__).resolve().parent / layout.CHECK_OUTPUTS
 
 
 def tarball_path(out: str | Path) -> Path:
@@ -62,6 +51,8 @@ def build_bundle(
     python_version: str = layout.DEFAULT_PYTHON_VERSION,
     created: str | None = None,
     archive: bool = True,
+    runtime: str = "python",
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Bundle one model of the export at ``export_dir`` for ``target`` into the folder ``out``.
 
@@ -73,17 +64,27 @@ def build_bundle(
     overrides the target's python platform tag; ``created`` pins the timestamp (a bundle built
     twice from the same export with the same ``created`` is byte-identical). Returns ``out``;
     the archive is ``tarball_path(out)`` (not written when ``archive`` is False).
+    ``runtime`` "python" ships the board package and pinned requirements; "native" ships
+    ``edgekit-run`` built for the target (``edgekit.bundle.native``: no Python on the board).
     """
+    if runtime not in native.RUNTIMES:
+        raise UsageError(f"unknown runtime {runtime!r}; choose from: {', '.join(native.RUNTIMES)}")
+    progress = progress or (lambda message: None)
     folder, manifest = load_manifest(export_dir)
     if manifest.kind != "export":
         raise UsageError(f"{folder} is a {manifest.kind} artifact; export it first (edgekit export {folder})")
     tgt = target if isinstance(target, Target) else load_target(target or manifest.target or "rpi4")
-    entry = _pick(manifest, fmt)
+    entry = _pick(manifest, fmt, native_only=runtime == "native")
+    if runtime == "native":
+        native.check_native(entry.format, tgt)
+        if wheels:
+            raise UsageError("--wheels applies to Python bundles; a native bundle installs nothing on the board")
     reference = folder / layout.REFERENCE
     if not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
     mismatches = check_target(folder, manifest, entry, tgt, force)
-    too_big = check_model_fits(tgt, entry.total_bytes, entry.format, f"{folder / entry.path}", force)
+    too_big = check_model_fits(tgt, entry.total_bytes, entry.format, f"{folder / entry.path}", force,
+                               native=runtime == "native")
     if too_big:
         mismatches = [*mismatches, too_big]
     spec = formats.get(entry.format)
@@ -95,13 +96,13 @@ def build_bundle(
     with claim_output(out, "bundle", inputs=inputs, force=force) as out:
         archive_path = _check_archive(out, inputs, force)
         clean_stale_temps(archive_path)  # an archive a killed run had staged
-        pins = pin(entry.format, platform or tgt.python_platform, python_version)
-        if spec.check_board_wheel:
+        pins = None if runtime == "native" else pin(entry.format, platform or tgt.python_platform, python_version)
+        if pins is not None and spec.check_board_wheel:
             check_wheel_exists(pins.runtime["name"], pins.runtime["version"], pins.platform, pins.python_version)
         staged_archive = temp_sibling(archive_path) if archive else None
         try:
             _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
-                   staged_archive, archive_path)
+                   staged_archive, archive_path, progress)
         finally:
             if staged_archive is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -110,7 +111,7 @@ def build_bundle(
 
 
 def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
-           staged_archive, archive_path) -> None:
+           staged_archive, archive_path, progress) -> None:
     """Build the bundle folder and its archive under temporary names, then commit them: the old
     archive goes first (it no longer matches), the folder swaps in, the new archive is renamed
     in right after (two renames apart). A kill at any moment never leaves an archive that
@@ -127,40 +128,53 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
             name = Path(data["path"]).name
             shutil.copyfile(folder / data["path"], work / name)
             data_files.append({**data, "path": name})
-        bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files),))
+        details = dict(entry.details or {})
+        if pins is None and details.get("variant"):  # the native runtime is a variant of its own in every table
+            details["variant"] = f"{details['variant']}-native"
+        bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files, details=details),))
         write_json(work / layout.MANIFEST, bundled.to_dict())
         shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
-        shutil.copyfile(runner_source(), work / layout.RUNNER)
-        shutil.copyfile(check_outputs_source(), work / layout.CHECK_OUTPUTS)
-        for script in layout.SCRIPTS:
-            if (work / script).exists() or script != layout.SERVE:
-                os.chmod(work / script, 0o755)
-        write_text(work / layout.REQUIREMENTS, pins.text())
-        serving = None
-        if formats.get(entry.format).standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
-            from edgekit.bundle.serving import add_serving
-
-            serving = add_serving(work, pins)
-        wheel_names = []
-        if wheels:
-            wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
-                                          pins.platform, pins.python_version, no_deps=pins.no_deps)
-            if serving is not None:  # serve.py's stack too, into the same folder (offline boards serve as well)
-                from edgekit.bundle.serving import SERVE_REQUIREMENTS
-
-                wheel_names = download_wheels(work / SERVE_REQUIREMENTS, work / layout.WHEELS_DIR,
-                                              pins.platform, pins.python_version)
-        info = _bundle_info(folder, manifest, entry, tgt, pins, model_name, wheel_names, mismatches, created)
-        if serving is not None:
-            info["serve"] = serving
-        info["host_check"] = host_check(work, model_name, entry.format)
+        if pins is None:
+            extra = native.add_native(work, model_name, tgt, entry.precision, progress)
+            info = _bundle_info(folder, manifest, entry, tgt, None, model_name, [], mismatches, created)
+            info.update(extra)
+            info["host_check"] = native.host_check(work, model_name, entry.format, tgt)
+        else:
+            info = _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created)
+        readme = native_readme_text if pins is None else readme_text
+        write_text(work / layout.README, readme(info, out.name, tgt.description))
+        info["bytes_on_disk"] = native.bundle_size(work)  # without bundle.json and SHA256SUMS themselves
         write_json(work / layout.BUNDLE_JSON, info)
-        write_text(work / layout.README, readme_text(info, out.name, tgt.description))
         write_checksums(work)
         if staged_archive is not None:
             write_archive(work, staged_archive, out.name, mtime=mtime)
         with contextlib.suppress(FileNotFoundError):
             archive_path.unlink()  # the previous archive (ours: _check_archive proved it)
+
+
+def _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created) -> dict:
+    """The board package, its entries, pinned requirements (and wheels, serve.py); bundle.json's content."""
+    board_files.install(work, entries=(layout.RUNNER, layout.CHECK_OUTPUTS))
+    write_text(work / layout.REQUIREMENTS, pins.text())
+    serving = None
+    if formats.get(entry.format).standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
+        from edgekit.bundle.serving import add_serving
+
+        serving = add_serving(work, pins)
+    wheel_names = []
+    if wheels:
+        wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
+                                      pins.platform, pins.python_version, no_deps=pins.no_deps)
+        if serving is not None:  # serve.py's stack too, into the same folder (offline boards serve as well)
+            from edgekit.bundle.serving import SERVE_REQUIREMENTS
+
+            wheel_names = download_wheels(work / SERVE_REQUIREMENTS, work / layout.WHEELS_DIR,
+                                          pins.platform, pins.python_version)
+    info = _bundle_info(folder, manifest, entry, tgt, pins, model_name, wheel_names, mismatches, created)
+    if serving is not None:
+        info["serve"] = serving
+    info["host_check"] = python_check(work, model_name, entry.format)
+    return info
 
 
 def _check_archive(out: Path, inputs: list, force: bool) -> Path:
@@ -177,18 +191,21 @@ def _check_archive(out: Path, inputs: list, force: bool) -> Path:
     return archive
 
 
-def _pick(manifest: Manifest, fmt: str | None) -> ModelFile:
+def _pick(manifest: Manifest, fmt: str | None, native_only: bool = False) -> ModelFile:
     if fmt is not None:
         formats.get(fmt)
         return manifest.file(fmt)
-    chosen = formats.preferred(manifest.formats())
+    present = manifest.formats()
+    if native_only:  # --runtime native: the model the native runner runs, when the export has one
+        present = [name for name in present if formats.get(name).native_runner] or present
+    chosen = formats.preferred(present)
     if chosen is None:
         raise InputFileError(f"the export holds no model file of a known format (it has: {', '.join(manifest.formats()) or 'none'}; "
                              f"formats: {', '.join(formats.names())})")
     return manifest.file(chosen)
 
 
-def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_names, mismatches, created) -> dict:
+def _bundle_info(folder, manifest, entry, tgt, pins: Pins | None, model_name, wheel_names, mismatches, created) -> dict:
     details = entry.details or {}
     engine = details.get("quantized_engine")  # torch.ao int8 TorchScript: the engine its weights were packed for
     return {
@@ -198,20 +215,20 @@ def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_nam
         "arch": tgt.arch,
         "threads": tgt.threads,
         "ram_mb": tgt.ram_mb,
-        "memory_estimate_mb": round(model_memory_mb(entry.total_bytes, entry.format), 1),
-        "python_platform": pins.platform,
-        "python_version": pins.python_version,
+        "memory_estimate_mb": round(model_memory_mb(entry.total_bytes, entry.format, native=pins is None), 1),
+        "python_platform": pins.platform if pins else None,
+        "python_version": pins.python_version if pins else None,
         "model": model_name,
         "model_sha256": entry.sha256,
         "model_bytes": entry.total_bytes,
         "model_data_files": [Path(d["path"]).name for d in entry.data_files],
         "format": entry.format,
         "precision": entry.precision,
-        "variant": details.get("variant", ""),
-        "runtime": pins.runtime,
+        "variant": details.get("variant", "") + ("" if pins or not details.get("variant") else "-native"),
+        "runtime": pins.runtime if pins else None,
         "quantized_engine": engine,
-        "requirements": list(pins.requirements),
-        "pip_no_deps": pins.no_deps,
+        "requirements": list(pins.requirements) if pins else [],
+        "pip_no_deps": pins.no_deps if pins else False,
         "wheels": wheel_names,
         "override": {"forced": True, "made_for": manifest.target, "mismatches": mismatches} if mismatches else None,
         "source": {"path": str(folder.resolve()), "model": entry.path,
@@ -219,32 +236,6 @@ def _bundle_info(folder, manifest, entry, tgt, pins: Pins, model_name, wheel_nam
         "edgekit_version": __version__,
         "created": created,
     }
-
-
-def host_check(work: Path, model_name: str, fmt: str) -> dict:
-    """Run the bundle's check_outputs.py here, as a board would: the host's figures to compare with."""
-    work = work.resolve()
-    argv = [sys.executable, "-P", str(work / layout.CHECK_OUTPUTS), "--model", str(work / model_name), "--format", fmt]
-    env = {**os.environ, "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=HOST_CHECK_TIMEOUT_S, env=env, check=False, **popen_kwargs())
-    except subprocess.TimeoutExpired:
-        raise EdgekitError(f"the output check of {model_name} did not finish within {HOST_CHECK_TIMEOUT_S:g} s") from None
-    from edgekit.bundle.check_outputs import read_output
-
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    fail = [line for line in proc.stdout.splitlines() if line.startswith("FAIL: ")]
-    if proc.returncode != 0:
-        last = (fail[-1].removeprefix("FAIL: ") if fail else lines[-1].removeprefix("Error: ") if lines
-                else f"exit status {proc.returncode}")
-        raise EdgekitError(f"the bundled {model_name} fails its output check on this host: {last}")
-    try:
-        doc, _ = read_output(proc.stdout)
-    except ValueError:  # json.JSONDecodeError included
-        raise EdgekitError(f"the output check of {model_name} printed no JSON") from None
-    return {key: doc[key] for key in ("machine", "runtime", "batches", "max_abs", "cosine", "top1_agreement",
-                                      "outputs_sha256") if key in doc}
 
 
 def _epoch(created: str) -> int:

@@ -22,7 +22,6 @@ README = "README.txt"
 CHECKSUMS = "SHA256SUMS"
 WHEELS_DIR = "wheels"
 SERVE = "serve.py"  # ONNX bundles only (edgekit.bundle.serving)
-SCRIPTS = (RUNNER, CHECK_OUTPUTS, SERVE)  # made executable (they carry a python3 shebang)
 
 DEFAULT_PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
 
@@ -47,16 +46,17 @@ def read_bundle_json(folder: str | Path) -> dict:
         if not isinstance(info.get(key), kind):
             raise InputFileError(f"{where} is malformed: {key!r} missing or not a {kind.__name__}")
     model = Path(info["model"])
-    if model.is_absolute() or len(model.parts) != 1 or info["model"] in ("", ".", ".."):
+    if (model.is_absolute() or len(model.parts) != 1 or info["model"] in ("", ".", "..")
+            or not info["model"].isprintable() or len(info["model"]) > 255):
         raise InputFileError(f"{where} is malformed: model {info['model']!r} must be a file name in the bundle")
     if info["format"] not in formats.names():
         raise InputFileError(f"{where} is malformed: format {info['format']!r} not in {', '.join(formats.names())}")
     # strings that reach file names, README.txt and command lines are plain tokens
-    for key in ("target", "variant", "python_platform", "precision"):
+    for key in ("target", "variant", "python_platform", "precision", "arch", "quantized_engine"):
         value = info.get(key)
         if key != "target" and value in (None, ""):
             continue
-        if not isinstance(value, str) or not _TOKEN.match(value):
+        if not isinstance(value, str) or not _TOKEN.fullmatch(value):
             raise InputFileError(f"{where} is malformed: {key} {str(value)[:60]!r} must be 1-64 of A-Z a-z 0-9 . _ -")
     threads = info.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
@@ -64,4 +64,4 @@ def read_bundle_json(folder: str | Path) -> dict:
     return info
 
 
-_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_TOKEN = re.compile(r"[A-Za-z0-9._-]{1,64}")  # with fullmatch: "$" would let a trailing newline through

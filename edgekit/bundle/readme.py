@@ -60,3 +60,34 @@ def readme_text(info: dict, bundle_name: str, description: str = "") -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def native_readme_text(info: dict, bundle_name: str, description: str = "") -> str:
+    """The README of a native bundle (``edgekit.bundle.native``): nothing to install on the board."""
+    model, target = info["model"], info["target"]
+    native = info["native"]
+    title = f"edgekit native bundle: {info.get('variant') or model} for {target}"
+    built_for = native["arch"] + (f" / {native['cpu']}" if native.get("cpu") else "")
+    return "\n".join([
+        title,
+        "=" * len(title),
+        *([description] if description else []),
+        f"model: {model} ({info['format']}, {info.get('precision', 'fp32')}), run by edgekit-run "
+        f"(ExecuTorch {native['executorch_version']}, built for {built_for})",
+        f"made by edgekit {info.get('edgekit_version', '?')} at {info.get('created', '?')}",
+        "No Python, pip or network is needed on the board: the folder runs as it is, from anywhere.",
+        "",
+        "1. Check that every file arrived intact, then that the model computes what the host computed",
+        "   (a JSON report, then a last line PASS: or FAIL:, exit code 0 or 1):",
+        f"     sh {native['entry']} verify",
+        "",
+        "2. Benchmark (prints the edgekit bench JSON document):",
+        f"     sh {native['entry']} bench",
+        f"   or, from the host, beside the {bundle_name}/ folder:",
+        f"     edgekit bench {bundle_name} --host pi@raspberrypi.local",
+        "",
+        f"3. What the program takes and needs: sh {native['entry']} info",
+        "",
+        "Licences of the runtime in lib/ and of edgekit-run's libraries: THIRD_PARTY_NOTICES.txt.",
+        "",
+    ])

@@ -1,8 +1,14 @@
 """requirements.txt pinned to the host's versions, and the target platform's wheels (``--wheels``).
 
 The pins are the versions this host exported and verified the model with, so the board runs
-the same runtime. Wheels come from ``pip download --only-binary=:all: --platform TAG
+the same runtime. Wheels come from ``pip download --only-binary=:all: --platform TAG ...
 --python-version X.Y``: binary wheels for the board, fetched on any host, installable offline.
+
+A target names the newest platform tag its board accepts (``manylinux_2_28_aarch64``: glibc
+2.28). pip takes each ``--platform`` literally, and wheels are tagged with the oldest glibc they
+need (numpy's aarch64 wheel ``manylinux_2_17``, pydantic-core's ``manylinux2014``), so the
+download names the whole family the board's pip accepts: every manylinux tag from that glibc down
+to the architecture's oldest (``platform_family``); pure-python wheels (``none-any``) always fit.
 """
 
 from __future__ import annotations
@@ -13,17 +19,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, InputFileError, UsageError
 from edgekit.children import popen_kwargs
 
 DOWNLOAD_TIMEOUT_S = 3600.0
-_PLATFORM = re.compile(r"^[a-z0-9_]+$")
-_PYTHON_VERSION = re.compile(r"^3\.\d{1,2}$")
+_PLATFORM = re.compile(r"[a-z0-9_]+")  # fullmatch: "$" would let a trailing newline through
+_PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
 _NETWORK_SIGNS = (
     "Failed to establish a new connection", "NewConnectionError", "Temporary failure in name resolution",
     "Network is unreachable", "Connection refused", "ConnectTimeoutError", "Read timed out",
-    "ProxyError", "SSLError", "No route to host",
+    "ProxyError", "SSLError", "No route to host", "Failed to resolve", "NameResolutionError",
 )
+NETWORK_SIGNS = _NETWORK_SIGNS  # what pip prints when an index does not answer (edgekit.emulate reads it too)
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,107 @@ class Pins:
             *([f"--extra-index-url {self.extra_index_url}\n"] if self.extra_index_url else []),
             *(f"{line}\n" for line in self.requirements),
         ])
+
+
+# What a bundle's requirements.txt may hold: the lines ``Pins.text`` writes, nothing else. pip
+# reads far more from such a file (any option: -i/--index-url=, --extra-index-url, -f, --trusted-host,
+# -r, -c, -e; URLs and paths instead of names; markers; ``\\`` continuations; ``${ENV}``; a
+# ``coding:`` comment that re-decodes the file) and runs as root under ``verify --emulate``, so
+# a requirement line is ``name==version`` and an index line names one of the format table's indexes.
+MAX_REQUIREMENTS_BYTES = 64 << 10
+MAX_REQUIREMENT_LINES = 200
+_PIN = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?)=="
+    r"(?P<version>(?:[0-9]{1,9}!)?[0-9]{1,9}(?:\.[0-9]{1,9}){0,9}(?:(?:a|b|rc)[0-9]{1,9})?(?:\.post[0-9]{1,9})?"
+    r"(?:\.dev[0-9]{1,9})?)"
+)
+_INDEX_LINE = re.compile(r"(?P<option>--index-url|--extra-index-url) (?P<url>\S+)")
+INDEX_URL = re.compile(r"https?://(?:[A-Za-z0-9._~!&()*+,;=:%-]{1,256}@)?(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])"
+                       r"(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~!&()*+,;=:@%/-]{0,1000})?")  # no quotes, blanks, \\ or ${}
+_CODING = re.compile(r"coding[:=]")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """A checked requirements.txt: its pins and the index options edgekit wrote into it."""
+
+    pins: tuple[str, ...]  # "name==version"
+    index_url: str | None = None
+    extra_index_url: str | None = None
+
+
+def format_indexes(fmt: str | None = None) -> frozenset[tuple[str, str]]:
+    """The index lines a bundle's requirements may hold, as (option, URL): those edgekit writes
+    for ``fmt`` (for any format when None)."""
+    from edgekit import formats
+
+    entries = [formats.get(fmt)] if fmt is not None else [formats.get(name) for name in formats.names()]
+    return frozenset(pair for entry in entries
+                     for pair in (("--index-url", entry.index_url), ("--extra-index-url", entry.extra_index_url)) if pair[1])
+
+
+def parse_requirements(text: str, where: str, indexes=None) -> Requirements:
+    """``text`` as edgekit writes requirements.txt, else InputFileError naming the first bad line.
+
+    Lines are blank, ``# comments``, ``name==version``, or ``--index-url URL`` /
+    ``--extra-index-url URL`` (each once), an (option, URL) pair in ``indexes`` (when None:
+    any http(s) URL of plain characters)."""
+    if len(text) > MAX_REQUIREMENTS_BYTES:
+        raise InputFileError(f"{where} is larger than {MAX_REQUIREMENTS_BYTES >> 10} KiB; a bundle's pins are a few lines")
+    bad = next((c for c in text if not (" " <= c <= "~" or c in "\r\n")), None)
+    if bad is not None:
+        raise InputFileError(f"{where} holds the character {bad!r}; requirements are plain ASCII lines")
+    lines = text.splitlines()
+    if len(lines) > MAX_REQUIREMENT_LINES:
+        raise InputFileError(f"{where} has more than {MAX_REQUIREMENT_LINES} lines")
+    pins: dict[str, str] = {}
+    found: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if "\\" in line or "${" in line:
+            raise InputFileError(f"{where} line {number}: a backslash or ${{...}} (pip would join lines or expand "
+                                 "the environment); requirements are name==version lines")
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if _CODING.search(stripped):
+                raise InputFileError(f"{where} line {number}: a 'coding:' comment (pip would decode the file with it)")
+            continue
+        pin = _PIN.fullmatch(stripped)
+        if pin:
+            key = pin["name"].lower().replace("_", "-").replace(".", "-")
+            if key in pins:
+                raise InputFileError(f"{where} line {number}: {pin['name']} is pinned twice")
+            pins[key] = stripped
+            continue
+        index = _INDEX_LINE.fullmatch(stripped)
+        if index and index["option"] not in found and INDEX_URL.fullmatch(index["url"]) and (
+                indexes is None or (index["option"], index["url"]) in indexes):
+            found[index["option"]] = index["url"]
+            continue
+        hint = "pip options, URLs, paths and markers are refused"
+        if index and indexes is not None:
+            allowed = ", ".join(f"{option} {url}" for option, url in sorted(indexes))
+            hint = (f"the only index lines allowed are edgekit's own for this format ({allowed}), once each"
+                    if indexes else "this bundle's format names no package index")
+        raise InputFileError(f"{where} line {number} {stripped[:80]!r} is not name==version: {hint}")
+    return Requirements(tuple(pins.values()), found.get("--index-url"), found.get("--extra-index-url"))
+
+
+def read_requirements(path: Path, fmt: str | None = None) -> Requirements:
+    """A bundle's requirements.txt, read (bounded) and checked with ``parse_requirements``."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_REQUIREMENTS_BYTES + 1)
+    except OSError as exc:
+        raise InputFileError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_REQUIREMENTS_BYTES:
+        raise InputFileError(f"{path} is larger than {MAX_REQUIREMENTS_BYTES >> 10} KiB; a bundle's pins are a few lines")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise InputFileError(f"{path} is not plain ASCII text; requirements are name==version lines") from None
+    return parse_requirements(text, str(path), format_indexes(fmt))
 
 
 def host_version(dist: str) -> str:
@@ -104,7 +212,7 @@ def check_wheel_exists(dist: str, version: str, platform: str, python_version: s
 
     with tempfile.TemporaryDirectory(prefix="edgekit-wheel-check-") as scratch:
         argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
-                "--only-binary=:all:", "--platform", check_platform(platform),
+                "--only-binary=:all:", *platform_args(platform),
                 "--python-version", check_python_version(python_version), "--implementation", "cp",
                 "--target", scratch, "--disable-pip-version-check", "--no-input", "--quiet", f"{dist}=={version}"]
         try:
@@ -117,31 +225,88 @@ def check_wheel_exists(dist: str, version: str, platform: str, python_version: s
         if any(sign in output for sign in _NETWORK_SIGNS):
             raise EdgekitError(f"cannot check for a {dist} {version} wheel for {platform} / Python {python_version}: "
                                "the package index is not reachable; connect to the network")
-        raise EdgekitError(f"{dist} {version} has no wheel for {platform} / Python {python_version}, so a board of "
-                           f"this target cannot run the bundle; choose another format (--format) or target")
+        raise EdgekitError(f"{dist} {version} has no wheel for {family_text(platform)} / Python {python_version}, so a "
+                           f"board of this target cannot run the bundle; choose another format (--format) or target")
+
+
+# The oldest glibc with a manylinux tag per architecture (packaging's ``_manylinux``: PEP 600),
+# and the legacy aliases of PEP 513/571/599 for the glibc versions they stand for.
+_OLDEST_GLIBC = {"x86_64": 5, "i686": 5}  # every other architecture: 17 (manylinux2014)
+_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+_MANYLINUX = re.compile(r"manylinux_2_(?P<minor>\d{1,2})_(?P<arch>[a-z0-9_]+)")
+_LEGACY_TAG = re.compile(r"(?P<alias>manylinux2014|manylinux2010|manylinux1)_(?P<arch>[a-z0-9_]+)")
+_MUSLLINUX = re.compile(r"musllinux_1_(?P<minor>\d{1,2})_(?P<arch>[a-z0-9_]+)")
+
+
+def platform_family(platform: str) -> tuple[str, ...]:
+    """Every platform tag a board accepting ``platform`` installs, newest first.
+
+    ``manylinux_2_28_aarch64`` (glibc 2.28) -> ``manylinux_2_28_aarch64`` ... ``manylinux_2_17_aarch64``,
+    ``manylinux2014_aarch64``: what pip on that board accepts (never ``linux_aarch64``, a wheel
+    built for one machine). A legacy tag stands for its glibc (``manylinux2014_aarch64`` -> 2.17),
+    ``musllinux_1_2_*`` includes ``musllinux_1_1_*``; any other tag is taken as it is.
+    """
+    check_platform(platform)
+    legacy = _LEGACY_TAG.fullmatch(platform)
+    manylinux = _MANYLINUX.fullmatch(platform)
+    if legacy or manylinux:
+        arch = (legacy or manylinux)["arch"]
+        newest = {v: k for k, v in _LEGACY.items()}[legacy["alias"]] if legacy else int(manylinux["minor"])
+        oldest = _OLDEST_GLIBC.get(arch, 17)
+        tags = []
+        for minor in range(newest, oldest - 1, -1):
+            tags.append(f"manylinux_2_{minor}_{arch}")
+            if minor in _LEGACY and (minor == 17 or arch in _OLDEST_GLIBC):
+                tags.append(f"{_LEGACY[minor]}_{arch}")
+        return tuple(tags) or (platform,)
+    musl = _MUSLLINUX.fullmatch(platform)
+    if musl:
+        return tuple(f"musllinux_1_{minor}_{musl['arch']}" for minor in range(int(musl["minor"]), 0, -1))
+    return (platform,)
+
+
+def platform_args(platform: str) -> list[str]:
+    """``--platform TAG`` for each tag of ``platform_family(platform)`` (pip takes several)."""
+    return [arg for tag in platform_family(platform) for arg in ("--platform", tag)]
+
+
+def family_text(platform: str) -> str:
+    """``manylinux_2_28_aarch64 .. manylinux2014_aarch64`` (or the one tag)."""
+    family = platform_family(platform)
+    return family[0] if len(family) == 1 else f"{family[0]} .. {family[-1]}"
+
+
+def glibc_of(platform: str) -> int | None:
+    """The glibc minor version a manylinux tag stands for (28 for ``manylinux_2_28_aarch64``), else None."""
+    legacy = _LEGACY_TAG.fullmatch(platform)
+    if legacy:
+        return {v: k for k, v in _LEGACY.items()}[legacy["alias"]]
+    manylinux = _MANYLINUX.fullmatch(platform)
+    return int(manylinux["minor"]) if manylinux else None
 
 
 def check_platform(platform: str) -> str:
     if not platform:
         raise UsageError("the target names no python platform; pass --platform, e.g. manylinux_2_28_aarch64")
-    if not _PLATFORM.match(platform):
+    if not isinstance(platform, str) or not _PLATFORM.fullmatch(platform):
         raise UsageError(f"python platform {platform!r} is not a wheel platform tag such as manylinux_2_28_aarch64")
     return platform
 
 
 def check_python_version(version: str) -> str:
-    if not _PYTHON_VERSION.match(version):
+    if not isinstance(version, str) or not _PYTHON_VERSION.fullmatch(version):
         raise UsageError(f"python version {version!r} must look like 3.11")
     return version
 
 
 def pip_download_argv(requirements: Path, dest: Path, platform: str, python_version: str,
                       python: str | None = None, no_deps: bool = False) -> list[str]:
-    """The ``pip download`` command line for the target's binary wheels (an argument list)."""
+    """The ``pip download`` command line for the target's binary wheels (an argument list): one
+    ``--platform`` per tag of the board's platform family (``platform_family``)."""
     return [
         python or sys.executable, "-m", "pip", "download",
         "--only-binary=:all:",
-        "--platform", check_platform(platform),
+        *platform_args(platform),
         "--python-version", check_python_version(python_version),
         "--implementation", "cp",
         "--disable-pip-version-check",
@@ -192,8 +357,16 @@ def download_error(output: str, platform: str, python_version: str) -> EdgekitEr
             "wheel at all; connect to the network, or bundle without --wheels and install on the board from PyPI"
         )
     if found:
+        glibc = glibc_of(platform)
+        arch = platform.rsplit("_", 1)[-1] if glibc is not None else ""
+        if glibc is not None and glibc < 28 and arch in ("aarch64", "x86_64"):
+            hint = (f"recent numpy/onnxruntime/torch wheels need glibc 2.28: for a board with glibc >= 2.28 pass "
+                    f"--platform manylinux_2_28_{arch}")
+        else:
+            hint = ("bundle without --wheels and install on the board from the index, or pin the release a wheel "
+                    "exists for (choose another --python-version or format)")
         return EdgekitError(
-            f"{what}: {detail}; the pinned release has no wheel for {platform} (the versions listed do); "
-            "recent numpy/onnxruntime/torch wheels need glibc 2.28: pass --platform manylinux_2_28_aarch64"
+            f"{what}: {detail}; the pinned release has no wheel for {family_text(platform)} (the versions listed "
+            f"do); {hint}"
         )
     return EdgekitError(f"{what}: {detail}")

@@ -7,12 +7,12 @@ uncompressed, to a pipe (the copy to a board).
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import tarfile
 from pathlib import Path
 from typing import IO
 
-from edgekit.bundle.layout import SCRIPTS
 from edgekit.fileio import atomic_path
 
 
@@ -32,24 +32,58 @@ def write_archive(folder: Path, path: Path, top: str, mtime: int = 0) -> None:
         os.fsync(raw.fileno())
 
 
-def is_bundle_archive(path: Path, top: str, look: int = 16) -> bool:
-    """Whether ``path`` is a .tar.gz that ``write_tarball`` made of a bundle named ``top``.
+MAX_ARCHIVE_MEMBERS = 100_000  # far more than any bundle holds (wheels included)
 
-    Only the first members are read (a bundle's ``bundle.json`` sorts among them), so a large
-    archive costs no more than a small one.
+
+def is_bundle_archive(path: Path, top: str) -> bool:
+    """Whether ``path`` is a .tar.gz that ``write_tarball`` made of a bundle named ``top``: every
+    member must be the bundle's own, so replacing it loses nothing.
+
+    That is: the folder ``top/`` first, then only folders and regular files below it (no links,
+    devices or repeats), ``top/bundle.json`` an edgekit bundle description, and every file
+    listed in the archived ``top/SHA256SUMS`` (or that list itself), every folder on the way to
+    a listed file. The whole archive is read once, as a stream; only names are kept.
     """
+    from edgekit.ownership import MAX_PROOF_BYTES, parse_sums
+
+    files: set[str] = set()
+    folders: set[str] = set()
+    sums: list[str] | None = None
+    description = None
     try:
         with tarfile.open(path, mode="r|gz") as tar:
             for index, member in enumerate(tar):
-                if index == 0 and not (member.isdir() and member.name == top):
+                name = member.name
+                if index == 0:
+                    if not (member.isdir() and name == top):
+                        return False
+                    continue
+                rel = name[len(top) + 1:] if name.startswith(f"{top}/") else ""
+                parts = rel.split("/")
+                if (index >= MAX_ARCHIVE_MEMBERS or not rel or any(p in ("", ".", "..") for p in parts)
+                        or rel in files or rel in folders):
                     return False
-                if member.name == f"{top}/bundle.json":
-                    return True
-                if index >= look:
-                    return False
-    except (OSError, tarfile.TarError, EOFError, ValueError):
+                if member.isdir():
+                    folders.add(rel)
+                    continue
+                if not member.isreg():
+                    return False  # a link, device or FIFO: never one of the bundle's files
+                files.add(rel)
+                if rel in ("SHA256SUMS", "bundle.json"):
+                    if member.size > MAX_PROOF_BYTES:
+                        return False
+                    data = tar.extractfile(member).read(MAX_PROOF_BYTES + 1)
+                    if rel == "SHA256SUMS":
+                        sums = parse_sums(data.decode("utf-8"))
+                    else:
+                        description = json.loads(data.decode("utf-8"))
+    except (OSError, tarfile.TarError, EOFError, ValueError, RecursionError):  # UnicodeDecodeError too
         return False
-    return False
+    if sums is None or not isinstance(description, dict) or description.get("schema") != "edgekit.bundle":
+        return False
+    listed = set(sums)
+    on_the_way = {"/".join(p.split("/")[:i]) for p in listed for i in range(1, p.count("/") + 1)}
+    return files <= listed | {"SHA256SUMS"} and folders <= on_the_way
 
 
 def stream_tar(folder: Path, out: IO[bytes], mtime: int = 0) -> None:
@@ -59,7 +93,7 @@ def stream_tar(folder: Path, out: IO[bytes], mtime: int = 0) -> None:
 
 
 def add_folder(tar: tarfile.TarFile, folder: Path, top: str, mtime: int) -> None:
-    """Add every file under ``folder`` (sorted; scripts 0755, others 0644) below ``top``."""
+    """Add every file under ``folder`` (sorted; executable ones, the scripts, 0755, others 0644) below ``top``."""
     prefix = f"{top}/" if top else ""
     if top:
         tar.addfile(_info(top, tarfile.DIRTYPE, 0o755, mtime))
@@ -70,8 +104,9 @@ def add_folder(tar: tarfile.TarFile, folder: Path, top: str, mtime: int) -> None
         if path.is_dir():
             tar.addfile(_info(prefix + rel, tarfile.DIRTYPE, 0o755, mtime))
             continue
-        info = _info(prefix + rel, tarfile.REGTYPE, 0o755 if rel in SCRIPTS else 0o644, mtime)
-        info.size = path.stat().st_size
+        state = path.stat()
+        info = _info(prefix + rel, tarfile.REGTYPE, 0o755 if state.st_mode & 0o100 else 0o644, mtime)
+        info.size = state.st_size
         with open(path, "rb") as fh:
             tar.addfile(info, fh)
 

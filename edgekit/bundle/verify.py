@@ -6,27 +6,58 @@ on a board ``sha256sum -c SHA256SUMS`` checks it without edgekit.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 
 from edgekit.bundle.layout import CHECKSUMS
 from edgekit.errors import InputFileError
 from edgekit.fileio import sha256_file, write_text
 
-_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)\Z")
+MAX_CHECKSUMS_BYTES = 16 << 20  # about 150 000 entries
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(mode: int) -> str | None:
+    """What ``mode`` (an ``lstat`` st_mode) is when it is neither a plain file nor a folder."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return next((name for test, name in _SPECIAL if test(mode)), "a special file")
+
+
+def plain_files(folder: str | Path) -> list[str]:
+    """Every file under ``folder`` as sorted POSIX paths relative to it; InputFileError for a link,
+    a FIFO, a device or a socket anywhere in it (nothing is followed or opened: reading a FIFO
+    would block, a link would read or send a file from outside the bundle)."""
+    folder = Path(folder)
+    names = []
+
+    def unreadable(exc: OSError) -> None:
+        raise InputFileError(f"cannot read the bundle folder {exc.filename}: {exc.strerror}")
+
+    for root, dirs, files in os.walk(folder, onerror=unreadable):
+        for name in sorted(dirs + files):
+            path = Path(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError as exc:
+                raise InputFileError(f"cannot read {path}: {exc.strerror}") from None
+            kind = special_kind(mode)
+            if kind:
+                raise InputFileError(f"{path} is {kind}; a bundle holds plain files and folders only")
+            if stat.S_ISREG(mode):
+                names.append(path.relative_to(folder).as_posix())
+    return sorted(names, key=lambda rel: rel.split("/"))
 
 
 def bundle_files(folder: Path) -> list[str]:
     """Every file under ``folder`` except SHA256SUMS, as sorted POSIX paths relative to it."""
-    names = []
-    for path in sorted(folder.rglob("*")):
-        if path.is_symlink():
-            raise InputFileError(f"{path} is a symbolic link; a bundle holds plain files only")
-        if path.is_file():
-            rel = path.relative_to(folder).as_posix()
-            if rel != CHECKSUMS:
-                names.append(rel)
-    return names
+    return [rel for rel in plain_files(folder) if rel != CHECKSUMS]
 
 
 def write_checksums(folder: str | Path) -> Path:
@@ -43,8 +74,10 @@ def write_checksums(folder: str | Path) -> Path:
 def read_checksums(folder: str | Path) -> dict[str, str]:
     """{relative path: sha256} from ``folder``/SHA256SUMS; paths may not leave the folder."""
     path = Path(folder) / CHECKSUMS
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         raise InputFileError(f"{path} not found; is {folder} an edgekit bundle?")
+    if path.stat().st_size > MAX_CHECKSUMS_BYTES:
+        raise InputFileError(f"{path} is larger than {MAX_CHECKSUMS_BYTES >> 20} MiB; refusing to read it")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -74,6 +107,7 @@ def verify_checksums(bundle_dir: str | Path, allow_extra: bool = False) -> dict[
     folder = Path(bundle_dir)
     if not folder.is_dir():
         raise InputFileError(f"bundle folder not found: {folder}")
+    present = plain_files(folder)  # links and special files first: nothing below opens one
     sums = read_checksums(folder)
     for rel, digest in sums.items():
         path = folder / rel
@@ -82,7 +116,7 @@ def verify_checksums(bundle_dir: str | Path, allow_extra: bool = False) -> dict[
         if sha256_file(path) != digest:
             raise InputFileError(f"bundle file {path} does not match its {CHECKSUMS} entry (corrupt or changed)")
     if not allow_extra:
-        extra = [rel for rel in bundle_files(folder) if rel not in sums]
+        extra = [rel for rel in present if rel != CHECKSUMS and rel not in sums]
         if extra:
             raise InputFileError(f"bundle file {folder / extra[0]} is not listed in {CHECKSUMS} (added after bundling?)")
     return sums

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from edgekit.bench.display import three_digits
+from edgekit.bench.display import plain, three_digits
 from edgekit.cli.common import console, handles_errors, progress_enabled
 from edgekit.cli.options import TargetOpt
 
@@ -32,17 +32,17 @@ def bench_command(
     reference: bool = typer.Option(False, "--reference", help="Also time a fixed reference workload in every round, so gates can normalise by it."),
     shape: list[str] | None = typer.Option(None, "--shape", metavar="NAME=DIMS", help="Input shape NAME=DIMS, e.g. input=1x1x8x8 (repeatable)."),
     input_file: Path | None = typer.Option(None, "--input", help=".npz of input arrays by input name."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the bench document (JSON) here."),
-    html_out: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (latency distributions, size-accuracy-latency chart)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the bench document (JSON) here (an existing file only if empty or an edgekit bench document)."),
+    html_out: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML report here (latency distributions, size-accuracy-latency chart; an existing file only if empty or an edgekit HTML report)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table."),
     # --- remote benchmark over SSH (edgekit.remote) ---
     host: str | None = typer.Option(None, "--host", help="Run on a board over SSH: HOST or USER@HOST. Takes one bundle or export folder; copies it once, re-uses it while unchanged."),
     port: int | None = typer.Option(None, "--port", help="With --host: SSH port."),
     identity: Path | None = typer.Option(None, "--identity", help="With --host: SSH private key file."),
-    ssh_option: list[str] | None = typer.Option(None, "--ssh-option", metavar="KEY=VALUE", help="With --host: ssh -o KEY=VALUE (repeatable). Connection keys only (Port, User, IdentityFile, StrictHostKeyChecking, UserKnownHostsFile, ConnectTimeout, ProxyJump, ...); ProxyCommand, LocalCommand and other keys that run commands are refused."),
+    ssh_option: list[str] | None = typer.Option(None, "--ssh-option", metavar="KEY=VALUE", help="With --host: ssh -o KEY=VALUE (repeatable). Connection keys only (Port, User, IdentityFile, StrictHostKeyChecking, UserKnownHostsFile, ConnectTimeout, ProxyJump, ...); ProxyCommand, LocalCommand and other keys that run commands are refused, and each value must match its key's grammar (ProxyJump: [user@]host[:port],...)."),
     remote_dir: str | None = typer.Option(None, "--remote-dir", help="With --host: folder for bundles on the board (default ~/.cache/edgekit)."),
     remote_python: str | None = typer.Option(None, "--remote-python", help="With --host: python on the board with numpy + the runtime (default python3)."),
-    timeout: float | None = typer.Option(None, "--timeout", help="With --host: stop the runner on the board after this many seconds (default 600)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="With --host: limit in seconds for the whole remote run, from connecting through the copy to the runner's end (default 600)."),
     force: bool = typer.Option(False, "--force", help="With --host: go on when the model is estimated not to fit the board's RAM."),
 ) -> None:
     """Benchmark models on this machine, or on a board over SSH with --host: latency percentiles, load time, peak memory.
@@ -59,7 +59,7 @@ def bench_command(
     shapes = _parse_shapes(shape or [])
     reports = {"--json": json_out, "--html": html_out}
     if json_out is not None or html_out is not None:
-        chosen = check_report_paths(reports, with_artifact_folders([*artifacts, input_file, identity, target]))
+        chosen = check_report_paths(reports, with_artifact_folders([*artifacts, input_file, identity, target]), REPORT_FORMATS)
         for path in chosen.values():
             ensure_writable_dir(path.parent)  # fail now, not after the benchmark
     # --- remote benchmark over SSH (edgekit.remote) ---
@@ -82,6 +82,8 @@ def bench_command(
                 min_time_s=min_time, max_runs=max_runs, batch=batch, shapes=shapes or None, input_file=input_file, progress=report,
                 processes=processes, reference=reference,
             )
+    if json_out is not None or html_out is not None:  # again: a file may have appeared during the benchmark
+        check_report_paths(reports, with_artifact_folders([*artifacts, input_file, identity, target]), REPORT_FORMATS)
     if json_out is not None:
         write_json(json_out, to_document(results))
     if html_out is not None:
@@ -93,11 +95,15 @@ def bench_command(
         out = console()
         out.print(render_table(results))
         for line in _footer(results):
-            out.print(line, style="dim")
+            out.print(plain(line, style="dim"))
 
 
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench_command)
+
+
+#: What an existing report file must be for bench to replace it (edgekit.outputs.check_report_paths).
+REPORT_FORMATS = {"--json": "json:edgekit.bench", "--html": "html"}
 
 
 def _parse_shapes(texts: list[str]) -> dict[str, list[int]]:
@@ -177,7 +183,7 @@ def render_table(results):
         if several:
             row.append(f"{t.p50 / first.timing.p50:.2f}×" if first.timing.p50 > 0 else "–")
             row.append(f"{r.model.bytes / first.model.bytes:.2f}×" if first.model.bytes > 0 else "–")
-        table.add_row(*row)
+        table.add_row(*(plain(cell) for cell in row))  # paths and names from files: no markup, no escapes
     return table
 
 

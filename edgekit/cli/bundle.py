@@ -16,9 +16,10 @@ def bundle_command(
     export_dir: Path = typer.Argument(..., help="Export folder (from edgekit export) holding model.onnx and/or model.pt."),
     target: TargetOpt = None,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder (default: dist/TARGET); the .tar.gz is written beside it."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="onnx | torchscript: the one model to bundle (default: onnx when the export has it)."),
-    wheels: bool = typer.Option(False, "--wheels", help="Download the target platform's wheels into wheels/ (needs network) for offline install."),
-    platform: Optional[str] = typer.Option(None, "--platform", help="Wheel platform tag (default: the target's, e.g. manylinux2014_aarch64)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="onnx | torchscript | executorch: the one model to bundle (default: onnx when the export has it; executorch with --runtime native)."),
+    runtime: str = typer.Option("python", "--runtime", help="python: the board installs numpy + the model's runtime with pip; native: edgekit-run, a C++ runner cross-compiled for the target's CPU (ExecuTorch .pte only; no Python on the board; needs the cross compiler, apt-get install crossbuild-essential-arm64)."),
+    wheels: bool = typer.Option(False, "--wheels", help="Download into wheels/ every wheel the board installs, for an offline board (needs network here): binary wheels of each manylinux tag the board's glibc accepts, and pure-Python ones; serve.py's too."),
+    platform: Optional[str] = typer.Option(None, "--platform", help="The newest wheel platform tag the board accepts (default: the target's; manylinux_2_28_aarch64, glibc 2.28, for the Raspberry Pi targets); --wheels also takes the older tags that glibc runs, down to manylinux2014."),
     python_version: str = typer.Option("3.11", "--python-version", help="The board's Python version, for --wheels."),
     force: bool = typer.Option(False, "--force", help="Bundle a model made for another target anyway (recorded in bundle.json); replace --out even when it holds files edgekit did not write."),
     as_json: bool = typer.Option(False, "--json", help="Print bundle.json instead of a summary."),
@@ -34,8 +35,11 @@ def bundle_command(
     if out is None:
         _, manifest = load_manifest(export_dir, verify=False)
         out = Path("dist") / (target or manifest.target or "rpi4")
+    from edgekit.cli.common import progress_line
+
     folder = build_bundle(export_dir, target, out, fmt=fmt, wheels=wheels, force=force,
-                          platform=platform, python_version=python_version)
+                          platform=platform, python_version=python_version, runtime=runtime,
+                          progress=progress_line)
     info = read_bundle_json(folder)
     if as_json:
         echo_json(info)
@@ -59,8 +63,15 @@ def summary(info: dict, folder: Path, archive: Path) -> list[str]:
     lines = [
         f"Bundled {info['model']} ({info.get('variant') or info['format']}, {info['precision']}, "
         f"{_size(info['model_bytes'])}) for {info['target']} -> {folder}/ and {archive} ({_size(archive.stat().st_size)})",
-        f"runtime: {runtime['name']}=={runtime['version']} for {info['python_platform']}, Python {info['python_version']}",
     ]
+    native = info.get("native")
+    if native:
+        lines.append(f"runtime: {native['runner']} (ExecuTorch {runtime['version']}, native {native['arch']}"
+                     f"{' ' + native['cpu'] if native.get('cpu') else ''}) + {len(native['libraries'])} libraries; "
+                     f"no Python on the board; {_size(info['bytes_on_disk'])} on disk")
+    else:
+        lines.append(f"runtime: {runtime['name']}=={runtime['version']} for {info['python_platform']}, "
+                     f"Python {info['python_version']}")
     check = info.get("host_check") or {}
     if check:
         top1 = check.get("top1_agreement")

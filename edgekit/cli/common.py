@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import logging
 import os
 import sys
 import warnings
@@ -12,7 +13,7 @@ from typing import Any, Callable
 
 import typer
 
-from edgekit.errors import EXIT_TOOL_ERROR, EdgekitError, GateFailed, first_line
+from edgekit.errors import EXIT_TOOL_ERROR, EXIT_USAGE, EdgekitError, GateFailed, UsageError, first_line
 
 
 def debug_enabled() -> bool:
@@ -40,13 +41,19 @@ def handles_errors(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        quiet_logs = not debug_enabled()
+        previous_disable = logging.root.manager.disable
         try:
             with warnings.catch_warnings():
-                if not debug_enabled():
+                if quiet_logs:
                     # torch.ao / torch.jit / exporter deprecation chatter is ours to handle, not the user's.
                     warnings.simplefilter("ignore", DeprecationWarning)
                     warnings.simplefilter("ignore", FutureWarning)
                     warnings.filterwarnings("ignore", module=r"torch\..*")
+                    # ... and so are the warnings third-party libraries log (torch's pytree and
+                    # kernel notices, transformers, ONNX Runtime's quantizer, torchao): errors
+                    # still pass, and --debug shows everything.
+                    logging.disable(logging.WARNING)
                 return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
@@ -54,26 +61,67 @@ def handles_errors(func: Callable) -> Callable:
             # A broken budget is a verdict, not a malfunction: one plain line, exit code 3.
             typer.echo(first_line(exc), err=True)
             raise typer.Exit(exc.exit_code) from None
-        except EdgekitError as exc:
-            raise report_error(exc, exc.exit_code) from None
         except KeyboardInterrupt:
             typer.echo("Error: interrupted", err=True)
             raise typer.Exit(130) from None
-        except OSError as exc:
-            if exc.errno in _STORAGE_ERRNOS:  # disk full, quota, read-only: the user's to fix, not a bug
-                raise report_error(EdgekitError(_storage_message(exc)), EXIT_TOOL_ERROR) from None
-            raise report_error(exc, EXIT_TOOL_ERROR, unexpected=True) from None
         except Exception as exc:  # noqa: BLE001 - last line of defence for a CLI command
-            raise report_error(exc, EXIT_TOOL_ERROR, unexpected=True) from None
+            raise _report(exc) from None
+        finally:
+            if quiet_logs:
+                logging.disable(previous_disable)
 
     return wrapper
 
 
+# Disk full, quota, read-only, file too large: the user's to fix, not a bug. They are tool errors
+# (exit 1) wherever they surface, even wrapped by a library or an exporter into another error.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# A path the user gave that cannot be one (a name of 300 characters, a loop of links): exit 2.
+_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ELOOP}
+# Permission problems and a few more OS refusals: one line, exit 1, never "internal error".
+_OS_TOOL_ERRNOS = {errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ETXTBSY, errno.EBUSY}
+
+
+def _report(exc: BaseException) -> typer.Exit:
+    """The one line and exit code for an exception a command let out."""
+    storage = _in_chain(exc, lambda e: isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS)
+    if storage is not None and getattr(exc, "exit_code", None) != EXIT_TOOL_ERROR:  # tool errors say it already
+        return report_error(EdgekitError(_storage_message(storage)), EXIT_TOOL_ERROR)
+    if isinstance(exc, EdgekitError):
+        return report_error(exc, exc.exit_code)
+    if isinstance(exc, OSError) and exc.errno in _PATH_ERRNOS:
+        return report_error(UsageError(_os_message(exc)), EXIT_USAGE)
+    if isinstance(exc, OSError) and exc.errno in _OS_TOOL_ERRNOS:
+        return report_error(EdgekitError(_os_message(exc)), EXIT_TOOL_ERROR)
+    return report_error(exc, EXIT_TOOL_ERROR, unexpected=True)
+
+
+def _in_chain(exc: BaseException, match: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first exception in ``exc``'s cause/context chain that ``match``es (``exc`` included).
+
+    A library that turns ENOSPC into its own error (``raise ... from None`` still keeps the
+    original as ``__context__``) does not hide what happened."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if match(exc):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _short_path(name) -> str:
+    text = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]} ({len(text)} characters)"
+
+
+def _os_message(exc: OSError) -> str:
+    where = f": {_short_path(exc.filename)}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
 
 
 def _storage_message(exc: OSError) -> str:
-    where = f" while writing {exc.filename}" if exc.filename else ""
+    where = f" while writing {_short_path(exc.filename)}" if exc.filename else ""
     return f"{exc.strerror or exc}{where}; nothing was left half-written: free space (or choose another --out) and run again"
 
 
@@ -97,3 +145,9 @@ def progress_enabled() -> bool:
 
 def split_csv(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def progress_line(message: str) -> None:
+    """A progress line on stderr (the long steps: downloads, compiling); quiet with EDGEKIT_NO_PROGRESS."""
+    if not os.environ.get("EDGEKIT_NO_PROGRESS"):
+        typer.echo(message, err=True)

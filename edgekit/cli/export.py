@@ -14,6 +14,7 @@ from edgekit.cli.options import (
     InputRangeOpt,
     InputShapeOpt,
     JsonFlag,
+    RandomInitOpt,
     StateDictOpt,
     TargetOpt,
     source_options as collect_source_options,
@@ -46,6 +47,7 @@ def export_command(
     dynamic_axes: DynamicAxesOpt = None,
     input_range: InputRangeOpt = None,
     state_dict: StateDictOpt = None,
+    random_init: RandomInitOpt = False,
     force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
     as_json: JsonFlag = False,
 ) -> None:
@@ -53,12 +55,17 @@ def export_command(
     from edgekit.cli.quantize import render_files
     from edgekit.export.api import export
 
-    source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict)
+    source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     folder, manifest = export(
         source, out, tuple(split_csv(formats)) if formats is not None else None, target, opset, onnx_exporter, torchscript_mode, optimize,
         external_data=True if external_data else None, force=force,
         **source_options,
     )
+    from edgekit.cli.common import console
+    from edgekit.formats.sources import source_warnings
+
+    for line in source_warnings(manifest.model):  # random weights (--random-init), a task head left out
+        console(stderr=True).print(f"Warning: {line}", style="yellow", markup=False)
     if as_json:
         from edgekit.info import manifest_summary
 

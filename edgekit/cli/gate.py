@@ -17,6 +17,13 @@ HELP = (
     "Budgets come from flags first, then the project file (the budgets table of edgekit.toml, or "
     "tool.edgekit.budgets in pyproject.toml, or the file given with --config), then the target profile "
     "(--target).\n\n"
+    "A target's latency budgets (p50/p99) describe its board: they hold results measured there "
+    "(`edgekit bench BUNDLE --host ...`, or a run on a machine of the target's arch and core) and are "
+    "reported as skipped, with what was measured, for results from elsewhere (an x86 CI runner), unless "
+    "--local-latency. Latency budgets you give (flags, the project file) hold every result; emulated runs "
+    "are never held to a latency budget. Size, memory, accuracy and error-rate budgets apply everywhere.\n\n"
+    "Report files (--json, --junit, --markdown) replace only an empty file or a report edgekit wrote "
+    "(its schema or generator mark proves it); any other file, a link, a FIFO or a device is refused.\n\n"
     "Exit codes: 0 all budgets met, 3 a budget broken, 2 usage or input error, 1 tool error."
 )
 
@@ -43,9 +50,13 @@ def gate(
     min_delta_ms: float = typer.Option(
         0.005, "--min-delta-ms", help="A regression must also add more than this many ms to fail."
     ),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the versioned JSON gate report here."),
+    local_latency: bool = typer.Option(
+        False, "--local-latency",
+        help="Hold results measured off the target's board (e.g. on this x86 host) to the target's p50/p99 budgets too.",
+    ),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here (an existing file only if empty or an edgekit JUnit report)."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY; an existing file only if empty or an edgekit Markdown report)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the versioned JSON gate report here (an existing file only if empty or an edgekit gate report)."),
 ) -> None:
     from edgekit.bench.result import load_results
     from edgekit.errors import EXIT_GATE_FAILED, UsageError
@@ -55,8 +66,8 @@ def gate(
 
     from edgekit.outputs import check_report_paths
 
-    outputs = check_report_paths({"--junit": junit, "--markdown": markdown, "--json": json_out},
-                                 [*results, baseline, config])
+    reports = {"--junit": junit, "--markdown": markdown, "--json": json_out}
+    outputs = check_report_paths(reports, [*results, baseline, config], REPORT_FORMATS)
     overrides = {
         "max_size_mb": max_size_mb,
         "max_p50_ms": max_p50_ms,
@@ -80,14 +91,19 @@ def gate(
 
     report = evaluate(
         loaded, budgets, base, regression, baseline_source=f"baseline {baseline.name}" if baseline else "baseline",
-        min_delta_ms=min_delta_ms,
+        min_delta_ms=min_delta_ms, local_latency=local_latency,
     )
+    check_report_paths(reports, [*results, baseline, config], REPORT_FORMATS)  # still none a user's file
     _write_reports(report, outputs, [str(p) for p in results], str(baseline) if baseline else None)
     _render(report)
     line = verdict(report)
     console().print(line, style="bold green" if report.passed else "bold red", markup=False)
     if not report.passed:  # the verdict line above is the one message: exit 3 without an "Error:"
         raise typer.Exit(EXIT_GATE_FAILED)
+
+
+#: What an existing report file must be for gate to replace it (edgekit.outputs.check_report_paths).
+REPORT_FORMATS = {"--junit": "junit", "--markdown": "markdown", "--json": "json:edgekit.gate"}
 
 
 def _write_reports(report, outputs: dict[str, Path], inputs: list[str], baseline: Optional[str]) -> None:
@@ -108,6 +124,7 @@ def _render(report) -> None:
 
     from edgekit.gates.results import FAIL, PASS
     from edgekit.gates.report import COLUMNS, table_rows
+    from edgekit.outputs import safe_text
 
     styles = {PASS: "green", FAIL: "bold red"}
     table = Table(title="edgekit gate", title_justify="left")
@@ -120,4 +137,4 @@ def _render(report) -> None:
     console().print(table)
     err = console(stderr=True)
     for note in report.notes:
-        err.print(Text(f"note: {note}", style="yellow"))
+        err.print(Text(f"note: {safe_text(note)}", style="yellow"))

@@ -52,8 +52,13 @@ def render(s: dict) -> list[str]:
     bundle = s.get("bundle")
     if bundle:
         runtime = bundle.get("runtime") or {}
-        lines.append(f"bundle: {runtime.get('name')}=={runtime.get('version')} for {bundle.get('python_platform')}, "
-                     f"Python {bundle.get('python_version')}, {_size(bundle['folder_bytes'])} on disk")
+        if bundle.get("kind") == "native":
+            lines.append(f"bundle: {runtime.get('name')} (ExecuTorch {runtime.get('version')}), "
+                         f"{_size(bundle['folder_bytes'])} on disk; the board needs {bundle['board_needs']}")
+        else:
+            lines.append(f"bundle: {runtime.get('name')}=={runtime.get('version')} for {bundle.get('python_platform')}, "
+                         f"Python {bundle.get('python_version')}, {_size(bundle['folder_bytes'])} on disk; "
+                         f"the board needs {bundle['board_needs']}")
         check = bundle.get("host_check") or {}
         if "cosine" in check:
             lines.append(f"host output check vs float: cosine {check['cosine']:.5f}")

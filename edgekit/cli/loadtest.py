@@ -21,7 +21,7 @@ def loadtest_command(
     warmup: int = typer.Option(5, "--warmup", help="Untimed requests first."),
     input_file: Optional[Path] = typer.Option(None, "--input", help=".npz of input arrays to send (default: zeros of the model's input shapes)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EDGEKIT_API_KEY", help="Key to send (Authorization: Bearer)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the bench document (JSON, what `edgekit gate` reads) here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the bench document (JSON, what `edgekit gate` reads) here (an existing file only if empty or an edgekit bench document)."),
     max_batch: int = typer.Option(16, "--max-batch", help="With --serve: the server's micro-batch size (1: off)."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="With --serve: the server's micro-batch wait."),
     threads: Optional[int] = typer.Option(None, "--threads", help="With --serve: the server's intra-op threads."),
@@ -36,6 +36,11 @@ def loadtest_command(
 
     if (url is None) == (serve is None):
         raise UsageError("give a URL or --serve ARTIFACT (one of them)")
+    from edgekit.serve.auth import key_error
+
+    why = key_error(api_key, "--api-key (or EDGEKIT_API_KEY)")
+    if why:  # before any server is started
+        raise UsageError(why)
     from edgekit.bounds import check_threads
 
     check_threads(threads, "--threads")
@@ -43,7 +48,7 @@ def loadtest_command(
     if json_out is not None:
         from edgekit.outputs import check_report_paths, with_artifact_folders
 
-        check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]))
+        check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]), {"--json": "json:edgekit.bench"})
         ensure_writable_dir(json_out.parent)
     if serve is not None:
         from edgekit.serve.process import local_server
@@ -56,6 +61,10 @@ def loadtest_command(
     else:
         result = loadtest(url, settings, input_file=input_file, api_key=api_key)
     if json_out is not None:
+        from edgekit.outputs import check_report_paths, with_artifact_folders
+
+        check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]),
+                           {"--json": "json:edgekit.bench"})  # a file may have appeared during the load test
         write_json(json_out, to_document([result]))
     if not quiet:
         render(result)

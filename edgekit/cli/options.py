@@ -47,7 +47,13 @@ InputRangeOpt = Annotated[
 StateDictOpt = Annotated[
     Optional[Path],
     typer.Option("--state-dict", metavar="FILE",
-                 help="Outside-zoo models: weights (plain tensors, loaded with weights_only=True)."),
+                 help="Outside-zoo models: weights (.safetensors, a shard index, or plain tensors loaded with "
+                      "weights_only=True). An hf:FOLDER loads its own model.safetensors without it."),
+]
+RandomInitOpt = Annotated[
+    bool,
+    typer.Option("--random-init", help="hf: sources: build the config with random weights (seed 0) instead of "
+                                       "trained ones, to try the pipeline only; said in a warning and the manifest."),
 ]
 
 # Budget overrides (edgekit gate, edgekit pipeline).
@@ -64,7 +70,7 @@ MaxP99Opt = Annotated[
                                 help="p99 latency budget, e.g. 20, 20ms, 0.02s (bare number: ms)."),
 ]
 MaxRssOpt = Annotated[
-    Optional[str], typer.Option("--max-peak-rss-mb", metavar="SIZE",
+    Optional[str], typer.Option("--max-peak-rss-mb", "--max-rss-mb", metavar="SIZE",
                                 help="Peak RSS budget, e.g. 768, 768MB, 1GiB (bare number: MB)."),
 ]
 MaxDropOpt = Annotated[
@@ -84,10 +90,11 @@ ConfigOpt = Annotated[
 ]
 
 
-def source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict) -> dict:
+def source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init: bool = False) -> dict:
     """The outside-zoo options as the keyword arguments quantize() / export() take (unset ones dropped)."""
     options = {
         "input_shapes": input_shape or None, "input_dtypes": input_dtype or None,
         "dynamic_axes": dynamic_axes or None, "input_ranges": input_range or None, "state_dict": state_dict,
+        "random_init": True if random_init else None,
     }
     return {key: value for key, value in options.items() if value is not None}

@@ -15,6 +15,7 @@ from edgekit.cli.options import (
     InputRangeOpt,
     InputShapeOpt,
     JsonFlag,
+    RandomInitOpt,
     StateDictOpt,
     TargetOpt,
     source_options as collect_source_options,
@@ -24,12 +25,27 @@ from edgekit.cli.options import (
 @handles_errors
 def quantize_command(
     source: str = typer.Argument(
-        ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:CONFIG(.json|folder)."
+        ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:FOLDER "
+                                    "(a save_pretrained folder: config.json + model.safetensors)."
     ),
     method: str = typer.Option("static", "--method", help="dynamic | static | qat."),
     out: Path = typer.Option(..., "--out", "-o", help="Output artifact folder."),
     target: TargetOpt = "rpi4",
-    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data folder/file (.npy/.npz); static only."),
+    calib: Optional[Path] = typer.Option(
+        None, "--calib", metavar="PATH",
+        help="Static calibration data: a folder/file of .npy/.npz arrays, a folder of images (JPEG/PNG; needs "
+             "--calib-preprocess), or a .txt file, one text per line (the model's tokenizer). Default: the set "
+             "edgekit ships for a zoo model."),
+    calib_preprocess: Optional[str] = typer.Option(
+        None, "--calib-preprocess", metavar="KEY=VALUE,...|TOML",
+        help="How images become model inputs: resize=S|HxW (shorter side), crop=S|HxW (centre; default: the "
+             "input's HxW), range=0:1, mean=R:G:B, std=R:G:B, color=rgb|bgr|gray, layout=nchw|nhwc, "
+             "dtype=float32|float16|uint8, interpolation=bilinear; or a .toml file of those keys. "
+             "E.g. resize=256,crop=224,mean=0.485:0.456:0.406,std=0.229:0.224:0.225."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, "--tokenizer", metavar="FILE|FOLDER",
+        help="Text calibration: the model's tokenizer.json (or its folder); an hf: folder brings its own. "
+             "Sequence length: the input's fixed one, else each batch's longest row."),
     formats: Optional[str] = typer.Option(None, "--format", help="Comma-separated: torchscript, onnx (default: both; onnx for .onnx and hf: sources)."),
     calibrate_method: Optional[str] = typer.Option(None, "--calibrate-method", help="minmax | percentile | entropy | mse (ONNX path only: add --format onnx for a checkpoint)."),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile calibration: share of values kept (default 99.99)."),
@@ -55,13 +71,21 @@ def quantize_command(
     dynamic_axes: DynamicAxesOpt = None,
     input_range: InputRangeOpt = None,
     state_dict: StateDictOpt = None,
+    random_init: RandomInitOpt = False,
     force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
     as_json: JsonFlag = False,
 ) -> None:
-    """Quantize to int8 for a target (torch path -> TorchScript, ONNX Runtime path -> ONNX)."""
+    """Quantize to int8 for a target (torch path -> TorchScript, ONNX Runtime path -> ONNX).
+
+    Static calibration (also --auto's static recipes) reads --calib: .npy/.npz arrays of model-ready
+    samples; a folder of images, each resized, centre-cropped, scaled to --calib-preprocess range,
+    normalised (x - mean) / std and laid out as the input takes it; or a .txt file, one sample per
+    line, tokenized with the model's tokenizer (an hf: folder's, or --tokenizer), token_type_ids 0.
+    Without --calib a zoo model uses the set edgekit ships.
+    """
     from edgekit.errors import UsageError
 
-    source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict)
+    source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None
     err = console(stderr=True)
     if auto:
@@ -83,7 +107,7 @@ def quantize_command(
             try:
                 folder, manifest, candidates = quantize_auto(
                     source, out, target, calib=calib, formats=fmt, max_drop=max_drop, progress=progress, force=force,
-                    with_report=report, **source_options
+                    with_report=report, calib_preprocess=calib_preprocess, tokenizer=tokenizer, **source_options
                 )
             except NoCandidateError as exc:
                 if not as_json:
@@ -111,7 +135,7 @@ def quantize_command(
         "weight_type": weight_type, "per_channel": per_channel, "reduce_range": reduce_range,
         "exclude": tuple(exclude) if exclude else None, "epochs": epochs, "lr": lr,
         "op_types": tuple(split_csv(op_types)) if op_types else None, "fusion": fusion,
-        "smooth": smooth or None,
+        "smooth": smooth or None, "calib_preprocess": calib_preprocess, "tokenizer": tokenizer,
     }
     with _calibration_progress(err) as progress:
         try:
@@ -309,7 +333,8 @@ def render_candidates(candidates, title: str, bench_inputs: dict | None = None):
             "-" if c.value is None else f"{c.value:.4f}",
             "-" if c.drop_points is None or not accuracy else f"{c.drop_points:.2f}",
             "-" if c.p50_ms is None else f"{c.p50_ms:.3f}",
-            ("error: " + c.error) if c.error else ("yes" if c.meets_budget else ("-" if c.method == "fp32" else
+            ("error: " + c.error) if c.error else ("skipped: " + c.skipped) if c.skipped else
+            ("yes" if c.meets_budget else ("-" if c.method == "fp32" else
                                                    "slower than fp32" if c.slower_than_float else "no")),
             "*" if c.chosen else "",
         )

@@ -38,7 +38,7 @@ def serve_command(
     from edgekit.errors import UsageError
     from edgekit.serve.auth import bind_error
 
-    why = bind_error(host, api_key)
+    why = bind_error(host, api_key)  # also a blank key, or one no client could send
     if why:
         raise UsageError(why)
     if not 0 <= port <= 65535:
@@ -54,27 +54,33 @@ def serve_command(
         raise UsageError("--replicas must be within 1..10000 and --cpus-per-replica within 0..1024")
     if not ray and (replicas != 1 or min_replicas is not None or max_replicas is not None or address):
         raise UsageError("--replicas, --min-replicas, --max-replicas and --address apply with --ray")
-    try:
-        from edgekit.serve.app import ServeSettings
-    except ImportError:
-        raise UsageError("serving needs FastAPI and uvicorn: pip install 'edgekit-ml[serve]'") from None
+    import importlib.util
+
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        raise UsageError("serving needs FastAPI and uvicorn: pip install 'edgekit-ml[serve]'")
+    from edgekit.serve.settings import ServeSettings
     try:
         settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
-                                 max_body_bytes=int(max_body_mb * (1 << 20)), api_key=api_key or None,
+                                 max_body_bytes=int(max_body_mb * (1 << 20)), api_key=api_key,
                                  allow_nonfinite=allow_nonfinite)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     say = lambda line: typer.echo(line, err=True)  # noqa: E731
     if ray:
-        from edgekit.serve.ray_app import Scaling, deploy
+        from edgekit.serve.ray_app import Scaling
 
         scaling = Scaling(replicas, min_replicas, max_replicas, cpus_per_replica=cpus_per_replica)
+    from edgekit.serve.loader import load_served_model, probe_served_model
+
+    probe_served_model(artifact, fmt)  # in a child first: a file that crashes its runtime must not take the server down
+    if ray:
+        from edgekit.serve.ray_app import deploy
+
         deploy(artifact, settings, fmt=fmt, threads=threads, scaling=scaling, address=address, host=host,
                port=port or 8000, announce=say)
         return
     from edgekit.errors import EdgekitError
     from edgekit.serve.app import create_app
-    from edgekit.serve.loader import load_served_model
     from edgekit.serve.standalone import address as url_of, open_socket, serve_forever
 
     model = load_served_model(artifact, fmt, threads)
@@ -84,7 +90,7 @@ def serve_command(
     except OSError as exc:
         raise EdgekitError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
     say(f"serving {model.summary['path']} ({model.summary['format']}, {model.summary['precision']}) on {url_of(sock)}")
-    serve_forever(app, sock)
+    serve_forever(app, sock, max_head_bytes=settings.max_header_bytes)
 
 
 def register(app: typer.Typer) -> None:

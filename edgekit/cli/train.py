@@ -6,7 +6,6 @@ Also the entry for distributed runs: ``torchrun --nproc_per_node N -m edgekit tr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -14,7 +13,8 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors, progress_enabled
 from edgekit.cli.options import JsonFlag, ModelOpt, SeedOpt
-from edgekit.errors import UsageError
+from edgekit.errors import InputFileError, UsageError
+from edgekit.fileio import NotJSONError, loads_json
 
 
 def parse_settings(items: list[str]) -> dict:
@@ -25,9 +25,11 @@ def parse_settings(items: list[str]) -> dict:
         if not sep or not key.strip():
             raise UsageError(f"--set takes KEY=VALUE, got {item!r}")
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
+            value = loads_json(raw, f"--set {key.strip()}")
+        except NotJSONError:
             value = raw
+        except InputFileError as exc:  # a number past 64 bits, deep nesting: a typo or an attack
+            raise UsageError(str(exc)) from None
         settings[key.strip()] = value
     return settings
 
@@ -118,8 +120,8 @@ def train_command(
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Model setting KEY=VALUE, repeatable (e.g. --set attention=local)."),
     tokenizer: str = typer.Option("char", help="Text tokenizer: char or word."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Text sequence length (default: the model's max_len)."),
-    epochs: int = typer.Option(20, help="Training epochs."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps."),
+    epochs: Optional[int] = typer.Option(None, help="Training epochs (default: 20; with --max-steps alone, as many as its steps take)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Optimizer steps to train: alone, the run's length (the data repeats as needed); with --epochs, whichever ends first, said when it is the epochs."),
     batch_size: int = typer.Option(64, "--batch-size", help="Samples per process per micro-step."),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-steps per optimizer step (gradient accumulation)."),
     lr: float = typer.Option(3e-3, help="Peak learning rate (linear warm-up, then cosine decay)."),

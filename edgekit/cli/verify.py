@@ -33,10 +33,10 @@ def verify_command(
         help="Install the bundle's pinned requirements from this package index instead of the one requirements.txt names "
              "(e.g. https://pypi.org/simple where PyTorch's CPU index is out of reach; PyPI's aarch64 torch is a CUDA build, GBs).",
     ),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the verification report (JSON) here."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the verification report (JSON) here (an existing file only if empty or an edgekit verify report)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines and no table."),
 ) -> None:
-    """Check a bundle's checksums; with --emulate, prove it on an emulated aarch64 board.
+    """Check a bundle (checksums, plain files only, bundle.json, requirements.txt pins only); with --emulate, prove it on an emulated aarch64 board.
 
     Emulated timings are a functional check only, never device latency.
     """
@@ -46,7 +46,7 @@ def verify_command(
     if json_out is not None:
         from edgekit.outputs import check_report_paths
 
-        check_report_paths({"--json": json_out}, [bundle])
+        check_report_paths({"--json": json_out}, [bundle], {"--json": "json:edgekit.verify"})
         ensure_writable_dir(json_out.parent)
     if not emulate:
         from edgekit.emulate.bundle import open_bundle
@@ -65,6 +65,9 @@ def verify_command(
         bench=not no_bench, serve=not no_serve, launcher=launcher, index_url=index_url, progress=None if quiet else _progress(), **options,
     )
     if json_out is not None:
+        from edgekit.outputs import check_report_paths
+
+        check_report_paths({"--json": json_out}, [bundle], {"--json": "json:edgekit.verify"})  # still not a user's file
         write_json(json_out, report.to_dict())
     if not quiet:
         out = console()
@@ -122,19 +125,31 @@ def footer(report) -> list[str]:
     emu, host, seconds = report.emulation, report.host, report.seconds
     runtime = emu.get("runtime") or {}
     host_runtime = host.get("runtime") or {}
+    native = emu.get("launcher") == "qemu-user"  # a native bundle: edgekit-run, no Python (edgekit.emulate.native)
+    userland = f"Debian {emu['debian_release']}" if emu.get("debian_release") else f"libraries of {emu.get('sysroot')}"
     lines = [
-        f"emulated: Debian {emu['debian_release']} {emu.get('machine')}, Python {emu.get('python')}, "
-        f"{runtime.get('name')} {runtime.get('version')}, qemu {emu.get('qemu')} (cpu {emu.get('qemu_cpu')}, via {emu.get('launcher')})",
+        f"emulated: {userland} {emu.get('machine')}, "
+        + ("no Python" if native else f"Python {emu.get('python')}")
+        + f", {runtime.get('name')} {runtime.get('version')}, qemu {emu.get('qemu')} (cpu {emu.get('qemu_cpu')}, "
+          f"via {emu.get('launcher')})",
         f"host:     {host.get('machine')}, Python {host.get('python')}, {host_runtime.get('name')} {host_runtime.get('version')}",
         f"tolerance: {report.tolerance.describe()}",
     ]
+    if native:
+        exact = "bit-identical to" if emu.get("bit_identical") else "within tolerance of"
+        lines.append(f"outputs: {exact} this host's")
+        entry = emu.get("entry_point")
+        if entry:
+            state = "ok" if entry.get("ok") else f"FAILED (exit {entry.get('exit_code')})"
+            lines.append(f"entry point: {entry['command']} in a root without Python: {state}: {entry.get('verdict') or entry.get('error', '')}")
+    runner_name = "edgekit-run" if native else "runner.py"
     bench = report.bench
     if bench is not None:
         if bench.get("ok"):
             runs = bench["result"]["timing"]["runs"]
-            lines.append(f"bench: {bench['status']}: runner.py completed {runs} timed runs (mode \"emulated\"); {bench['note']}")
+            lines.append(f"bench: {bench['status']}: {runner_name} completed {runs} timed runs (mode \"emulated\"); {bench['note']}")
         else:
-            lines.append(f"bench: {bench['status']}: runner.py FAILED: {bench.get('error')}")
+            lines.append(f"bench: {bench['status']}: {runner_name} FAILED: {bench.get('error')}")
     served = report.serve
     if served is not None:
         if served.get("ok"):
@@ -142,10 +157,13 @@ def footer(report) -> list[str]:
                          f"under emulation like the emulated probe, and stopped on SIGTERM with exit 0")
         else:
             lines.append(f"serve: serve.py FAILED under emulation: {served.get('error')}")
-    rootfs = f"{seconds.get('rootfs', 0):.1f} s ({'built' if emu.get('rootfs_built') else 'cached'})"
-    venv = f"{seconds.get('venv', 0):.1f} s ({'installed' if emu['venv'].get('built') else 'cached'})"
-    lines.append(f"times: rootfs {rootfs}, venv {venv}, emulated model run {seconds.get('emulated_run', 0):.1f} s, "
-                 f"total {seconds.get('total', 0):.1f} s")
+    if native:
+        lines.append(f"times: emulated model run {seconds.get('emulated_run', 0):.1f} s, total {seconds.get('total', 0):.1f} s")
+    else:
+        rootfs = f"{seconds.get('rootfs', 0):.1f} s ({'built' if emu.get('rootfs_built') else 'cached'})"
+        venv = f"{seconds.get('venv', 0):.1f} s ({'installed' if emu['venv'].get('built') else 'cached'})"
+        lines.append(f"times: rootfs {rootfs}, venv {venv}, emulated model run {seconds.get('emulated_run', 0):.1f} s, "
+                     f"total {seconds.get('total', 0):.1f} s")
     lines += [f"note: {note}" for note in report.notes]
     lines.append("PASS: the emulated aarch64 board reproduces this host's outputs" if report.passed
                  else f"FAIL: {report.failure()}")

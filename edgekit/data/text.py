@@ -28,7 +28,7 @@ import numpy as np
 
 from edgekit.data.digits import ArraySplit
 from edgekit.data.tokenizer import Tokenizer, TokenizerSettings
-from edgekit.errors import InputFileError, UsageError
+from edgekit.errors import EdgekitError, InputFileError, UsageError
 
 CACHE_VERSION = 1
 SPLIT_SEED = 20240607
@@ -218,15 +218,19 @@ def load_text_corpus(
     cached = _read_cache(folder, key) if folder.is_dir() else None
     if cached is None:
         tokenizer, splits = _tokenize(text, settings)
-        if folder.exists():  # stale or damaged: move it aside, then rebuild
-            with contextlib.suppress(OSError):
-                aside = Path(tempfile.mkdtemp(prefix=f".{key}.stale.", dir=folder.parent))
-                os.replace(folder, aside / "old")
-                shutil.rmtree(aside, ignore_errors=True)
         try:
+            if cache_dir is None:
+                from edgekit.cache import part_dir
+
+                part_dir("text")  # made tagged as edgekit's; refused where no cache may live
+            if folder.exists():  # stale or damaged: move it aside, then rebuild
+                with contextlib.suppress(OSError):
+                    aside = Path(tempfile.mkdtemp(prefix=f".{key}.stale.", dir=folder.parent))
+                    os.replace(folder, aside / "old")
+                    shutil.rmtree(aside, ignore_errors=True)
             _write_cache(folder, key, source, tokenizer, splits)
-        except OSError:
-            pass  # an unwritable cache only costs the tokenization next time
+        except (OSError, EdgekitError):
+            pass  # an unwritable (or refused) cache only costs the tokenization next time
     else:
         tokenizer, splits = cached
     return TextCorpus(tokenizer, splits, key, source, sha)

@@ -9,7 +9,7 @@ from pathlib import Path
 from edgekit.errors import InputFileError
 
 # {name}-{version}(-{build})?-{python tags}-{abi tags}-{platform tags}.whl (PEP 427)
-_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl\Z")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,10 @@ def open_bundle(path: str | Path) -> Bundle:
     if not reference.is_file():
         raise InputFileError(f"{reference} is missing; rebuild the bundle")
     optional = {name: folder / name for name in (layout.REQUIREMENTS, layout.RUNNER)}
+    if optional[layout.REQUIREMENTS].is_file():  # pip options in any spelling are refused here, before any work
+        from edgekit.bundle.requirements import read_requirements
+
+        read_requirements(optional[layout.REQUIREMENTS], info["format"])
     return Bundle(
         path=folder,
         info=info,

@@ -89,6 +89,12 @@ def qemu_cpus(qemu: Path) -> tuple[str, ...]:
     return tuple(line.strip() for line in out.splitlines()[1:] if line.strip())
 
 
+# What an unknown core is emulated as: ARMv8.0-A, the baseline every 64-bit Pi has. Never QEMU's
+# "max": it exposes SME, and XNNPACK's SME (KleidiAI) int8 kernels gave wrong outputs under it.
+FALLBACK_CPU = "cortex-a72"
+NEVER = ("max",)
+
+
 def qemu_cpu_for(core: str, available: tuple[str, ...]) -> tuple[str, str]:
     """(QEMU_CPU value, note) for a target's core, e.g. "Cortex-A72" -> "cortex-a72".
 
@@ -96,10 +102,12 @@ def qemu_cpu_for(core: str, available: tuple[str, ...]) -> tuple[str, str]:
     (HWCAP) they see, e.g. the dot-product instructions an A76 has and an A72 lacks.
     """
     wanted = core.strip().lower().replace(" ", "-")
-    if wanted and wanted in available:
+    if wanted and wanted in available and wanted not in NEVER:
         return wanted, ""
     why = f"qemu cannot emulate {core}" if wanted else "the target names no CPU core"
-    return "max", f"{why}; emulated the 'max' CPU (every feature qemu has), so kernel choices may differ from the board's"
+    if FALLBACK_CPU not in available:
+        raise EmulationError(f"{why}, nor {FALLBACK_CPU}; install a qemu-user-static that has it")
+    return FALLBACK_CPU, f"{why}; emulated {FALLBACK_CPU} (ARMv8.0-A), so kernel choices may differ from the board's"
 
 
 def _binfmt_entry() -> Binfmt:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fcntl
-import json
 import os
 import re
 import shutil
@@ -29,8 +28,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from edgekit.emulate import EmulationError
-from edgekit.errors import UsageError
-from edgekit.fileio import ensure_writable_dir, write_json
+from edgekit.errors import InputFileError, UsageError
+from edgekit.fileio import ensure_writable_dir, read_json, write_json
 
 DEFAULT_RELEASE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -38,7 +37,7 @@ ARCH = "arm64"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
 INFO_PATH = "etc/edgekit-rootfs.json"
 INFO_SCHEMA = "edgekit.rootfs"
-_RELEASE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
+_RELEASE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}\Z")
 
 Progress = Callable[[str], None]
 
@@ -76,9 +75,9 @@ def find_rootfs(cache_dir: Path, release: str) -> Rootfs | None:
         info_file = path / INFO_PATH
         if not path.is_dir() or not info_file.is_file():
             continue
-        try:
-            info = json.loads(info_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        try:  # bounded like every JSON edgekit reads: a damaged entry is skipped, never an error
+            info = read_json(info_file, "rootfs description", max_bytes=1 << 20)
+        except InputFileError:
             continue
         if info.get("schema") == INFO_SCHEMA and info.get("release") == release and (path / "usr/bin/python3").exists():
             found.append((info_file.stat().st_mtime, Rootfs(path, release, str(info.get("python", "")), info=info)))
@@ -116,7 +115,12 @@ def ensure_rootfs(
     """
     from edgekit.emulate.process import last_error, run_streamed
 
-    cache_dir = ensure_writable_dir(cache_dir)
+    if Path(cache_dir).absolute() == default_cache_dir().absolute():
+        from edgekit.cache import part_dir
+
+        cache_dir = part_dir("rootfs").absolute()  # tagged as edgekit's (so `edgekit cache --clear` may remove it)
+    else:
+        cache_dir = ensure_writable_dir(cache_dir)  # the user's --rootfs-cache
     with locked(cache_dir / f".{_prefix(release)}.lock", progress):
         existing = find_rootfs(cache_dir, release)
         if existing is not None and not rebuild:

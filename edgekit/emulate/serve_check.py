@@ -29,7 +29,7 @@ def serve_check(run_in, bundle, python: str, work: Path, inside: str, emulated: 
     """({"ok", "error", "url", "batches", "exit_code", "venv"}, seconds) of serving under emulation."""
     import numpy as np
 
-    from edgekit.emulate.probe import read_cases
+    from edgekit.board.inputs import read_reference
     from edgekit.emulate.report import check_batch
     from edgekit.emulate.venv import ensure_venv
     from edgekit.serve import process
@@ -56,7 +56,7 @@ def serve_check(run_in, bundle, python: str, work: Path, inside: str, emulated: 
         report["url"] = url
         import httpx
 
-        for batch, inputs in read_cases(str(bundle.reference)).items():
+        for batch, (inputs, _) in read_reference(bundle.reference).items():
             buffer = io.BytesIO()
             np.savez(buffer, **inputs)
             answer = httpx.post(f"{url}/v1/predict", content=buffer.getvalue(), timeout=timeout_s,

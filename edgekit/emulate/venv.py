@@ -9,11 +9,15 @@ sdist under emulation would take hours. The requirements come from the bundle's 
 
 A venv counts as built only once ``edgekit-venv.json`` is written into it, last; a folder
 without it is an interrupted install and is removed before the next try.
+
+Before an install from an index, this host checks in seconds that those indexes answer and hold
+every pin for the board as a CPU build (``index_check``): an unreachable index or a CUDA-only
+torch is one line naming the flag that fixes it, not minutes of emulated pip and gigabytes. The
+venvs are bounded: the least recently used go beyond a count or a size (``venv_cache``).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import os
@@ -22,17 +26,16 @@ import shutil
 import ssl
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from edgekit.emulate import EmulationError
 from edgekit.emulate.chroot import NOISE, Launcher
+from edgekit.emulate.venv_cache import MARKER, VENVS_DIR  # re-exported: where the venvs live
 from edgekit.errors import UsageError
 from edgekit.fileio import write_json
 
-VENVS_DIR = "/opt/edgekit/venvs"
-MARKER = "edgekit-venv.json"
 HOST_CA = "/etc/edgekit/host-ca.crt"
 PIP_WHEELS = "usr/share/python-wheels"
 _FORWARDED = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "PIP_DEFAULT_TIMEOUT")
@@ -48,6 +51,7 @@ class Venv:
     built: bool = False  # by this run
     seconds: float = 0.0
     packages: dict[str, str] = field(default_factory=dict)
+    evicted: tuple[str, ...] = ()  # what the cache bound removed when this one was made ready (progress lines)
 
     @property
     def python(self) -> str:
@@ -78,25 +82,43 @@ def ensure_venv(
     progress: Progress,
     no_deps: bool = False,
     with_deps: Sequence[str] = (),
+    index_flag: bool = False,
 ) -> Venv:
     """The venv for these requirements in ``launcher``'s rootfs, created and filled when missing.
 
     ``no_deps``: install exactly the pinned list (a bundle whose runtime declares build-time
     dependencies a board does not need; ``formats.Format.board_no_deps``), except the
-    distributions in ``with_deps``, installed first with theirs."""
+    distributions in ``with_deps``, installed first with theirs. ``index_flag``: the
+    requirements' index is the user's ``--index-url`` (errors name it so). The venv is held in use
+    until ``venv_cache.release_all()``; the cache bound may remove older ones (``Venv.evicted``)."""
+    from edgekit.bundle.requirements import parse_requirements
+    from edgekit.emulate import venv_cache
     from edgekit.emulate.rootfs import locked
 
+    # pip runs as root in the rootfs: only name==version pins and plain index lines reach it
+    parse_requirements(requirements, "the requirements to install")
+    venv_cache.limits()  # a bad EDGEKIT_EMULATE_MAX_VENVS* is a usage error before minutes of work
     key = requirements_key(requirements, wheels, python, no_deps, with_deps)
     venvs = launcher.host_path(VENVS_DIR)
     venvs.mkdir(parents=True, exist_ok=True)
     with locked(venvs / f".{key}.lock", progress):
-        return _ensure(launcher, key, requirements, wheels, python, timeout_s=timeout_s, progress=progress,
-                       no_deps=no_deps, with_deps=tuple(with_deps))
+        venv_cache.hold(launcher.rootfs, key)
+        venv = _ensure(launcher, key, requirements, wheels, python, timeout_s=timeout_s, progress=progress,
+                       no_deps=no_deps, with_deps=tuple(with_deps), index_flag=index_flag)
+        venv_cache.mark_used(launcher.host_path(venv.path))
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        progress(line)
+
+    venv_cache.evict(launcher.rootfs, keep=key, progress=say)
+    return replace(venv, evicted=tuple(lines))
 
 
 def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress, no_deps=False,
-            with_deps=()) -> Venv:
-    from edgekit.emulate.process import last_error, run_streamed
+            with_deps=(), index_flag=False) -> Venv:
+    from edgekit.emulate.process import run_streamed
 
     source = "wheels" if wheels else "index"
     inside = f"{VENVS_DIR}/{key}"
@@ -109,6 +131,12 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress,
         progress(f"removing an interrupted venv {inside}")
         shutil.rmtree(host_dir)
     pip_wheel = _pip_wheel(launcher)
+    if not wheels:  # from an index: ask it here first, in seconds (index_check)
+        from edgekit.emulate.index_check import check_indexes
+
+        platform = board_platform(launcher.rootfs)
+        progress(f"checking that the package index has every pin for {platform} / Python {python} (on this host)")
+        check_indexes(requirements, platform, python, replaced=index_flag)
     started = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix="edgekit-req-", dir=launcher.host_path("/tmp")))
     try:
@@ -138,14 +166,16 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress,
             done = run_streamed(launcher.argv(command), what=f"{what} (emulated)", timeout_s=timeout_s, env=env,
                                 on_line=lambda line: _pip_line(line, progress))
             if done.returncode != 0:
-                reason = last_error(done.tail, NOISE) or f"exit status {done.returncode}"
-                raise EmulationError(f"installing the bundle's requirements in the emulated rootfs failed ({what}): {reason}")
+                raise install_error(what, done.tail, done.returncode, bool(wheels))
         packages = _installed(host_dir)
         seconds = time.monotonic() - started
+        from edgekit.emulate.venv_cache import now, tree_bytes
+
+        created = now()
         write_json(marker, {
             "key": key, "python": python, "source": source, "requirements": requirements,
             "wheels": [w.name for w in wheels], "packages": packages, "seconds": round(seconds, 1),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": created, "used": created, "bytes": tree_bytes(host_dir),
         })
     except BaseException:
         shutil.rmtree(host_dir, ignore_errors=True)
@@ -154,6 +184,44 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress,
         shutil.rmtree(staging, ignore_errors=True)
     progress(f"venv ready in {seconds:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(packages.items())))
     return Venv(inside, key, source, built=True, seconds=seconds, packages=packages)
+
+
+def install_error(what: str, tail, returncode: int, offline: bool) -> EmulationError:
+    """One line for a failed pip step in the rootfs: its cause, not pip's last words. An index
+    that did not answer makes pip end with "No matching distribution found for numpy==..." though
+    nothing is wrong with numpy: say that the index was not reachable from the rootfs."""
+    from edgekit.bundle.requirements import NETWORK_SIGNS
+    from edgekit.emulate.process import last_error
+
+    reason = last_error(tail, NOISE) or f"exit status {returncode}"
+    text = "\n".join(tail)
+    if not offline and any(sign in text for sign in NETWORK_SIGNS):
+        hosts = sorted(set(re.findall(r"(?:host='|resolve ')([A-Za-z0-9.-]+)'", text)))
+        where = f" ({', '.join(hosts)})" if hosts else ""
+        return EmulationError(
+            f"installing the bundle's requirements in the emulated rootfs failed ({what}): the package index{where} "
+            f"was not reachable from the rootfs (it uses this host's DNS and proxy settings), so pip said: {reason}; "
+            "pass --index-url URL of a reachable index, or verify a bundle made with --wheels")
+    looked = re.search(r"Looking in indexes: (\S+(?:, \S+)*)", text)  # pip names no index when it is PyPI alone
+    if not offline and "(from versions: none)" in text:
+        return EmulationError(
+            f"installing the bundle's requirements in the emulated rootfs failed ({what}): {reason}: "
+            f"{looked.group(1) if looked else 'https://pypi.org/simple'} "
+            "listed no version of it for this board (no aarch64 wheel for its Python, or the index did not answer); "
+            "pass --index-url URL of an index that has it, or verify a bundle made with --wheels")
+    return EmulationError(f"installing the bundle's requirements in the emulated rootfs failed ({what}): {reason}")
+
+
+def board_platform(rootfs: Path) -> str:
+    """The newest manylinux tag the rootfs's pip accepts (its glibc: Debian's libc6 package)."""
+    status = Path(rootfs) / "var/lib/dpkg/status"
+    try:
+        with open(status, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(64 << 20)
+    except OSError:
+        text = ""
+    found = re.search(r"^Package: libc6\n(?:[^\n]+\n)*?Version: 2\.(\d{1,2})", text, re.M)
+    return f"manylinux_2_{found.group(1) if found else 28}_aarch64"
 
 
 def _first_with_deps(requirements: str, names: Sequence[str]) -> list[str]:
@@ -173,18 +241,20 @@ def _first_with_deps(requirements: str, names: Sequence[str]) -> list[str]:
 
 
 def with_index_url(requirements: str, index_url: str) -> tuple[str, str | None]:
-    """``requirements`` installing from ``index_url``: (new text, the index URL it replaced, if any)."""
-    if not re.fullmatch(r"https?://[^\s'\"]+", index_url):
-        raise UsageError(f"--index-url must be an http(s) URL, got {index_url!r}")
-    replaced = None
-    lines = []
-    for line in requirements.splitlines():
-        words = line.split()
-        if words[:1] in (["--index-url"], ["-i"]):
-            replaced = words[1] if len(words) > 1 else None
-            continue
-        lines.append(line)
-    return "".join(f"{line}\n" for line in [f"--index-url {index_url}", *lines]), replaced
+    """``requirements`` installing from ``index_url``: (new text, the index URL it replaced, if any).
+
+    The text is checked line by line first (``edgekit.bundle.requirements.parse_requirements``):
+    a pip option of the bundle's own in any spelling (``--index-url=X``, ``-i X``, ``-f``...)
+    is an InputFileError, never carried over. What is kept (pins, comments, edgekit's
+    ``--extra-index-url``) has passed that check."""
+    from edgekit.bundle.requirements import INDEX_URL, format_indexes, parse_requirements
+
+    if not isinstance(index_url, str) or not INDEX_URL.fullmatch(index_url):
+        raise UsageError(f"--index-url must be an http(s) URL of plain characters (no quotes, spaces, "
+                         f"backslashes or ${{...}}), got {index_url!r}")
+    checked = parse_requirements(requirements, "the bundle's requirements.txt", format_indexes())
+    kept = [line for line in requirements.splitlines() if line.split()[:1] != ["--index-url"]]
+    return "".join(f"{line}\n" for line in [f"--index-url {index_url}", *kept]), checked.index_url
 
 
 def _pip_wheel(launcher: Launcher) -> str:

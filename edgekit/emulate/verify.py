@@ -22,12 +22,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from edgekit.board import BUNDLED_NAME
+from edgekit.board import entries as board_files
 from edgekit.emulate import EmulationError
 from edgekit.emulate.report import BENCH_NOTE, BENCH_STATUS, DEFAULT_ATOL, EmulationReport, Tolerance, check_batch
 from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
 from edgekit.errors import EdgekitError, UsageError
 
-PROBE = Path(__file__).resolve().parent / "probe.py"
+PROBE_DIR = "probe"  # the host's board package and its probe entry, in a folder of the work dir
 LAUNCHERS = ("auto", "binfmt", "interpreter")
 DEFAULT_TIMEOUT_S = 1800.0
 BENCH_RUNS = 10
@@ -56,8 +58,11 @@ def verify_emulated(
     ``launcher`` "auto" uses binfmt_misc when it works, else qemu-aarch64-static named as the
     command ("interpreter", which cannot build a rootfs). ``index_url`` installs the bundle's
     pinned requirements from that package index instead of the one requirements.txt names
-    (e.g. PyPI where PyTorch's CPU index cannot be reached; recorded in the notes). Raises EmulationError when this host
-    cannot emulate, InputFileError for a broken bundle, UsageError for bad settings.
+    (a mirror of PyTorch's CPU index where that cannot be reached; recorded in the notes). Before
+    an install from an index this host checks that it answers and has every pin for the board, as a
+    CPU build (``index_check``: a CUDA-only torch is refused, not installed). Raises EmulationError when
+    this host cannot emulate or the board's requirements cannot be had, InputFileError for a broken
+    bundle, UsageError for bad settings.
     """
     from edgekit.emulate import host, rootfs
     from edgekit.emulate.bundle import check_wheels, open_bundle
@@ -81,9 +86,18 @@ def verify_emulated(
     if index_url is not None and bundle.wheels:
         raise UsageError("--index-url applies to bundles without wheels/; this one installs offline from its wheels")
     core, threads = _target_core(bundle, notes)
+    cache = (Path(cache_dir) if cache_dir is not None else rootfs.default_cache_dir()).absolute()
+    from edgekit.bundle import native
+
+    if native.is_native(bundle.info):  # edgekit-run under qemu-user: no venv, no Python, root optional
+        from edgekit.emulate.native import verify_native
+
+        if index_url is not None:
+            raise UsageError("--index-url applies to Python bundles; a native bundle installs nothing")
+        return verify_native(bundle, cache_dir=cache, release=release, timeout_s=timeout_s, atol=atol, bench=bench,
+                             progress=progress, notes=notes)
 
     host.require_root()
-    cache = (Path(cache_dir) if cache_dir is not None else rootfs.default_cache_dir()).absolute()
     cached = rootfs.find_rootfs(cache, release) if cache.is_dir() else None
     tools = host.find_tools(need_debootstrap=rebuild or cached is None)
     binfmt = host.ensure_binfmt(progress) if launcher != "interpreter" else host.Binfmt(False, reason="--launcher interpreter")
@@ -106,25 +120,36 @@ def verify_emulated(
     run_in = _working_launcher(fs.path, tools, binfmt, qemu_cpu, timeout_s, progress, notes,
                                fallback=launcher == "auto", cores=threads)
 
+    from edgekit.emulate import venv_cache
+
     mark = time.monotonic()
-    venv = _venv(run_in, bundle, fs.python, timeout_s, progress, notes, index_url)
+    try:
+        venv = _venv(run_in, bundle, fs.python, timeout_s, progress, notes, index_url)
+    except BaseException:
+        venv_cache.release_all()
+        raise
     seconds["venv"] = time.monotonic() - mark
 
     work = Path(tempfile.mkdtemp(prefix="edgekit-verify-", dir=run_in.host_path("/tmp")))
     try:
-        for path in (bundle.model, *bundle.data_files, bundle.reference, bundle.path / "manifest.json", bundle.runner, PROBE):
+        for path in (bundle.model, *bundle.data_files, bundle.reference, bundle.path / "manifest.json", bundle.runner):
             if path is not None and path.is_file():
                 shutil.copyfile(path, work / path.name)
+        if bundle.runner is not None and (bundle.path / BUNDLED_NAME).is_dir():  # the bundle's own runner code
+            shutil.copytree(bundle.path / BUNDLED_NAME, work / BUNDLED_NAME, symlinks=True)
+        board_files.install(work / PROBE_DIR, entries=("probe.py",))  # identical probe code on both sides
         inside = "/" + work.relative_to(run_in.rootfs).as_posix()
         progress(f"running {bundle.model.name} on the reference inputs under emulation ({qemu_cpu})")
         emulated, emu_info, seconds["emulated_run"] = _probe(
-            [venv.python, "-I", f"{inside}/{PROBE.name}"], inside, work / "emulated.npz", f"{inside}/emulated.npz",
-            bundle, timeout_s, run_in=run_in)
+            [venv.python, "-I", f"{inside}/{PROBE_DIR}/probe.py"], inside, work / "emulated.npz",
+            f"{inside}/emulated.npz", bundle, timeout_s, run_in=run_in)
         progress(f"running {bundle.model.name} on the reference inputs on this host")
         with tempfile.TemporaryDirectory(prefix="edgekit-verify-host-") as here:
             out = Path(here) / "host.npz"
+            board_files.install(Path(here) / PROBE_DIR, entries=("probe.py",))
             hosted, host_info, seconds["host_run"] = _probe(
-                [sys.executable, "-I", str(PROBE)], str(bundle.path.resolve()), out, str(out), bundle, timeout_s)
+                [sys.executable, "-I", str(Path(here) / PROBE_DIR / "probe.py")], str(bundle.path.resolve()), out,
+                str(out), bundle, timeout_s)
         bench_report = None
         if bench and bundle.runner is not None:
             progress("running the bundle's runner.py under emulation (a functional check; timings are not device latency)")
@@ -145,6 +170,7 @@ def verify_emulated(
                 notes.append("the bundle has no serve.py (ONNX bundles carry one); serving was not checked")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        venv_cache.release_all()  # the venvs this run held in use may be evicted by later runs now
 
     reference = _reference_outputs(bundle.reference)
     tolerance = Tolerance.for_precision(bundle.precision, atol)
@@ -249,8 +275,10 @@ def _venv(run_in, bundle, python, timeout_s, progress, notes, index_url=None):
     if with_deps:
         notes.append(f"{', '.join(with_deps)} installed with its own dependencies: from {index_url} it is a "
                      "build that needs more libraries than the pinned index's")
-    return ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress,
-                       no_deps=entry.board_no_deps, with_deps=with_deps)
+    venv = ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress,
+                       no_deps=entry.board_no_deps, with_deps=with_deps, index_flag=index_url is not None)
+    notes.extend(line.removeprefix("emulation cache: ") for line in venv.evicted)
+    return venv
 
 
 def _probe(prefix, model_dir: str, out_file: Path, out_arg: str, bundle, timeout_s, run_in=None):

@@ -107,7 +107,7 @@ def _outside_zoo(source) -> bool:
     import re
 
     text = str(source)
-    return text.startswith("hf:") or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", text) is not None)
+    return text.startswith("hf:") or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z", text) is not None)
 
 
 def _target_path(name) -> str | None:

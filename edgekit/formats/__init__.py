@@ -28,7 +28,6 @@ class Format:
     suffixes: tuple[str, ...]  # file suffixes that identify it
     backend: str  # module with export_float / copy_quantized / predictor
     quantizer: str  # module with dynamic / static / qat (the int8 route for this format)
-    serve_model: str  # "module:callable" (folder, manifest, entry, threads) -> the model `edgekit serve` runs
     board_runtime: str  # the distribution that runs it on the board (bundle pins, memory estimates)
     board_requirements: tuple[str, ...] = ()  # more distributions the board needs besides numpy
     # the board installs exactly the pinned list (pip --no-deps): the runtime's declared dependencies
@@ -50,6 +49,7 @@ class Format:
     packed_engine: bool = False  # int8 weights are packed for one of torch's quantized engines (--engine)
     qat_api: str = "torch.ao"  # formats sharing an API share one QAT fine-tune; others need their own run
     needs_torch_model: bool = True  # written from a torch module (an .onnx source cannot feed it)
+    native_runner: bool = False  # edgekit-run (edgekit.native) runs it with no Python on the board
     bundle_preference: int = 100  # bundle/serve pick the lowest present when no format is given
     default: bool = True  # written by export/quantize/pipeline when no format is asked for
 

@@ -48,9 +48,14 @@ def load_payload(path: Path) -> dict:
     payload = load_plain(path, "checkpoint")
     if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
         raise InputFileError(f"checkpoint {path} does not hold an edgekit model state")
-    try:
-        payload["meta"] = json.loads(payload.get("meta", "{}"))
-    except (TypeError, ValueError):
+    from edgekit.fileio import loads_json
+
+    meta = payload.get("meta", "{}")
+    if not isinstance(meta, (str, bytes)) or len(meta) > 64 << 20:
+        raise InputFileError(f"checkpoint {path} has malformed metadata")
+    try:  # numbers past 64 bits, deep nesting: refused like any JSON edgekit reads
+        payload["meta"] = loads_json(meta, f"metadata of checkpoint {path}")
+    except InputFileError:
         raise InputFileError(f"checkpoint {path} has malformed metadata") from None
     if not isinstance(payload["meta"], dict):
         raise InputFileError(f"checkpoint {path} has malformed metadata (not a JSON object)")

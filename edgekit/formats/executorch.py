@@ -22,7 +22,6 @@ FORMAT = register(Format(
     suffixes=(".pte",),
     backend="edgekit.formats.executorch",
     quantizer="edgekit.quantize.int8_executorch",
-    serve_model="edgekit.serve.pte_model:ExecuTorchModel",
     board_runtime="executorch",
     # What ``executorch.runtime`` imports to run a program (found by installing executorch with
     # --no-deps into an empty venv and adding what each import asked for), torch's own
@@ -40,6 +39,7 @@ FORMAT = register(Format(
     host_modules=("executorch", "torchao"),
     extra="executorch",
     bundle_preference=10,
+    native_runner=True,
     qat_api="torchao PT2E",
     default=False,  # written when asked for (--format executorch) or by `pipeline` when installed
 ))
@@ -261,28 +261,15 @@ def read_provenance(path: Path) -> dict:
     program = _load_program(Path(path))
     if PROVENANCE_METHOD not in {program.get_method_name(i) for i in range(program.num_methods())}:
         return {}
-    return json.loads(Method(program, PROVENANCE_METHOD).execute([])[0])
+    from edgekit.fileio import loads_json
+
+    return loads_json(Method(program, PROVENANCE_METHOD).execute([])[0], f"provenance of {path}")
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
-    """numpy in, numpy out; batches past the program's bound run in chunks."""
-    import numpy as np
-    import torch
+    """numpy in, numpy out, through the board's ExecuTorch runtime; batches past the program's bound
+    run in chunks."""
+    from edgekit import evaluation
 
-    from edgekit.evaluation import as_arrays
-
-    method = load_method(Path(path))
-    limit = int(((details or {}).get("max_shapes") or {}).get("batch", 1))
-
-    def run(arrays: list) -> np.ndarray:
-        out = method.execute([torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
-        return out[0].detach().float().numpy().copy()
-
-    def predict(batch) -> np.ndarray:
-        arrays = as_arrays(batch)
-        rows = len(arrays[0])
-        if rows <= limit:
-            return run(arrays)
-        return np.concatenate([run([a[i:i + limit] for a in arrays]) for i in range(0, rows, limit)])
-
-    return predict
+    check_file(Path(path))
+    return evaluation.board_predictor(FORMAT.name, path, threads)

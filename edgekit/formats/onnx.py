@@ -10,7 +10,6 @@ FORMAT = register(Format(
     suffixes=(".onnx",),
     backend="edgekit.formats.onnx",
     quantizer="edgekit.quantize.int8_onnx",
-    serve_model="edgekit.serve.loader:open_onnx",
     board_runtime="onnxruntime",
     runtime_footprint_mb=64.0,
     host_modules=("onnxruntime", "onnx"),
@@ -59,7 +58,7 @@ def copy_quantized(request) -> dict:
 def predictor(path, details: dict | None = None, threads: int = 1):
     from edgekit import evaluation
 
-    return evaluation.onnx_predictor(path, threads)
+    return evaluation.board_predictor(FORMAT.name, path, threads)
 
 
 def check_file(path) -> None:

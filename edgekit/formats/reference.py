@@ -7,7 +7,6 @@ Stored beside each exported model as ``reference.npz`` so parity can be re-check
 from __future__ import annotations
 
 import re
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,9 @@ from edgekit.artifacts import InputSpec
 from edgekit.fileio import atomic_path
 
 REFERENCE_FILE = "reference.npz"
-_KEY = re.compile(r"^b(?P<batch>[1-9][0-9]{0,5})/(?:input/(?P<name>[^/]+)|output)$")
+# An input name is everything after "input/": ONNX names are arbitrary strings ("gpu_0/data_0"),
+# read as the board's reader (edgekit/board/inputs.py) reads them.
+_KEY = re.compile(r"^b(?P<batch>[1-9][0-9]{0,5})/(?:input/(?P<name>.+)|output)\Z", re.DOTALL)
 BATCH_SIZES = (1, 7)  # two sizes, so a dynamic batch axis is really exercised
 # ...and two lengths for a dynamic sequence axis: the case at batch 1 is 16 long, at batch 7 11 long
 # (the example inputs exports trace with are 16 long, so a length baked in by tracing shows up).
@@ -71,12 +72,18 @@ def float_outputs(model, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def write_reference(path: Path, model, specs: tuple[InputSpec, ...], task: dict) -> None:
+    write_predicted_reference(path, lambda inputs: float_outputs(model, inputs), specs, task)
+
+
+def write_predicted_reference(path: Path, predict, specs: tuple[InputSpec, ...], task: dict, feed=None) -> None:
+    """reference.npz from any float predictor (inputs by name -> output array), e.g. ONNX Runtime
+    on an ``.onnx`` source; ``feed(batch)``, when given, makes the inputs instead of ``fixed_inputs``."""
     arrays = {}
     for batch in BATCH_SIZES:
-        inputs = fixed_inputs(specs, batch, task)
+        inputs = feed(batch) if feed is not None else fixed_inputs(specs, batch, task)
         for name, value in inputs.items():
             arrays[f"b{batch}/input/{name}"] = value
-        arrays[f"b{batch}/output"] = float_outputs(model, inputs)
+        arrays[f"b{batch}/output"] = np.asarray(predict(inputs), dtype=np.float32)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
@@ -85,12 +92,9 @@ def write_reference(path: Path, model, specs: tuple[InputSpec, ...], task: dict)
 def read_reference(path: Path) -> dict[int, tuple[dict[str, np.ndarray], np.ndarray]]:
     """{batch: (inputs by name, float outputs)}."""
     from edgekit.errors import InputFileError
+    from edgekit.fileio import read_npz
 
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            items = {k: data[k] for k in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputFileError(f"cannot read reference data {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    items = read_npz(path, "reference data")  # strict: no pickles, no zip bombs, headers match their bytes
     cases: dict[int, tuple[dict, np.ndarray]] = {}
     for key, value in items.items():
         match = _KEY.match(key)

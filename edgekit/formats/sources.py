@@ -1,7 +1,7 @@
 """Where the float model comes from: an edgekit checkpoint, an ONNX file, a user ``nn.Module``
 factory (``package.module:factory`` + optional state dict), or a Hugging Face ``transformers``
-config (``hf:PATH``, built locally with random weights unless a state dict is given; nothing is
-downloaded).
+folder (``hf:FOLDER``: its config and trained weights, ``formats/hf_weights.py``; random weights
+only with ``--random-init``; nothing is downloaded).
 
 Models from outside the zoo have no labelled dataset: their accuracy is fidelity to the float
 model (cosine / SQNR on fixed inputs).
@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgekit.artifacts import InputSpec, Manifest, load_manifest, parent_ref
-from edgekit.errors import InputFileError, UsageError
+from edgekit.errors import EdgekitError, InputFileError, UsageError, first_line
 from edgekit.fileio import sha256_file
 
 DTYPES = ("float32", "float16", "int64", "int32", "bool")
-_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
 @dataclass
@@ -37,6 +37,7 @@ class ModelSource:
     loader: Callable[[], Any] | None = None  # torch sources: builds the float nn.Module
     manifest: Manifest | None = None
     reference_feed: Callable[[int], dict] | None = None  # realistic fixed inputs for fidelity, by batch
+    tokenizer: Path | None = None  # hf: folders: where the model's tokenizer files are (text calibration)
 
     @property
     def has_torch(self) -> bool:
@@ -66,17 +67,20 @@ def resolve_source(
     dynamic_axes: list[str] | None = None,
     input_ranges: list[str] | None = None,
     state_dict: str | Path | None = None,
+    random_init: bool = False,
 ) -> ModelSource:
     text = str(source)
     spec_args = (input_shapes, input_dtypes, dynamic_axes, input_ranges)
     if text.startswith("hf:"):
-        return _hf_source(text[3:], state_dict, spec_args)
+        return _hf_source(text[3:], state_dict, spec_args, bool(random_init))
+    if random_init:
+        raise UsageError("--random-init applies to hf: sources (a transformers config without its weights)")
     path = Path(text)
     if path.suffix == ".onnx":
         if state_dict is not None:
             raise UsageError("--state-dict applies to nn.Module sources, not to an ONNX file")
         return _onnx_source(path, spec_args)
-    if not path.exists() and _FACTORY.match(text):
+    if not path.exists() and _FACTORY.fullmatch(text):
         return _module_source(text, state_dict, spec_args)
     if any(spec_args) or state_dict is not None:
         raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo "
@@ -294,20 +298,100 @@ def _import_user_module(name: str):
             sys.path.remove(cwd)
 
 
-def _module_source(text: str, state_dict, spec_args) -> ModelSource:
+class _Sink:
+    """Where a user's module and factory print while edgekit runs them: kept out of edgekit's
+    one-line errors and --json output, and bounded (a factory printing forever costs no memory)."""
+
+    def __init__(self, limit: int = 1 << 16):
+        self.limit, self.text = limit, []
+        self.size = 0
+
+    def write(self, text) -> int:
+        text = str(text)
+        if self.size < self.limit:
+            self.text.append(text[: self.limit - self.size])
+            self.size += len(self.text[-1])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _run_user_code(what: str, call: Callable[[], Any], error: type[EdgekitError] = UsageError):
+    """``call()`` with its prints captured; any exception (even SystemExit) is one ``error``:
+    "<what> raised <type>: <its first line>"."""
+    import contextlib
+
+    sink = _Sink()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            return call()
+    except EdgekitError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything
+        raise error(f"{what} raised {type(exc).__name__}: {first_line(exc, 200)}") from None
+
+
+def _resolve_factory(text: str) -> Callable[[], Any]:
+    """The callable ``package.module:factory`` names, checked before anything is called: a Python
+    function that takes no arguments, or an ``nn.Module`` subclass that needs none. Nothing from
+    the standard library (``os:system``, ``pdb:set_trace``, ``http.server:test`` are no model
+    factories), no built-in, no other class, nothing that is not callable."""
+    import inspect
+    import sys
+
     module_name, factory_name = text.split(":")
+    top = module_name.split(".")[0]
+    if top in sys.stdlib_module_names:
+        raise UsageError(f"{text} names the standard-library module {top!r}, not a model factory: name a function of "
+                         "your own package that returns a torch.nn.Module (rename a local module of that name)")
+    if factory_name.startswith("__"):
+        raise UsageError(f"{text} names a special attribute, not a model factory")
+
+    def load_module():
+        try:
+            return _import_user_module(module_name)
+        except ImportError as exc:
+            raise UsageError(f"cannot import {module_name!r} for {text}: {first_line(exc, 200)}") from None
+
+    module = _run_user_code(f"importing {module_name} for {text}", load_module)
+    factory = getattr(module, factory_name, None)
+    if factory is None:
+        raise UsageError(f"{module_name} has no callable {factory_name!r}")
+    import torch
+
+    if inspect.isclass(factory):
+        if not issubclass(factory, torch.nn.Module):
+            raise UsageError(f"{text} is a class ({factory.__name__}), not a model factory: name a function that "
+                             "returns a torch.nn.Module, or an nn.Module subclass")
+    elif not inspect.isfunction(factory):
+        kind = "a built-in function" if inspect.isbuiltin(factory) else \
+            "not callable" if not callable(factory) else f"a {type(factory).__name__}, not a function"
+        raise UsageError(f"{text} is {kind}: name a function that returns a torch.nn.Module")
+    home = (getattr(factory, "__module__", None) or "").split(".")[0]
+    if home in sys.stdlib_module_names:
+        raise UsageError(f"{text} is {home}.{factory.__qualname__} from the standard library, not a model factory")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        raise UsageError(f"{text}: cannot tell which arguments it takes; a factory takes none") from None
+    needed = [p.name for p in signature.parameters.values()
+              if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if needed:
+        raise UsageError(f"{text} needs arguments ({', '.join(needed[:5])}); edgekit calls a model factory with none")
+    return factory
+
+
+def _module_source(text: str, state_dict, spec_args) -> ModelSource:
+    factory = _resolve_factory(text)
 
     def load():
         import torch
 
-        try:
-            module = _import_user_module(module_name)
-        except ImportError as exc:
-            raise UsageError(f"cannot import {module_name!r} for {text}: {exc}") from None
-        factory = getattr(module, factory_name, None)
-        if not callable(factory):
-            raise UsageError(f"{module_name} has no callable {factory_name!r}")
-        model = factory()
+        model = _run_user_code(text, factory)
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"{text} returned {type(model).__name__}, not a torch.nn.Module")
         _load_state_dict(model, state_dict, text)
@@ -364,17 +448,33 @@ def _check_hf_sizes(config: dict, where) -> None:
             f"{where} describes a model of about {params * 4 / 2**30:.1f} GiB of fp32 weights; "
             f"this machine has {available / 2**30:.1f} GiB available"
         )
+    # What fits in memory can still take minutes to build: millions of width-1 layers, heads or
+    # experts. Every size in the config (nested ones too: text_config, vision_config) has a bound.
+    from edgekit.bounds import model_size_problem
+
+    tables = [("", config)]
+    while tables:
+        prefix, table = tables.pop()
+        for key, value in table.items():
+            if isinstance(value, dict):
+                tables.append((f"{prefix}{key}.", value))
+            elif (problem := model_size_problem(str(key), value)) is not None:
+                raise InputFileError(f"{where}: {prefix}{key} = {value}: {problem}")
 
 
-def _hf_source(path_text: str, state_dict, spec_args) -> ModelSource:
+def _hf_source(path_text: str, state_dict, spec_args, random_init: bool = False) -> ModelSource:
+    """``hf:FOLDER`` (or ``hf:FOLDER/CONFIG.json``): the encoder its config builds, with the trained
+    weights beside the config (``formats/hf_weights.py``) or ``--state-dict FILE``. Random weights
+    only with ``--random-init``, and then said (a warning line, and ``model.weights`` in the manifest)."""
     path = Path(path_text)
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise InputFileError(f"Hugging Face config not found: {config_file} (give hf:CONFIG.json or hf:FOLDER)")
     from edgekit.fileio import read_json
+    from edgekit.formats import hf_weights
 
-    config = read_json(config_file, "Hugging Face config")
-    if not isinstance(config.get("model_type"), str) or not re.match(r"^[A-Za-z0-9_-]{1,64}$", config["model_type"]):
+    config = read_json(config_file, "Hugging Face config", finite=True)
+    if not isinstance(config.get("model_type"), str) or not re.match(r"^[A-Za-z0-9_-]{1,64}\Z", config["model_type"]):
         raise InputFileError(f"{config_file} is not a transformers config (no model_type)")
     _check_hf_sizes(config, config_file)
     vocab = int(config.get("vocab_size", 2))
@@ -383,19 +483,54 @@ def _hf_source(path_text: str, state_dict, spec_args) -> ModelSource:
         "attention_mask": InputSpec("attention_mask", (None, None), "int64", {0: "batch", 1: "sequence"}, (0.0, 2.0)),
     }
     specs = build_specs(list(defaults), spec_args, defaults)
+    label = f"hf:{path_text}"
+    if random_init and state_dict is not None:
+        raise UsageError("--random-init builds random weights and --state-dict loads trained ones: drop one")
+    folder = config_file.parent
+    weights = hf_weights.weights_file(Path(state_dict)) if state_dict is not None else \
+        None if random_init else hf_weights.find_weights(folder)
 
-    def load():
+    def build(device: str | None = None):
         try:
             import transformers
         except ImportError:
             raise UsageError("hf: sources need the transformers package (pip install transformers)") from None
+        import contextlib
+
         import torch
 
-        cfg = transformers.AutoConfig.for_model(**config)
-        with torch.random.fork_rng():
-            torch.manual_seed(0)  # random weights, but the same ones every time (and for the range cache)
-            encoder = transformers.AutoModel.from_config(cfg, attn_implementation="eager")
-        _load_state_dict(encoder, state_dict, f"hf:{path_text}")
+        def make():
+            cfg = transformers.AutoConfig.for_model(**config)
+            with torch.random.fork_rng(), (torch.device(device) if device else contextlib.nullcontext()):
+                torch.manual_seed(0)  # random weights, but the same ones every time (and for the range cache)
+                return transformers.AutoModel.from_config(cfg, attn_implementation="eager")
+
+        with _quiet_transformers(transformers):  # an unknown model_type, sizes that do not divide: the file's fault
+            return _run_user_code(f"building a model from {config_file}", make, InputFileError)
+
+    if weights is None and not random_init:
+        build("meta")  # a config transformers refuses is the first thing to fix (nothing is allocated)
+        found = ", ".join(name for name, _ in hf_weights.WEIGHT_FILES[:1] + hf_weights.WEIGHT_FILES[2:3])
+        raise UsageError(f"{label} has no weights: {folder} holds no {found} (nor a shard index); point hf: at a "
+                         "folder written by save_pretrained, give --state-dict FILE, or pass --random-init for "
+                         "random weights (to try the pipeline only: its figures mean nothing)")
+    if weights is None:
+        ignored = hf_weights.find_weights(folder)
+        about_weights = {"kind": "random", "seed": 0, "warnings": [
+            f"{label}: random weights (--random-init), not trained ones"
+            + (f"; {ignored.label} is not used" if ignored is not None else "")
+            + ": its fidelity and speed say nothing about a trained model"]}
+    else:
+        about_weights = weights.describe()
+
+    def load():
+        encoder = build()
+        if weights is not None:
+            fitted = hf_weights.fit_weights(encoder, hf_weights.read_weights(weights), weights.label)
+            warning = fitted.pop("warning", None)
+            about_weights.update(fitted)
+            if warning and warning not in about_weights.setdefault("warnings", []):
+                about_weights["warnings"].append(warning)
         return _last_hidden_state(encoder).eval()
 
     def feed(batch: int) -> dict:
@@ -413,9 +548,43 @@ def _hf_source(path_text: str, state_dict, spec_args) -> ModelSource:
         return {"input_ids": ids.astype(np.int64), "attention_mask": mask}
 
     parent = {"path": str(config_file.resolve()), "kind": "hf-config", "sha256": sha256_file(config_file)}
-    return ModelSource(kind="hf", label=f"hf:{path_text}", inputs=specs, outputs=("last_hidden_state",),
-                       model_info={"name": f"hf:{config['model_type']}", "config": config}, parent=parent, loader=load,
-                       reference_feed=feed)
+    if weights is not None:
+        parent["weights_sha256"] = list(about_weights["sha256"])
+    tokenizer = folder if any((folder / name).is_file() for name in HF_TOKENIZER_FILES) else None
+    return ModelSource(kind="hf", label=label, inputs=specs, outputs=("last_hidden_state",),
+                       model_info={"name": f"hf:{config['model_type']}", "config": config, "weights": about_weights},
+                       parent=parent, loader=load, reference_feed=feed, tokenizer=tokenizer)
+
+
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
+
+def source_warnings(model_info: dict) -> list[str]:
+    """What the user must be told about where a model's weights came from (random ones, a dropped head)."""
+    weights = model_info.get("weights") if isinstance(model_info, dict) else None
+    found = weights.get("warnings") if isinstance(weights, dict) else None
+    return [str(line) for line in found] if isinstance(found, list) else []
+
+
+def _quiet_transformers(transformers):
+    """transformers logs its warnings to stderr: they are not edgekit's to show (EDGEKIT_DEBUG keeps them)."""
+    import contextlib
+    import os
+
+    if os.environ.get("EDGEKIT_DEBUG"):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def quiet():
+        logging = transformers.utils.logging
+        level = logging.get_verbosity()
+        logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            logging.set_verbosity(level)
+
+    return quiet()
 
 
 def _last_hidden_state(encoder):

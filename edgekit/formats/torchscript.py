@@ -14,7 +14,6 @@ FORMAT = register(Format(
     suffixes=(".pt", ".pth", ".ts", ".ptl", ".torchscript"),
     backend="edgekit.formats.torchscript",
     quantizer="edgekit.quantize.int8_torchscript",
-    serve_model="edgekit.serve.loader:TorchModel",
     board_runtime="torch",
     runtime_footprint_mb=256.0,
     # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
@@ -52,9 +51,10 @@ def copy_quantized(request) -> dict:
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
+    """torch's thread settings are this process's: left as they are (the host trains here too)."""
     from edgekit import evaluation
 
-    return evaluation.torchscript_predictor(path, (details or {}).get("quantized_engine"))
+    return evaluation.board_predictor(FORMAT.name, path, None, (details or {}).get("quantized_engine"))
 
 
 def check_file(path) -> None:

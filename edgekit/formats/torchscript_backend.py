@@ -54,10 +54,16 @@ def script(model, freeze: bool = True, label: str = "model"):
 
 
 def save(module, path: Path, provenance: dict) -> None:
+    import io
+
     import torch
 
+    # Into memory first: torch's C++ file writer aborts the whole process (std::terminate in its
+    # destructor) when the disk fills up; a Python write reports ENOSPC as the OSError it is.
+    buffer = io.BytesIO()
     with quiet():
-        torch.jit.save(module, str(path), _extra_files={PROVENANCE_KEY: json.dumps(provenance, sort_keys=True)})
+        torch.jit.save(module, buffer, _extra_files={PROVENANCE_KEY: json.dumps(provenance, sort_keys=True)})
+    Path(path).write_bytes(buffer.getbuffer())
 
 
 def load_torchscript(path, engine: str | None = None):
@@ -83,4 +89,6 @@ def read_provenance(path) -> dict:
     extra = {PROVENANCE_KEY: ""}
     with quiet():
         torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    return json.loads(extra[PROVENANCE_KEY] or "{}")
+    from edgekit.fileio import loads_json
+
+    return loads_json(extra[PROVENANCE_KEY] or "{}", f"provenance of {path}")

@@ -35,7 +35,9 @@ Where budgets come from, highest precedence first:
    result's variant, model file name, file stem or path;
 3. the target profile's ``[budgets]`` (source ``"target rpi4"``).
 
-Each metric is resolved on its own: a flag for p99 leaves the target's size budget in force.
+Each metric is resolved on its own: a flag for p99 leaves the target's size budget in force. A
+target's latency budgets hold only results measured on that board (``edgekit.gates.device``);
+the user's own (flags, project file) hold every result they are given.
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from edgekit.errors import InputFileError, UsageError
+from edgekit.gates.device import Device
 from edgekit.gates.units import METRIC_BY_KEY, METRICS, Metric, get_metric, parse_limit, parse_regression
 from edgekit.targets import BUDGET_KEYS
 
@@ -83,7 +85,8 @@ class Budget:
 
     ``origin`` (target | file | flag) orders precedence; ``source`` is what reports show
     ("flag", "edgekit.toml", "target rpi4"). ``model`` scopes a project-file budget to the
-    results whose variant / file name / stem / path equals it.
+    results whose variant / file name / stem / path equals it. ``device`` is the board a target's
+    budget describes: its latency limits hold only results measured there (``edgekit.gates.device``).
     """
 
     metric: str
@@ -92,6 +95,7 @@ class Budget:
     source: str
     origin: str = "flag"
     model: str | None = None
+    device: Device | None = None
 
     def __post_init__(self) -> None:
         spec = get_metric(self.metric)
@@ -209,19 +213,21 @@ class Budgets:
         if not isinstance(target, Target):
             target = load_target(target)
         source = f"target {target.name}"
-        return cls(tuple(Budget.parse(key, value, source, "target") for key, value in target.budgets.items()))
+        device = Device.of(target)
+        return cls(tuple(replace(Budget.parse(key, value, source, "target"), device=device)
+                         for key, value in target.budgets.items()))
 
 
 # -- project file ---------------------------------------------------------------------------------
 
 
+MAX_PROJECT_FILE_BYTES = 4 << 20
+
+
 def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path} is not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise InputFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    from edgekit.fileio import read_toml
+
+    return read_toml(path, "budget config file", max_bytes=MAX_PROJECT_FILE_BYTES)
 
 
 def _pyproject_budgets(data: dict) -> Any:

@@ -10,6 +10,11 @@ Rules, in one place:
   match, an error-rate budget for a result that is not a load test. A skipped check does not
   fail the gate, but it is never reported as passed: every report shows it as "skipped" with
   the reason, and counts it apart.
+* A **target's latency budget** (p50/p99 from ``targets/*.toml``) is skipped for a result not
+  measured on that board (an x86 CI runner's timing is not the Pi's latency), unless
+  ``local_latency``; latency budgets from flags or the project file apply wherever the user
+  gives them; an emulated run's latency is never checked (``edgekit.gates.device``). Size,
+  memory, accuracy and error-rate budgets apply everywhere.
 * A measured value that is not a finite number, or an accuracy outside 0..1, **fails**.
 * **Regression gate** (``baseline`` + ``max_regression``): results are matched to baseline results
   by variant (else model file name) and host fingerprint. The check fails only when the
@@ -39,6 +44,8 @@ from edgekit.gates.regression import (  # noqa: F401 - match_baseline, noise_ban
     noise_band,
     timing_sigma,
 )
+from edgekit.gates.device import EMULATED_REASON, LATENCY_METRICS, LOCAL_LATENCY_FLAG, is_emulated, latency_skip, \
+    measured_on, short_reason
 from edgekit.gates.budgets import (
     NO_BUDGET_HELP,
     Budget,
@@ -62,7 +69,7 @@ from edgekit.gates.results import (
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from edgekit.bench.result import BenchResult, Timing
+    from edgekit.bench.result import BenchResult
     from edgekit.targets import Target
 
 REL_TOL = 1e-9
@@ -117,8 +124,9 @@ def _error_rate_measure(result: "BenchResult") -> tuple[float | None, str, str]:
     return rate * 100.0, "", context
 
 
-def check_budget(name: str, result: "BenchResult", budget: Budget) -> Check:
-    """Compare one result with one budget."""
+def check_budget(name: str, result: "BenchResult", budget: Budget, local_latency: bool = False) -> Check:
+    """Compare one result with one budget (``local_latency``: hold a result measured off the
+    board to its target's latency budgets too)."""
     label = budget.spec.label + (" (relative)" if budget.metric == "accuracy_drop" and budget.unit == "%" else "")
     context = problem = ""
     if budget.metric == "accuracy_drop":
@@ -137,6 +145,12 @@ def check_budget(name: str, result: "BenchResult", budget: Budget) -> Check:
         return Check(name, budget.metric, label, value, budget.limit, budget.unit, status, budget.source, message, detail)
 
     limit_text = fmt_value(budget.limit, budget.unit)
+    elsewhere = latency_skip(result, budget.metric, budget.origin, budget.device, local_latency)
+    if elsewhere is not None:  # shown with what was measured, never held to the limit
+        finite = isinstance(measured, (int, float)) and not isinstance(measured, bool) and math.isfinite(measured)
+        return make(SKIP, f"skipped ({label} {fmt_value(measured, budget.unit) if finite else 'not measured'}, "
+                          f"limit {limit_text} not applied: {elsewhere})",
+                    short_reason(elsewhere, budget.device), value=float(measured) if finite else None)
     if measured is None:
         return make(SKIP, f"skipped ({problem})", problem)
     if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not math.isfinite(measured):
@@ -175,6 +189,8 @@ def check_regression(
 
     if base is None:
         return make(SKIP, f"skipped (no result for {name!r} in the baseline)", "no baseline match")
+    if is_emulated(result) or is_emulated(base):
+        return make(SKIP, f"skipped ({EMULATED_REASON})", short_reason(EMULATED_REASON, None))
     differences = host_differences(result.host, base.host)
     if differences:
         return make(SKIP, "incomparable: the baseline was measured on another host (" + "; ".join(differences[:3]) + ")",
@@ -223,12 +239,14 @@ def evaluate(
     *,
     baseline_source: str = "baseline",
     min_delta_ms: float = DEFAULT_MIN_DELTA_MS,
+    local_latency: bool = False,
 ) -> GateReport:
     """Check every result against the budgets in force for it (and the baseline, when given).
 
     ``max_regression`` is a fraction (0.10) or a percentage string ("10%"); it and ``baseline``
-    come together; a regression must also exceed ``min_delta_ms`` to fail. Raises UsageError when
-    there is nothing to gate or nothing to gate against.
+    come together; a regression must also exceed ``min_delta_ms`` to fail. A target's latency
+    budgets skip results measured off its board unless ``local_latency`` (module doc). Raises
+    UsageError when there is nothing to gate or nothing to gate against.
     """
     if isinstance(min_delta_ms, bool) or not isinstance(min_delta_ms, (int, float)) or not math.isfinite(min_delta_ms) \
             or min_delta_ms < 0:
@@ -259,7 +277,7 @@ def evaluate(
         in_force = budgets.for_model(aliases)
         if budgets and not in_force:
             notes.append(f"no budget applies to {name}")
-        checks.extend(check_budget(name, result, budget) for budget in in_force)
+        checks.extend(check_budget(name, result, budget, local_latency) for budget in in_force)
         if baseline is not None and regression is not None:
             checks.append(check_regression(name, result, match_baseline(result, baseline), regression, baseline_source,
                                            min_delta_ms))
@@ -268,11 +286,47 @@ def evaluate(
                 f"{name} was measured for target {result.target} but is gated with the budgets of target "
                 f"{', '.join(sorted(targets))}"
             )
+    notes.extend(_latency_notes(checks, results, names))
     for scope in budgets.scopes:
         if scope not in used_scopes:
             source = next(b.source for b in budgets if b.model == scope)
             notes.append(f"{source} matches no result (results are named by variant, file name, stem or path)")
     return GateReport(tuple(checks), tuple(models), tuple(notes))
+
+
+def _latency_notes(checks: list[Check], results, names: list[str]) -> list[str]:
+    """One note per target whose latency budgets were not applied, and one for emulated runs:
+    the terminal shows notes, not every check's message, and the way out belongs in view."""
+    by_name = dict(zip(names, results))
+    off_board: dict[str, list[str]] = {}
+    emulated: list[str] = []
+    for check in checks:
+        if not check.skipped or check.metric not in LATENCY_METRICS + (REGRESSION_METRIC,):
+            continue
+        result = by_name.get(check.model)
+        if result is not None and is_emulated(result):
+            if check.model not in emulated:
+                emulated.append(check.model)
+        elif check.source.startswith("target ") and check.detail.startswith("not measured on"):
+            models = off_board.setdefault(check.source[len("target "):], [])
+            if check.model not in models:
+                models.append(check.model)
+    notes = []
+    for target, models in off_board.items():
+        where = sorted({measured_on(by_name[m]) for m in models})
+        notes.append(
+            f"the latency budgets of target {target} were not applied to {_count(models)} measured on "
+            f"{' / '.join(where)}: they hold runs on the board (edgekit bench BUNDLE --host ...); "
+            f"pass {LOCAL_LATENCY_FLAG} to apply them to these results anyway"
+        )
+    if emulated:
+        notes.append(f"{_count(emulated)} measured under emulation: no latency or regression check applies to it "
+                     "(QEMU's timings are not a board's)")
+    return notes
+
+
+def _count(models: list[str]) -> str:
+    return f"{len(models)} result{'s' if len(models) != 1 else ''} ({', '.join(models[:3])}{', ...' if len(models) > 3 else ''})"
 
 
 def gate_results(
@@ -285,16 +339,18 @@ def gate_results(
     max_regression: float | str | None = None,
     search_dir: "str | os.PathLike | None" = None,
     min_delta_ms: float = DEFAULT_MIN_DELTA_MS,
+    local_latency: bool = False,
 ) -> GateReport:
     """Resolve budgets (flags/``overrides`` > project file > target) and evaluate ``results``.
 
     ``overrides`` maps budget keys (``max_size_mb``, ...) to values as the CLI flags take them
     (``"4MB"``, ``20``); ``None`` values are ignored. Without ``config_path`` the project file is
-    looked for in ``search_dir`` (default: the current directory). Does not raise on a failing
-    gate: check ``report.passed`` (or call ``raise_for_status``).
+    looked for in ``search_dir`` (default: the current directory). The target's latency budgets
+    hold only results measured on its board (``local_latency``: these too). Does not raise on a
+    failing gate: check ``report.passed`` (or call ``raise_for_status``).
     """
     budgets = resolve_budgets(target, config_path, overrides, search_dir=search_dir)
-    return evaluate(results, budgets, baseline, max_regression, min_delta_ms=min_delta_ms)
+    return evaluate(results, budgets, baseline, max_regression, min_delta_ms=min_delta_ms, local_latency=local_latency)
 
 
 def raise_for_status(report: GateReport) -> GateReport:

@@ -1,5 +1,7 @@
 """Render a GateReport: Markdown (for ``$GITHUB_STEP_SUMMARY``), JUnit XML, versioned JSON, and
-plain rows for a terminal table. Every function returns text or data; none prints or writes."""
+plain rows for a terminal table. Every function returns text or data; none prints or writes.
+Markdown and JUnit XML carry edgekit's generator comment (``edgekit.outputs.generator_mark``), the
+JSON its schema: what lets a later run replace its own report and refuse a user's file."""
 
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ def status_text(check: Check, emoji: bool = False) -> str:
 def verdict(report: GateReport) -> str:
     """One line: ``gate passed: 9 of 10 checks passed, 1 skipped for 2 models`` or
     ``gate failed: 2 of 10 checks failed for 2 models (a: size 4.20 MB > 4.00 MB; ...)``."""
+    from edgekit.outputs import safe_text
+
     counts = report.counts
     skipped = f", {counts['skipped']} skipped" if counts["skipped"] else ""
     models = len(report.models)
@@ -48,7 +52,7 @@ def verdict(report: GateReport) -> str:
         return f"gate passed: {counts['passed']} of {counts['checks']} checks passed{skipped}{scope}"
     first = "; ".join(f"{c.model}: {_brief(c)}" for c in report.failures[:3])
     more = f"; and {counts['failed'] - 3} more" if counts["failed"] > 3 else ""
-    return f"gate failed: {counts['failed']} of {counts['checks']} checks failed{skipped}{scope} ({first}{more})"
+    return safe_text(f"gate failed: {counts['failed']} of {counts['checks']} checks failed{skipped}{scope} ({first}{more})")
 
 
 def _brief(check: Check) -> str:
@@ -70,8 +74,13 @@ class Row:
 
 
 def table_rows(report: GateReport) -> list[Row]:
+    """Cells as text a terminal shows and never obeys: names and sources come from result and
+    budget files, so control characters (ESC, OSC) in them are escaped."""
+    from edgekit.outputs import safe_text
+
     return [
-        Row((c.model, c.label, fmt_measured(c), fmt_limit(c), c.source, status_text(c)), c.status)
+        Row(tuple(safe_text(cell) for cell in (c.model, c.label, fmt_measured(c), fmt_limit(c), c.source, status_text(c))),
+            c.status)
         for c in report.checks
     ]
 
@@ -109,7 +118,14 @@ def to_markdown(report: GateReport, title: str = "edgekit gate") -> str:
         lines += ["**Notes**", ""]
         lines += [f"- {_md_cell(note)}" for note in report.notes]
         lines.append("")
+    lines += [_mark("markdown"), ""]  # hidden when rendered; proves the file is edgekit's (edgekit.outputs)
     return "\n".join(lines)
+
+
+def _mark(fmt: str) -> str:
+    from edgekit.outputs import generator_mark
+
+    return generator_mark(fmt)
 
 
 # -- JUnit XML --------------------------------------------------------------------------------------
@@ -162,7 +178,8 @@ def to_junit_xml(report: GateReport, name: str = "edgekit gate") -> str:
                 ET.SubElement(case, "skipped", {"message": _x(check.message)})
             ET.SubElement(case, "system-out").text = _x(f"{check.message} [source: {check.source}]")
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n' + _mark("junit") + "\n"
+            + ET.tostring(root, encoding="unicode") + "\n")
 
 
 # -- JSON -------------------------------------------------------------------------------------------

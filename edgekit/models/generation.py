@@ -14,6 +14,8 @@ class Generated:
     text: str  # the continuation only
     tokens: int
     seconds: float
+    threads: int | None = None  # CPU threads the model ran on (edgekit.threads.resolve_threads)
+    notes: tuple[str, ...] = ()
 
     @property
     def tokens_per_s(self) -> float:
@@ -78,17 +80,26 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
                   top_k: int = 20, seed: int | None = None, device: str = "cpu", fmt: str | None = None,
                   threads: int | None = None) -> Generated:
     """Continue ``prompt`` with the language model in an artifact: a checkpoint, or a quantized or
-    exported one (any format in ``edgekit.formats``; ``fmt`` picks the file, default as in ``lm_runtime.format_order``)."""
+    exported one (any format in ``edgekit.formats``; ``fmt`` picks the file, default as in ``lm_runtime.format_order``).
+
+    ``threads``: CPU threads, by the rule ``edgekit bench`` follows (``edgekit.threads``): explicit
+    wins, else the artifact's target's count, else all cores, never every core of this host. A
+    token is one small forward pass: torch's default of every core spin-waits between them (a
+    transformer-lm on 2 cores: 12-14 tokens/s on both, 456 on one)."""
     import time
 
     from edgekit.artifacts import load_manifest
+    from edgekit.bounds import check_threads
     from edgekit.models.lm_runtime import check_language_model, load_language_model, load_tokenizer
+    from edgekit.threads import resolve_threads, target_of
 
     check_sampling(max_tokens, temperature, top_k)  # before anything is loaded
+    check_threads(threads, "--threads")
     folder, manifest = load_manifest(artifact)
     check_language_model(folder, manifest)
     tokenizer = load_tokenizer(folder, manifest)
+    threads, notes = resolve_threads(threads, target_of(manifest))
     lm = load_language_model(folder, manifest, fmt, device, threads)
     started = time.perf_counter()
     new = list(iter_tokens(lm.step, tokenizer.encode(prompt).tolist(), max_tokens, temperature, top_k, lm.context, seed))
-    return Generated(prompt, tokenizer.decode(new), len(new), time.perf_counter() - started)
+    return Generated(prompt, tokenizer.decode(new), len(new), time.perf_counter() - started, threads, tuple(notes))

@@ -122,13 +122,15 @@ def load_tokenizer(folder: Path, manifest):
 
     A parent is trusted only while its manifest still has the checksum the child recorded.
     """
-    from edgekit.artifacts import MANIFEST_NAME, Manifest
+    from edgekit.artifacts import MANIFEST_NAME, Manifest, check_carried
     from edgekit.data.tokenizer import Tokenizer
     from edgekit.fileio import read_json, sha256_file
 
     for _ in range(_MAX_PARENT_HOPS + 1):
         if (folder / TOKENIZER_FILE).is_file():
-            return Tokenizer.from_dict(_json_object(read_json(folder / TOKENIZER_FILE, "tokenizer"), folder / TOKENIZER_FILE))
+            check_carried(folder, manifest, TOKENIZER_FILE)  # the manifest's checksum covers it
+            return Tokenizer.from_dict(_json_object(read_json(folder / TOKENIZER_FILE, "tokenizer", finite=True),
+                                                    folder / TOKENIZER_FILE))
         if CHECKPOINT in manifest.formats():
             from edgekit.formats.checkpoint import load_checkpoint
 
@@ -160,6 +162,13 @@ def carry_tokenizer(parent: dict | None, dest: Path) -> None:
 
     if not parent or not parent.get("path"):
         return
-    source = Path(str(parent["path"])) / TOKENIZER_FILE
+    folder = Path(str(parent["path"]))
+    source = folder / TOKENIZER_FILE
     if source.is_file() and not (dest / TOKENIZER_FILE).exists():
+        from edgekit.artifacts import MANIFEST_NAME, Manifest, check_carried
+        from edgekit.fileio import read_json
+
+        # only the parent's own, unchanged tokenizer is carried on (its manifest's checksum says so)
+        check_carried(folder, Manifest.from_dict(read_json(folder / MANIFEST_NAME, "manifest"), str(folder / MANIFEST_NAME)),
+                      TOKENIZER_FILE)
         shutil.copyfile(source, dest / TOKENIZER_FILE)

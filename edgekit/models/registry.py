@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from edgekit.artifacts import InputSpec
+from edgekit.bounds import model_size_problem
 from edgekit.errors import UsageError, unknown_name
 
 # Modules that register zoo models on import; listed so `model_names()` needs no torch import.
@@ -48,7 +49,7 @@ class ModelSpec:
 
 
 MAX_CONFIG_INT = 1 << 20  # no zoo size (width, layers, vocabulary, length) is near this
-_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
 
 
 def _checked_value(model: str, key: str, value: Any, default: Any) -> Any:
@@ -63,6 +64,9 @@ def _checked_value(model: str, key: str, value: Any, default: Any) -> Any:
         low = 0 if default == 0 else 1
         if not low <= value <= MAX_CONFIG_INT:
             raise UsageError(f"{where}: must be between {low} and {MAX_CONFIG_INT}")
+        problem = model_size_problem(key, value)  # a million layers fit in memory, yet take minutes to build
+        if problem:
+            raise UsageError(f"{where}: {problem}")
     elif isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise UsageError(f"{where}: must be a finite number >= 0")

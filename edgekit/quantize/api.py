@@ -13,7 +13,9 @@ from edgekit.quantize.steps import (
 )
 from edgekit.targets import Target, load_target
 
-SOURCE_OPTIONS = ("input_shapes", "input_dtypes", "dynamic_axes", "input_ranges", "state_dict")
+# what --calib may name (quantize/calibration/data.py)
+CALIB_KINDS = "FOLDER (.npy/.npz arrays, or images with --calib-preprocess) or FILE.txt (one text per line)"
+SOURCE_OPTIONS = ("input_shapes", "input_dtypes", "dynamic_axes", "input_ranges", "state_dict", "random_init")
 
 
 def quantize(
@@ -49,7 +51,7 @@ def quantize(
 
         options["calib"] = default_calibration(src.task.get("dataset"))  # shipped in the package
         if options["calib"] is None:
-            raise UsageError(f"static quantization of {src.label} needs calibration data: --calib FOLDER (.npy/.npz)")
+            raise UsageError(f"static quantization of {src.label} needs calibration data: --calib {CALIB_KINDS}")
     config = make_config(method, **_default_formats(src, method, options))
     _check_fit(src, method, config)
     target = target if isinstance(target, Target) else load_target(target)
@@ -58,7 +60,12 @@ def quantize(
 
     with commit_dir(out, "quantized", inputs=input_paths(source, options, source_options, target), force=force) as work:
         job = new_job(src, target, work, method, progress)
+        from edgekit.quantize.job import calibration_reading
+
+        job.calib_reading = calibration_reading(config)
         if getattr(config, "calib", None) is not None:
+            # arrays, images or text: the first batch is checked before the model is even loaded
+            job.calibration(config)
             from edgekit.limits import check_calibration_size
 
             if warning := check_calibration_size(config.calib):

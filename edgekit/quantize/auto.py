@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +23,7 @@ from edgekit import formats as table
 from edgekit.artifacts import Manifest
 from edgekit.errors import EdgekitError, GateFailed, UsageError
 from edgekit.outputs import commit_dir
+from edgekit.quantize.api import CALIB_KINDS
 from edgekit.quantize.progress import report
 from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, stamp, write_reference,
@@ -45,6 +47,7 @@ class Candidate:
     chosen: bool = False
     error: str | None = None
     slower_than_float: bool = False  # never chosen: int8 that costs time is no int8 worth having
+    skipped: str | None = None  # not built, and why (static recipes without calibration data)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,12 +98,31 @@ def quantize_auto(
     bench_settings: dict | None = None,
     force: bool = False,
     with_report: bool = False,
+    calib_preprocess: str | None = None,
+    tokenizer: str | Path | None = None,
     **source_options,
 ) -> tuple[Path, Manifest, list[Candidate]]:
+    """``calib``: the static recipes' calibration data, as ``--method static`` takes it (arrays,
+    images with ``calib_preprocess``, text with the model's or ``tokenizer``'s tokenizer); None: the
+    set edgekit ships for the model's dataset, and without one the static recipes are listed as
+    skipped, with the reason."""
     from edgekit.bench.api import bench
+    from edgekit.data.calibsets import default_calibration
+    from edgekit.quantize.job import calibration_reading
     from edgekit.quantize.methods import get_method, make_config
 
     src = resolve(source, source_options)
+    given_calib = calib
+    if calib is None:  # what --method static would use
+        calib = default_calibration(src.task.get("dataset"))
+    reading = {"calib_preprocess": calib_preprocess, "tokenizer": Path(tokenizer) if tokenizer is not None else None}
+    reading = {k: v for k, v in reading.items() if v is not None}
+    if reading and calib is None:
+        raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in reading)} describe(s) --calib data; give --calib")
+    if calib_preprocess is not None:
+        from edgekit.quantize.calibration.images import parse_preprocess
+
+        parse_preprocess(calib_preprocess)
     target = target if isinstance(target, Target) else load_target(target)
     budget = max_drop if max_drop is not None else float(target.budgets.get("max_accuracy_drop", 1.0))
     if not 0 <= budget <= 100:
@@ -110,15 +132,18 @@ def quantize_auto(
     settings = {"warmup": 5, "min_runs": 30, "min_time_s": 0.5, **(bench_settings or {})}
     # bench settings: threads, warmup, min_runs, min_time_s, input_file (default: the reference inputs)
 
-    inputs = input_paths(source, {"calib": calib}, source_options, target)
+    inputs = input_paths(source, {"calib": given_calib, **reading}, source_options, target)
     with commit_dir(out, "quantized", inputs=inputs, force=force) as work:
         job = new_job(src, target, work, "auto", progress)
+        job.calib_reading = calibration_reading(SimpleNamespace(**reading))
+        if calib is not None:  # arrays, images or text: the first batch is checked before the model is loaded
+            job.open_calibration(calib)
         cases = write_reference(job, calib)
         candidates: list[Candidate] = []
         built: list[tuple[Candidate, object]] = []
         plan = []
         transformer = any(table.get(f).onnx_graph for f in formats) and bool(job.fused_onnx("no-skip-ln")[1].get("skip_layernorm_blocked"))
-        for name, method, options in candidate_recipes(src, calib is not None, formats, transformer):
+        for name, method, options in candidate_recipes(src, True, formats, transformer):
             for fmt in formats:
                 onnx_graph = table.get(fmt).onnx_graph
                 if not src.has_torch and table.get(fmt).needs_torch_model:
@@ -128,8 +153,15 @@ def quantize_auto(
                 if not onnx_graph and method == "static" and (options.get("calibrate_method") != "minmax" or "op_types" in options):
                     continue  # torch's quantizers have one observer recipe each; one candidate is enough
                 plan.append((name, method, options, fmt))
+        no_calib = (f"no calibration data: edgekit ships none for {src.label}; give --calib {CALIB_KINDS}"
+                    if calib is None else None)
+        for name, method, options, fmt in list(plan):
+            if method == "static" and no_calib:  # listed, not built: the table says why
+                label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
+                candidates.append(Candidate(label, method, fmt, options, skipped=no_calib))
+                plan.remove((name, method, options, fmt))
         for name, method, options, fmt in plan:
-            extra = {"calib": calib} if method == "static" else {}
+            extra = {"calib": calib, **reading} if method == "static" else {}
             label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
             cand = Candidate(label, method, fmt, options)
             candidates.append(cand)
@@ -188,7 +220,7 @@ def quantize_auto(
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
             if with_report and table.get(fmt).onnx_graph:
-                ranges = (job.activation_ranges(make_config("static", calib=calib, formats=(fmt,), **cand.options))
+                ranges = (job.activation_ranges(make_config("static", calib=calib, formats=(fmt,), **reading, **cand.options))
                           if cand.method == "static" else None)
                 details["error_report"] = error_report(job, Path(cand.path), calib, cases, ranges)
             from dataclasses import replace
@@ -196,16 +228,20 @@ def quantize_auto(
             files.append(replace(entry, details=details))
         if not files:
             slow = sum(c.slower_than_float for c in timed)
+            skipped = sum(c.skipped is not None for c in candidates)
             raise NoCandidateError(
                 f"no int8 candidate is within the {budget:g}-point accuracy budget and faster than float for "
-                f"{target.name} ({len(built)} built, {len(candidates) - len(built) - len(floats)} failed, "
-                f"{slow} slower than float)", candidates, bench_inputs)
+                f"{target.name} ({len(built)} built, {len(candidates) - len(built) - len(floats) - skipped} failed, "
+                f"{slow} slower than float" + (f", {skipped} static skipped: no calibration data" if skipped else "")
+                + ")", candidates, bench_inputs)
         for cand in candidates:
             if cand.path.startswith(str(work)):
                 cand.path = Path(cand.path).name if cand.chosen else ""
         quantization = {
             "method": "auto",
-            "config": {"calib": str(calib) if calib else None, "formats": list(formats), "max_drop_points": budget},
+            "config": {"calib": str(calib) if calib else None, "formats": list(formats), "max_drop_points": budget,
+                       "calib_source": "given" if given_calib is not None else "packaged" if calib is not None else None,
+                       **{k: str(v) for k, v in reading.items()}},
             "calibration": job.calibration_info or None,
             "candidates": [c.to_dict() for c in candidates],
             "bench_inputs": bench_inputs,

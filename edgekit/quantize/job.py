@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
 
-from edgekit.errors import UsageError
+from edgekit.errors import EdgekitError, UsageError
 from edgekit.quantize.calibration.cache import files_fingerprint
 from edgekit.formats.sources import ModelSource
 from edgekit.targets import Target
@@ -28,6 +28,8 @@ class QuantJob:
     _ranges: dict = field(default_factory=dict)
     _fused: dict = field(default_factory=dict)
     memo: dict = field(default_factory=dict)  # work shared by the formats of one run (e.g. one QAT fine-tune)
+    # how the run's --calib is read (images: "preprocess"; text: "tokenizer"), from its StaticConfig
+    calib_reading: dict = field(default_factory=dict)
 
     @property
     def dest(self) -> Path:
@@ -73,7 +75,7 @@ class QuantJob:
                 path, self.target.onnx_opset, family=self.source.model_info.get("name", ""),
             )
             self.onnx_exporter = {"onnx_exporter": done.route, "onnx_exporter_choice": done.choice}
-        except UsageError:
+        except EdgekitError:  # already one line: a state dict that does not fit, a config transformers refuses
             raise
         except Exception as exc:  # the exporter raises many types; name the model and the first line
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -118,10 +120,14 @@ class QuantJob:
                 self.warnings.append(warning)
         return recipe
 
-    def calibration(self, config):
-        from edgekit.quantize.calibration.data import open_calibration
+    def open_calibration(self, calib, batch_size: int = 32, max_samples: int | None = None, reading: dict | None = None):
+        """The calibration set ``calib`` for this model: arrays, images or text (``calibration/data.py``)."""
+        return open_source_calibration(self.source, calib, batch_size, max_samples,
+                                       self.calib_reading if reading is None else reading)
 
-        return open_calibration(config.calib, self.source.inputs, config.calib_batch_size, config.calib_max_samples)
+    def calibration(self, config):
+        return self.open_calibration(config.calib, config.calib_batch_size, config.calib_max_samples,
+                                     calibration_reading(config))
 
     def activation_ranges(self, config) -> dict:
         """Per-tensor ranges of the prepared ONNX model, from the calibration cache or a pass."""
@@ -152,10 +158,11 @@ class QuantJob:
                 cache.store(key, ranges, samples, {"model": self.source.label, **about, "samples": samples})
         self.calibration_info = {
             "source": str(Path(config.calib)),
-            "files": [p.name for p in calib.files],
+            **_file_names(calib),
             "data_sha256": files_fingerprint(calib.files),
             "samples": samples,
             "batch_size": config.calib_batch_size,
+            **({"reading": calib.settings} if getattr(calib, "settings", None) else {}),
             **about,
             "cache": ("hit" if hit is not None else "stored") if config.calib_cache else "off",
             "cache_key": key,
@@ -167,9 +174,10 @@ class QuantJob:
     def note_calibration(self, config, calib) -> None:
         """Record the calibration data a quantizer used, unless a calibration pass already did."""
         if not self.calibration_info:
-            self.calibration_info = {"source": str(config.calib), "files": [p.name for p in calib.files],
+            self.calibration_info = {"source": str(config.calib), **_file_names(calib),
                                      "data_sha256": files_fingerprint(calib.files),
-                                     "samples": calib.count(), "batch_size": config.calib_batch_size}
+                                     "samples": calib.count(), "batch_size": config.calib_batch_size,
+                                     **({"reading": calib.settings} if getattr(calib, "settings", None) else {})}
 
     def input_ranges(self) -> dict:
         """Calibrated ranges of the model inputs (empty when nothing was calibrated)."""
@@ -194,3 +202,34 @@ class QuantJob:
             traced = torchscript_backend.trace(module, self.example_inputs())
             torchscript_backend.save(traced, path, {**self.provenance, "quantized_engine": engine})
         return path
+
+
+def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, max_samples: int | None = None,
+                            reading: dict | None = None):
+    """``calib`` opened for ``source``'s inputs, read as ``reading`` says (``calibration_reading``); an
+    hf: model brings its tokenizer and its longest sequence. The first batch is checked now."""
+    from edgekit.quantize.calibration.data import open_calibration
+
+    reading = reading or {}
+    positions = (source.model_info.get("config") or {}).get("max_position_embeddings") if source.kind == "hf" else None
+    return open_calibration(calib, source.inputs, batch_size, max_samples,
+                            preprocess=reading.get("preprocess"), tokenizer=reading.get("tokenizer"),
+                            model_tokenizer=source.tokenizer,
+                            max_length=positions if isinstance(positions, int) and not isinstance(positions, bool) else None)
+
+
+def calibration_reading(config) -> dict:
+    """How a config's --calib is read: ``preprocess`` (images) and ``tokenizer`` (text), where set."""
+    reading = {"preprocess": getattr(config, "calib_preprocess", None), "tokenizer": getattr(config, "tokenizer", None)}
+    return {k: v for k, v in reading.items() if v is not None}
+
+
+NAMED_FILES = 100
+
+
+def _file_names(calib) -> dict:
+    """The calibration files by name (a folder of thousands of images: the first NAMED_FILES, and how many)."""
+    names = [p.name for p in calib.files]
+    if len(names) <= NAMED_FILES:
+        return {"files": names}
+    return {"files": names[:NAMED_FILES], "file_count": len(names)}

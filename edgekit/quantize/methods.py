@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from edgekit.bounds import check_field_types
 from edgekit.errors import UsageError, unknown_name
 from edgekit.targets import QUANT_TYPES
 
@@ -53,6 +54,7 @@ class DynamicConfig:
     def __post_init__(self) -> None:
         from edgekit.quantize.fusion import check_fusion
 
+        check_field_types(self)
         _check_formats(self.formats)
         _check_quant_type("weight type", self.weight_type)
         check_fusion(self.fusion)
@@ -71,7 +73,8 @@ def _packaged_calibration(dataset: str) -> Path:
 class StaticConfig:
     """int8 weights and activations, activation ranges from calibration data."""
 
-    calib: Path = field(default_factory=lambda: _packaged_calibration("digits"))  # inside the package: any cwd
+    # inside the package (any cwd); None: the set edgekit ships for the model's dataset
+    calib: Path | None = field(default_factory=lambda: _packaged_calibration("digits"))
     formats: tuple[str, ...] = field(default_factory=_default_formats)
     calibrate_method: str = "minmax"
     percentile: float | None = None  # percentile calibration: the kept share of values (default 99.99)
@@ -79,6 +82,10 @@ class StaticConfig:
     calib_batch_size: int = 32
     calib_max_samples: int | None = None
     calib_cache: bool = True  # reuse ranges computed before for the same model, data and settings
+    # how --calib is read when it is not model-ready arrays (quantize/calibration/images.py, text.py):
+    # an image folder's preprocessing ("resize=256,crop=224,..." or a TOML path), a text file's tokenizer
+    calib_preprocess: str | None = None
+    tokenizer: Path | None = None
     activation_type: str | None = None  # ONNX: None = the target recipe's
     weight_type: str | None = None
     per_channel: bool | None = None
@@ -97,6 +104,7 @@ class StaticConfig:
     def __post_init__(self) -> None:
         from edgekit.quantize.calibration.calibrators import make_calibration
 
+        check_field_types(self)
         if self.fusion not in ("runtime", "no-skip-ln"):
             raise UsageError(f"static quantization takes --fusion runtime or no-skip-ln, not {self.fusion!r}")
         _check_formats(self.formats)
@@ -107,6 +115,10 @@ class StaticConfig:
         _check_quant_type("activation type", self.activation_type)
         _check_quant_type("weight type", self.weight_type)
         make_calibration(self.calibrate_method, **self.calibration_settings())  # validates the settings
+        if self.calib_preprocess is not None:
+            from edgekit.quantize.calibration.images import parse_preprocess
+
+            parse_preprocess(self.calib_preprocess)  # a bad declaration is refused before any work
 
     def calibration_settings(self) -> dict:
         return {"percentile": self.percentile, "bins": self.calib_bins}
@@ -124,14 +136,18 @@ class QatConfig:
     per_channel: bool | None = None  # None: the target engine's default (qnnpack: per-tensor)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         _check_formats(self.formats)
         from edgekit import formats
 
         formats.check_one_qat_api(self.formats)
         _check_positive("QAT epochs", self.epochs, allow_none=False)
         _check_positive("QAT batch size", self.batch_size, allow_none=False)
-        if not isinstance(self.lr, (int, float)) or not self.lr > 0:
+        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < float("inf"):
             raise UsageError(f"QAT learning rate must be positive, got {self.lr!r}")
+        from edgekit.bounds import check_seed
+
+        check_seed(self.seed, "QAT seed")
 
 
 @dataclass(frozen=True)

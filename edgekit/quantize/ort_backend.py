@@ -56,11 +56,18 @@ def preprocess(float_path: Path, out_path: Path) -> Path:
 
     external = bool(onnx_files.data_files(float_path))
     float_path, out_path = Path(float_path).absolute(), Path(out_path).absolute()
+    float_path, wanted = _weights_as_constants(float_path, out_path, external)
     # ORT's shape inference drops sym_shape_infer_temp.onnx into the working folder when it fails
     with quiet(), working_dir(out_path.parent):
         quant_pre_process(str(float_path), str(out_path), auto_merge=True, save_as_external_data=external,
                           all_tensors_to_one_file=True, external_data_location=onnx_files.data_file_name(out_path))
     model = onnx_files.load(out_path)
+    got = [vi.name for vi in onnx_files.model_inputs(model)]
+    if got != wanted:
+        from edgekit.errors import EdgekitError
+
+        raise EdgekitError(f"ONNX Runtime's pre-processing changed the model's inputs ({', '.join(wanted)} -> "
+                           f"{', '.join(got)}): the int8 model could not be fed like the float one")
     used = {n.name for n in model.graph.node if n.name}
     changed = False
     for index, node in enumerate(model.graph.node):
@@ -74,6 +81,46 @@ def preprocess(float_path: Path, out_path: Path) -> Path:
     if changed:
         onnx_files.save(model, out_path, external or None)
     return out_path
+
+
+QDQ_MIN_OPSET = 13  # DequantizeLinear's per-channel ``axis``: ORT's own upgrade (to 11) stops short of it
+
+
+def _weights_as_constants(float_path: Path, out_path: Path, external: bool) -> tuple[Path, list[str]]:
+    """(the model to pre-process, its input names). Models as the ONNX model zoo has them are first
+    copied into a form the quantizer handles: initializers listed among the graph inputs (IR 3)
+    are dropped from the inputs (ORT's optimiser merges and folds such weights but leaves their
+    input entries behind, so the result would ask to be fed its own weights), initializers no
+    node reads are dropped, and an opset under 13 is converted to 13 (per-channel QDQ needs it).
+    Other models go on as they are."""
+    model, _ = onnx_files.read(float_path)
+    wanted = [vi.name for vi in onnx_files.model_inputs(model)]
+    unused = onnx_files.unused_initializers(model)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_MIN_OPSET)
+    if not (onnx_files.initializer_inputs(model) or unused or opset < QDQ_MIN_OPSET):
+        return float_path, wanted
+    onnx_files.attach_data(model, float_path)
+    onnx_files.drop_initializer_inputs(model)
+    if unused:
+        kept = [init for init in model.graph.initializer if init.name not in set(unused)]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
+    if opset < QDQ_MIN_OPSET:
+        model = _converted(model, QDQ_MIN_OPSET)
+    plain = out_path.with_name(f"{out_path.stem}-plain.onnx")
+    onnx_files.save(model, plain, external or None)
+    return plain, wanted
+
+
+def _converted(model, opset: int):
+    """``model`` at ``opset`` (onnx's version converter), or as it is when the converter cannot."""
+    import onnx
+
+    try:
+        with quiet():
+            return onnx.version_converter.convert_version(model, opset)
+    except Exception:  # noqa: BLE001 - the converter lacks adapters for some old ops; ORT may still cope
+        return model
 
 
 def weighted_nodes(model_path: Path) -> list[tuple[str, str]]:
@@ -98,7 +145,7 @@ def thin_stem_convs(model_path: Path, max_reduction: int = 32) -> list[str]:
     from onnx import numpy_helper
 
     model = onnx_files.load(model_path)
-    inputs = {i.name for i in model.graph.input}
+    inputs = {i.name for i in onnx_files.model_inputs(model)}
     weights = {i.name: i for i in model.graph.initializer}
     out = []
     for node in model.graph.node:

@@ -15,7 +15,10 @@ from edgekit.targets import Target
 def input_paths(source, options: dict, source_options: dict, target) -> list:
     """The files and folders a quantize run reads: its output may be none of them, nor hold one."""
     paths = [hf_config_file(source) if str(source).startswith("hf:") else source, options.get("calib"),
-             source_options.get("state_dict")]
+             source_options.get("state_dict"), options.get("tokenizer")]
+    preprocess = options.get("calib_preprocess")
+    if isinstance(preprocess, (str, Path)) and "=" not in str(preprocess):  # a TOML file
+        paths.append(preprocess)
     if isinstance(target, Target) and target.source:
         paths.append(target.source)
     return paths
@@ -56,7 +59,7 @@ def write_reference(job, calib=None) -> dict:
             predict = torch_predictor(job.float_model())
         else:
             predict = onnx_predictor(job.float_onnx())
-        feed = calibration_feed(calib, job.source.inputs) if calib is not None else None
+        feed = calibration_feed(calib, job.source.inputs, job) if calib is not None else None
         accuracy.write_reference(path, predict, job.source.inputs, job.source.task, job.input_ranges(),
                                  feed or job.source.reference_feed)
     return read_reference(path)
@@ -72,22 +75,25 @@ def error_report(job, path: Path, calib, cases: dict, ranges=None) -> dict:
     from edgekit.quantize.report import summarize, tensor_report
 
     if calib is not None:
-        from edgekit.quantize.calibration.data import open_calibration
-
-        batches = open_calibration(calib, job.source.inputs, 8, REPORT_SAMPLES).feeds()
+        batches = job.open_calibration(calib, 8, REPORT_SAMPLES).feeds()
     else:
         batches = (inputs for _, (inputs, _) in sorted(cases.items()))
     return summarize(tensor_report(job.prepared_onnx(), path, batches, ranges))
 
 
-def calibration_feed(calib, specs):
+def calibration_feed(calib, specs, job=None):
     """``feed(batch)`` -> the first ``batch`` calibration rows (repeated when there are fewer)."""
     import numpy as np
 
     from edgekit.formats.reference import BATCH_SIZES
-    from edgekit.quantize.calibration.data import open_calibration
+    from edgekit.quantize.calibration.data import fixed_batch, open_calibration
 
-    first = next(open_calibration(calib, specs, batch_size=max(BATCH_SIZES)).feeds())
+    feeds = (job.open_calibration(calib, max(BATCH_SIZES)) if job is not None else
+             open_calibration(calib, specs, batch_size=max(BATCH_SIZES))).feeds()
+    first = next(feeds)
+    if fixed_batch(specs):  # the model takes only its own batch size: one calibration batch per case
+        cases = {size: next(feeds, first) if size != min(BATCH_SIZES) else first for size in BATCH_SIZES}
+        return lambda batch: {name: np.ascontiguousarray(value) for name, value in cases.get(batch, first).items()}
 
     def feed(batch: int) -> dict:
         rows = np.arange(batch) % len(next(iter(first.values())))
@@ -119,6 +125,11 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
 def finish(job, files: list, quantization: dict) -> Manifest:
     src = job.source
     shutil.rmtree(job.work / ".scratch", ignore_errors=True)
+    from edgekit.formats.sources import source_warnings
+
+    for line in source_warnings(src.model_info):  # random weights, a task head left out
+        if line not in job.warnings:
+            job.warnings.append(line)
     if job.warnings:
         quantization["warnings"] = list(job.warnings)
     result = Manifest(

@@ -3,7 +3,9 @@
 Flow: a bundle folder is checked against its SHA256SUMS (an export folder is bundled first,
 in a temporary folder, reproducibly) -> the board is probed and the bundle re-used or copied
 (``transfer``) -> ``runner.py MODEL --mode remote ...`` runs there under ``timeout`` (its own
-process group; stopped after ``timeout_s``) -> its JSON becomes a BenchResult (mode "remote").
+process group) -> its JSON becomes a BenchResult (mode "remote"). ``timeout_s`` (``--timeout``)
+bounds all of it from the first connection: the probe, the copy and the run each get only the
+time left (plus ``STOP_GRACE_S`` for the board's ``timeout`` to stop the runner).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ DEFAULT_REMOTE_DIR = "~/.cache/edgekit"
 DEFAULT_REMOTE_PYTHON = "python3"
 DEFAULT_TIMEOUT_S = 600.0
 VENV = "~/edgekit-venv"  # the virtual environment the bundle's README.txt suggests
-RUN_GRACE_S = 30.0  # beyond timeout_s, for connecting, the runner's start and timeout's -k
+STOP_GRACE_S = 15.0  # past the deadline: for the board's `timeout -k` to stop the runner and ssh to end
 KILL_TIMEOUT_S = 30.0
 EXIT_USAGE = 2  # runner.py's exit status for a usage error
 _MISSING_MODULE = re.compile(r"No module named '([^']+)'")
@@ -77,7 +79,8 @@ def run_remote_bench(
     force: bool = False,
 ) -> RemoteRun:
     """``remote_bench`` with the facts of the run (see RemoteRun). ``on_line`` receives progress
-    lines and the board's stderr as they come; ``timeout_s`` bounds the runner on the board."""
+    lines and the board's stderr as they come; ``timeout_s`` bounds the whole remote run (the
+    probe, the copy and the runner), see the module doc."""
     board = ssh.SshTarget.make(host, port, identity, ssh_options)  # validated before anything runs
     base = check_remote_path(remote_dir, "--remote-dir")
     python = check_remote_path(remote_python, "--remote-python")
@@ -92,14 +95,20 @@ def run_remote_bench(
         warning = _check_fits(bundle, info, force)  # before anything is copied or started on the board
         if warning:
             say(f"Warning: {warning}")
-        placement = transfer.place(board, bundle, info, base, python, on_line=say)
+        from edgekit.bundle import native
+
+        if native.is_native(info):
+            python = "sh"  # edgekit-run needs no Python on the board: the probe asks only for a shell
+        deadline = transfer.Deadline.after(timeout_s, board.display())  # from the first connection to the board
+        placement = transfer.place(board, bundle, info, base, python, on_line=say, deadline=deadline)
         args = ["--format", info["format"], "--mode", "remote", "--target", info["target"], *runner_args]
         if threads is None and info.get("threads"):
             args += ["--threads", str(info["threads"])]
         if info.get("quantized_engine"):
             args += ["--engine", str(info["quantized_engine"])]
-        say(f"running {info['model']} on {board.display()} (stopped after {timeout_s:g} s)")
-        result = _run(board, placement, python, info, args, timeout_s, bundle, say)
+        say(f"running {info['model']} on {board.display()} (stopped in {max(0.0, deadline.left()):.0f} s, "
+            f"when --timeout {timeout_s:g} s runs out)")
+        result = _run(board, placement, python, info, args, deadline, bundle, say)
     how = "copied the bundle to" if placement.copied else "re-used the bundle already at"
     result = replace(result, notes=(f"ran on {board.host} ({how} {placement.path})",) + result.notes)
     return RemoteRun(result, str(board.host), placement.path, placement.copied)
@@ -147,8 +156,15 @@ def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | Non
     else:
         folder = path
     if is_bundle(folder):
+        from edgekit.bundle.layout import REQUIREMENTS
+        from edgekit.bundle.requirements import read_requirements
+        from edgekit.bundle.verify import plain_files
+
+        plain_files(folder)  # a link or a FIFO (which would block a read) anywhere: refused before any read
         info = read_bundle_json(folder)
         verify_checksums(folder)
+        if (folder / REQUIREMENTS).is_file():  # the install hint runs pip -r on it: pins only
+            read_requirements(folder / REQUIREMENTS, info["format"])
         if path.is_file() and path.name != info["model"]:
             raise UsageError(f"{path} is not the model of the bundle {folder} (that is {info['model']})")
         if target and target != info["target"]:
@@ -196,27 +212,27 @@ def _runner_args(*, threads, warmup, min_runs, min_time_s, max_runs, batch, shap
 
 
 def _run(board: ssh.SshTarget, placement: transfer.Placement, python: str, info: dict, args: list[str],
-         timeout_s: float, bundle: Path, say) -> BenchResult:
+         deadline: transfer.Deadline, bundle: Path, say) -> BenchResult:
     run_id = uuid.uuid4().hex
-    limit = f"{max(1, math.ceil(timeout_s))}"
+    left = deadline.left()
+    if left <= 0:
+        raise deadline.expired()
+    limit = f"{max(1, math.ceil(left))}"
     try:
         done = ssh.run(board, scripts.RUN, [placement.base, placement.name, python, limit, run_id, info["model"], *args],
-                       timeout_s=timeout_s + RUN_GRACE_S + board.connect_timeout_s,
-                       on_line=lambda line: say(f"[{board.host}] {line}"))
+                       timeout_s=left + STOP_GRACE_S, on_line=lambda line: say(f"[{board.host}] {line}"))
     except KeyboardInterrupt:  # without a terminal the runner would outlive its connection
         _stop(board, placement, run_id)
         raise
     where = board.display()
     if done.timed_out:  # the connection hung past the runner's own limit: stop the group from outside
         _stop(board, placement, run_id)
-        raise RemoteError(f"the benchmark on {where} did not finish within {timeout_s:g} s; it was stopped "
-                          "(raise --timeout, or lower --min-time/--min-runs)")
+        raise deadline.expired()
     code = done.returncode
     if code == ssh.SSH_FAILED:
         raise ssh.connection_error(board, done.stderr)
     if code in scripts.TIMEOUT_EXITS:
-        raise RemoteError(f"the benchmark on {where} did not finish within {timeout_s:g} s; it was stopped "
-                          "(raise --timeout, or lower --min-time/--min-runs)")
+        raise deadline.expired()
     if code == scripts.EXIT_NO_PYTHON:
         raise transfer.python_missing(board, python)
     if code == scripts.EXIT_NO_BUNDLE:

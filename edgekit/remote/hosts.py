@@ -11,14 +11,15 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from edgekit.errors import UsageError
 
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
-_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
-_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
-_ZONE = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
-_OPTION_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]{1,63}$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\Z")
+_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}\Z")
+_ZONE = re.compile(r"^[A-Za-z0-9_.-]{1,32}\Z")
+_OPTION_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]{1,63}\Z")
 # Options edgekit sets itself and will not let a user turn off: without BatchMode ssh may wait
 # for a password on the terminal forever.
 RESERVED_OPTIONS = {"batchmode": "BatchMode=yes keeps ssh from waiting for a password; set up key login (ssh-copy-id)"}
@@ -91,21 +92,165 @@ def _ipv6(inner: str, text: str) -> str:
     return inner
 
 
-# ssh -o keys that only change how the connection is made. Keys that run local commands
-# (ProxyCommand, LocalCommand, KnownHostsCommand), load code (PKCS11Provider,
-# SecurityKeyProvider) or open forwards are refused: CI jobs paste these from pull requests.
-ALLOWED_SSH_OPTIONS = {k.lower(): k for k in (
-    "Port", "User", "IdentityFile", "IdentitiesOnly", "CertificateFile", "StrictHostKeyChecking",
-    "UserKnownHostsFile", "GlobalKnownHostsFile", "HostKeyAlias", "HostKeyAlgorithms", "CheckHostIP",
-    "ConnectTimeout", "ConnectionAttempts", "ServerAliveInterval", "ServerAliveCountMax", "TCPKeepAlive",
-    "Compression", "LogLevel", "AddressFamily", "Ciphers", "MACs", "KexAlgorithms",
-    "PubkeyAcceptedAlgorithms", "PubkeyAcceptedKeyTypes", "PreferredAuthentications", "ProxyJump",
-    "UpdateHostKeys", "VerifyHostKeyDNS", "RekeyLimit", "IPQoS",
+# ssh -o keys that only change how the connection is made, each with the grammar its value must
+# match (man ssh_config). Keys that run local commands (ProxyCommand, LocalCommand,
+# KnownHostsCommand), load code (PKCS11Provider, SecurityKeyProvider) or open forwards are
+# refused: CI jobs paste these from pull requests. An allowed key is not enough: ssh expands
+# ``%`` tokens, ``${ENV}`` and ``~`` in some values, and runs ProxyJump's hosts through
+# ``/bin/sh -c`` (a ``*`` there globs the working folder into an option of the inner ssh), so
+# every value is checked against what it may be, and anything else is refused.
+_YES_NO = ("yes", "no")
+_ALGORITHMS = re.compile(r"[+^-]?[A-Za-z0-9@._-]{1,128}(?:,[A-Za-z0-9@._-]{1,128}){0,63}\Z")
+# a file path: no % tokens, ${ENV}, quotes, escapes, blanks (a list to ssh) or shell/glob characters
+_FILE = re.compile(r"(?:~/)?[A-Za-z0-9_.,+=@:/][A-Za-z0-9_.,+=@:/-]{0,1000}\Z")
+_HOST_ALIAS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}\Z")
+_PORT = re.compile(r"[0-9]{1,5}\Z")
+_IPQOS_WORDS = frozenset({
+    *(f"af{a}{b}" for a in "1234" for b in "123"), *(f"cs{n}" for n in range(8)),
+    "ef", "le", "lowdelay", "throughput", "reliability", "none",
+})
+_REKEY = re.compile(r"(?:default|[0-9]{1,12}[KMG]?)(?: (?:none|(?:[0-9]{1,9}[sSmMhHdDwW]?){1,6}))?\Z")
+_AUTH_METHODS = ("gssapi-with-mic", "hostbased", "publickey", "keyboard-interactive", "password")
+_LOG_LEVELS = ("QUIET", "FATAL", "ERROR", "INFO", "VERBOSE", "DEBUG", "DEBUG1", "DEBUG2", "DEBUG3")
+MAX_JUMPS = 8
+
+
+def _choice(*words: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value.lower() in {w.lower() for w in words} else f"one of {', '.join(words)}"
+    return check
+
+
+def _integer(low: int, high: int) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        ok = value.isascii() and value.isdigit() and len(value) <= 6 and low <= int(value) <= high
+        return None if ok else f"an integer within {low}..{high}"
+    return check
+
+
+def _file(value: str) -> str | None:
+    """A local file ssh reads: ``none``, or one path of plain characters (``~/`` at the start)."""
+    if _FILE.match(value):
+        return None
+    return ("one local file path (or none) of letters, digits and _ . , + = @ : / -, optionally starting "
+            "with ~/, not with '-' (no %tokens, $, quotes, spaces or ~user; pass a key with --identity)")
+
+
+def _user(value: str) -> str | None:
+    return None if _USER.match(value) else "a plain user name (letters, digits, '_', '.', '-', not starting with '-')"
+
+
+def _host_alias(value: str) -> str | None:
+    return None if _HOST_ALIAS.match(value) else "a host name (letters, digits, '_', '.', ':', '-')"
+
+
+def _algorithms(value: str) -> str | None:
+    return None if _ALGORITHMS.match(value) else "an algorithm list: [+-^]name[,name...] (letters, digits, @ . _ -)"
+
+
+def _ipqos(value: str) -> str | None:
+    words = value.split(" ")
+    ok = 1 <= len(words) <= 2 and all(
+        w.lower() in _IPQOS_WORDS or (w.isascii() and w.isdigit() and len(w) <= 3 and int(w) <= 255) for w in words)
+    return None if ok else "one or two of af11..af43, cs0..cs7, ef, le, lowdelay, throughput, reliability, none, 0..255"
+
+
+def _rekey(value: str) -> str | None:
+    return None if _REKEY.match(value) else "default or SIZE[K|M|G], then optionally one space and none or TIME (e.g. 1G 1h)"
+
+
+def _auth_methods(value: str) -> str | None:
+    methods = value.split(",")
+    ok = len(methods) <= len(_AUTH_METHODS) and all(m in _AUTH_METHODS for m in methods)
+    return None if ok else f"a comma-separated list of {', '.join(_AUTH_METHODS)}"
+
+
+def _jump(value: str) -> str | None:
+    """``none`` or ``[user@]host[:port][,...]``, each host as ``--host`` takes it: nothing a shell reads."""
+    what = "none or [user@]host[:port][,...] (each host as --host takes it)"
+    if value.lower() == "none":
+        return None
+    hops = value.split(",")
+    if len(hops) > MAX_JUMPS:
+        return f"{what} (at most {MAX_JUMPS} hops)"
+    for hop in hops:
+        problem = _jump_hop(hop)
+        if problem:
+            return f"{what}; {hop!r} {problem}"
+    return None
+
+
+def _jump_hop(hop: str) -> str | None:
+    if "://" in hop or hop.lower().startswith("ssh:"):
+        return "is an ssh:// URI (not supported: write [user@]host[:port])"
+    if "%" in hop:
+        return "holds '%' (ssh would expand it as a token)"
+    user, at, rest = hop.rpartition("@")
+    port = None
+    if rest.startswith("["):
+        close = rest.find("]")
+        if close < 0:
+            return "has an unclosed '['"
+        host, tail = rest[:close + 1], rest[close + 1:]
+        if tail:
+            if not tail.startswith(":"):
+                return "has text after ']' that is not :port"
+            port = tail[1:]
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    elif ":" in rest:
+        return "is a bare IPv6 address (write it in brackets: [::1]:22)"
+    else:
+        host = rest
+    if port is not None and not (_PORT.match(port) and 1 <= int(port) <= 65535):
+        return "has a port that is not within 1..65535"
+    try:
+        parse_host(f"{user}@{host}" if at else host)
+    except UsageError:
+        return "is not a valid [user@]host"
+    return None
+
+
+_SSH_OPTIONS: dict[str, tuple[str, Callable[[str], str | None]]] = {key.lower(): (key, check) for key, check in (
+    ("Port", _integer(1, 65535)),
+    ("User", _user),
+    ("IdentityFile", _file),
+    ("IdentitiesOnly", _choice(*_YES_NO)),
+    ("CertificateFile", _file),
+    ("StrictHostKeyChecking", _choice("yes", "no", "ask", "accept-new", "off")),
+    ("UserKnownHostsFile", _file),
+    ("GlobalKnownHostsFile", _file),
+    ("HostKeyAlias", _host_alias),
+    ("HostKeyAlgorithms", _algorithms),
+    ("CheckHostIP", _choice(*_YES_NO)),
+    ("ConnectTimeout", _integer(1, 3600)),
+    ("ConnectionAttempts", _integer(1, 100)),
+    ("ServerAliveInterval", _integer(0, 86400)),
+    ("ServerAliveCountMax", _integer(1, 1000)),
+    ("TCPKeepAlive", _choice(*_YES_NO)),
+    ("Compression", _choice(*_YES_NO)),
+    ("LogLevel", _choice(*_LOG_LEVELS)),
+    ("AddressFamily", _choice("any", "inet", "inet6")),
+    ("Ciphers", _algorithms),
+    ("MACs", _algorithms),
+    ("KexAlgorithms", _algorithms),
+    ("PubkeyAcceptedAlgorithms", _algorithms),
+    ("PubkeyAcceptedKeyTypes", _algorithms),
+    ("PreferredAuthentications", _auth_methods),
+    ("ProxyJump", _jump),
+    ("UpdateHostKeys", _choice("yes", "no", "ask")),
+    ("VerifyHostKeyDNS", _choice("yes", "no", "ask")),
+    ("RekeyLimit", _rekey),
+    ("IPQoS", _ipqos),
 )}
+ALLOWED_SSH_OPTIONS = {lower: key for lower, (key, _) in _SSH_OPTIONS.items()}
+MAX_OPTION_VALUE = 1024
 
 
 def parse_ssh_option(text: str) -> str:
-    """``Key=Value`` for ``ssh -o``, for an allow-listed key; returns it, or raises UsageError."""
+    """``Key=Value`` for ``ssh -o``: an allow-listed key whose value matches that key's grammar.
+
+    Returns it, or raises a UsageError that names the key and what its value may be."""
     key, eq, value = str(text).partition("=")
     if not eq or not _OPTION_KEY.match(key) or not value:
         raise UsageError(f"--ssh-option {text!r} must be KEY=VALUE, e.g. StrictHostKeyChecking=accept-new")
@@ -118,8 +263,10 @@ def parse_ssh_option(text: str) -> str:
             f"--ssh-option {key} is not allowed (it can run commands or open tunnels); put it in ~/.ssh/config "
             f"for this host if you trust it. Allowed: {', '.join(sorted(ALLOWED_SSH_OPTIONS.values()))}"
         )
-    if key.lower() == "proxyjump" and (value.startswith("-") or any(c.isspace() for c in value)):
-        raise UsageError(f"--ssh-option {text!r}: ProxyJump takes [user@]host[:port][,...]")
+    name, check = _SSH_OPTIONS[key.lower()]
+    problem = f"at most {MAX_OPTION_VALUE} characters" if len(value) > MAX_OPTION_VALUE else check(value)
+    if problem:
+        raise UsageError(f"--ssh-option {str(text)[:120]!r}: {name} takes {problem}")
     return f"{key}={value}"
 
 

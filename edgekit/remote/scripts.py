@@ -4,7 +4,8 @@ sshd hands the command line to the user's login shell, which only has to split q
 ``sh -c`` then runs the script. One line each, ";"-separated, so csh-family login shells parse
 them too. Markers on stdout/stderr start with ``edgekit:``; distinct exit codes name failures.
 
-A board needs: sh, timeout, sha256sum, tar, mktemp (coreutils or BusyBox) and a python3.
+A board needs: sh, timeout, sha256sum, tar, mktemp (coreutils or BusyBox), and a python3 unless the
+bundle is native (edgekit-run).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ RECEIVE = "; ".join([
     f'else rm -rf "$tmp"; echo "edgekit:bad-copy" >&2; exit {EXIT_BAD_COPY}; fi',
 ])
 
-# run BASE NAME PYTHON LIMIT RUN_ID MODEL [runner args...]: the runner under `timeout` (its own
+# run BASE NAME PYTHON LIMIT RUN_ID MODEL [runner args...]: the runner (runner.py with PYTHON, or a
+# native bundle's edgekit-run) under `timeout` (its own
 # process group, TERM then KILL after the limit), its pid in BASE/.runs/RUN_ID.pid so a
 # second connection can stop the whole group (``KILL``). Exit status: the runner's, or 124/137.
 RUN = "; ".join([
@@ -57,11 +59,14 @@ RUN = "; ".join([
     "name=$2; py=$3; limit=$4; run=$5; model=$6; shift 6",
     _PY,
     'd=$base/$name',
-    f'if [ ! -f "$d/runner.py" ]; then echo "edgekit:no-bundle" >&2; exit {EXIT_NO_BUNDLE}; fi',
-    f'if ! command -v "$py" >/dev/null 2>&1; then echo "edgekit:no-python" >&2; exit {EXIT_NO_PYTHON}; fi',
+    # a Python bundle's runner.py, or a native bundle's edgekit-run (no Python on the board)
+    f'if [ -f "$d/runner.py" ]; then if ! command -v "$py" >/dev/null 2>&1; then echo "edgekit:no-python" >&2; '
+    f'exit {EXIT_NO_PYTHON}; fi; set -- "$py" "$d/runner.py" "$d/$model" "$@"; '
+    f'elif [ -f "$d/edgekit-run" ]; then set -- "$d/edgekit-run" bench "$d/$model" "$@"; '
+    f'else echo "edgekit:no-bundle" >&2; exit {EXIT_NO_BUNDLE}; fi',
     'mkdir -p "$base/.runs"',
     ': "${TORCH_CPP_LOG_LEVEL:=ERROR}"; export TORCH_CPP_LOG_LEVEL',  # as edgekit does locally
-    f'timeout -k {KILL_AFTER_S} "$limit" "$py" "$d/runner.py" "$d/$model" "$@" & pid=$!',
+    f'timeout -k {KILL_AFTER_S} "$limit" "$@" & pid=$!',
     'echo "$pid" > "$base/.runs/$run.pid"',
     'wait "$pid"; rc=$?',
     'rm -f "$base/.runs/$run.pid"',

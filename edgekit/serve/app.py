@@ -11,6 +11,11 @@
 /v1/predict is the hot path: a plain ASGI handler that ``ServeApp`` calls before FastAPI's middleware
 and routing (a tiny model's request costs little more than its HTTP; every layer shows).
 
+Every malformed request is a 4xx with a one-line JSON ``{"error": ...}`` and nothing in the log:
+bodies that do not parse (422), too large (413), too many or too large headers (431, checked
+here for every route and, before they are buffered, by ``http_limits`` in the HTTP parser). A 500
+means the runtime failed on an input the spec allowed.
+
 A model is any object with ``specs`` (input spec dicts, see ``inputs.spec_from_dict``),
 ``outputs`` (names), ``summary`` (dict), ``run(feed) -> list of arrays`` and optionally
 ``generator`` (``check(max_tokens, temperature, top_k)`` and ``stream(prompt, max_tokens,
@@ -26,7 +31,6 @@ import contextlib
 import io
 import json
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -36,27 +40,9 @@ from starlette.requests import ClientDisconnect
 
 from .auth import OPEN_PATHS, authorized
 from .batcher import MicroBatcher, Overloaded
-from .inputs import InputError, batchable, decode, validate
+from .inputs import InputError, batchable, decode, parse_json, validate
 from .metrics import Metrics
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    max_batch: int = 16
-    max_wait_ms: float = 0.0  # 0: batch only what is already waiting (no added latency)
-    queue_size: int = 256
-    max_body_bytes: int = 8 << 20
-    api_key: str | None = None
-    allow_nonfinite: bool = False
-    retry_after_s: int = 1
-    max_generations: int = 4  # generations running or waiting; more get 503
-    max_new_tokens: int = 1024
-
-    def __post_init__(self):
-        if self.max_batch < 1 or self.queue_size < 1 or self.max_body_bytes < 1 or self.max_generations < 1:
-            raise ValueError("max_batch, queue_size, max_body_bytes and max_generations must be >= 1")
-        if not 0 <= self.max_wait_ms <= 10_000:
-            raise ValueError(f"max_wait_ms must be within 0..10000, got {self.max_wait_ms}")
+from .settings import ServeSettings
 
 
 def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: dict | None = None) -> "ServeApp":
@@ -125,7 +111,9 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
         except Overloaded as exc:
             return await answer(send, 503, json_bytes(overloaded_detail(str(exc))),
                                 extra=[(b"retry-after", str(settings.retry_after_s).encode())])
-        except Exception as exc:  # the runtime refused the input or failed
+        except ValueError as exc:  # the wrapper refused the input (e.g. past a program's planned shapes)
+            return await answer(send, 422, json_bytes({"error": f"the model refused the input: {first_line(exc)}"}))
+        except Exception as exc:  # the runtime failed
             return await answer(send, 500, json_bytes({"error": f"inference failed: {str(exc).splitlines()[0][:300]}"}))
         named = dict(zip(model.outputs, outputs))
         if "application/x-npz" in accept:
@@ -134,8 +122,9 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
             return await answer(send, 200, buffer.getvalue(), b"application/x-npz")
         return await answer(send, 200, json_bytes({"outputs": {k: v.tolist() for k, v in named.items()}}))
 
-    app.add_middleware(Guard, api_key=settings.api_key, metrics=metrics, predict=predict)
-    app.hot = Guard(None, api_key=settings.api_key, metrics=metrics, predict=predict)
+    limits = (settings.max_headers, settings.max_header_bytes)
+    app.add_middleware(Guard, api_key=settings.api_key, metrics=metrics, predict=predict, limits=limits)
+    app.hot = Guard(None, api_key=settings.api_key, metrics=metrics, predict=predict, limits=limits)
 
     @app.post("/v1/generate")
     async def generate(request: Request):
@@ -144,12 +133,14 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
             return JSONResponse({"error": "this model is not a language model; use /v1/predict"}, status_code=404)
         try:
             body = await read_body(request, settings.max_body_bytes)
-            params = generation_params(body, settings.max_new_tokens)
+            params = generation_params(body, settings.max_new_tokens, settings.max_prompt_chars)
             generator.check(params["max_tokens"], params["temperature"], params["top_k"])
         except InputError as exc:
             return JSONResponse(exc.detail, status_code=exc.status)
+        except ClientDisconnect:  # nobody to answer (the server may be shutting down on a stalled upload)
+            return JSONResponse({"error": "the client disconnected"}, status_code=400)
         except ValueError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=422)
+            return JSONResponse({"error": first_line(exc)}, status_code=422)
         if state["generations"] >= settings.max_generations:
             return overloaded(f"{settings.max_generations} generations are running or waiting", settings.retry_after_s)
         try:
@@ -162,7 +153,9 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
             try:
                 text = "".join(await batcher.call_in_thread(list, pieces))
             except ValueError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=422)
+                return JSONResponse({"error": first_line(exc)}, status_code=422)
+            except Exception as exc:  # the runtime failed
+                return JSONResponse({"error": f"generation failed: {first_line(exc)}"}, status_code=500)
             finally:
                 state["generations"] -= 1
             return {"prompt": params["prompt"], "text": text}
@@ -193,8 +186,9 @@ class Guard:
     """ASGI middleware: the API key check (constant time), per-route request metrics, and the
     /v1/predict hot path (handed straight to ``predict``, past FastAPI's routing)."""
 
-    def __init__(self, app, api_key: str | None, metrics: Metrics, predict=None):
+    def __init__(self, app, api_key: str | None, metrics: Metrics, predict=None, limits: tuple[int, int] = (100, 32 << 10)):
         self.app, self.api_key, self.metrics, self.predict = app, api_key, metrics, predict
+        self.max_headers, self.max_header_bytes = limits
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -203,7 +197,15 @@ class Guard:
         path = scope["path"]
         status = 500
         try:
-            if self.api_key and path not in OPEN_PATHS and not authorized(Headers(scope=scope), self.api_key):
+            headers = scope["headers"]
+            size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+            size += sum(len(k) + len(v) + 4 for k, v in headers)
+            if len(headers) > self.max_headers or size > self.max_header_bytes:
+                status = await answer(send, 431, json_bytes(
+                    {"error": f"the request has {len(headers)} headers of {size} bytes; the limits are "
+                              f"{self.max_headers} headers and {self.max_header_bytes} bytes"}),
+                    extra=[(b"connection", b"close")])
+            elif self.api_key and path not in OPEN_PATHS and not authorized(Headers(scope=scope), self.api_key):
                 status = await answer(send, 401, json_bytes({"error": "missing or wrong API key"}),
                                       extra=[(b"www-authenticate", b"Bearer")])
             elif path == "/v1/predict" and self.predict is not None:
@@ -239,14 +241,19 @@ def json_bytes(doc) -> bytes:
     return json.dumps(doc).encode()
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
+
+
 async def receive_body(receive, declared: str | None, limit: int) -> bytes | None:
     """The request body from ASGI ``receive``, refused with 413 as soon as it passes ``limit`` bytes
     (declared or sent); None when the client disconnected first."""
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise InputError(400, "malformed Content-Length header")
-        if int(declared) > limit:
-            raise InputError(413, f"the body is {int(declared)} bytes; the limit is {limit}", limit=limit)
+        if len(declared) > 19 or int(declared) > limit:
+            raise InputError(413, f"the body is {declared[:20]} bytes; the limit is {limit}", limit=limit)
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -277,20 +284,27 @@ async def read_body(request: Request, limit: int) -> bytes:
     return body
 
 
-def generation_params(body: bytes, max_new_tokens: int) -> dict:
+MAX_SEED = 2**32 - 1  # what torch's and numpy's generators take
+
+
+def generation_params(body: bytes, max_new_tokens: int, max_prompt_chars: int = 1 << 16) -> dict:
     try:
-        doc = json.loads(body or b"{}", parse_constant=lambda token: (_ for _ in ()).throw(ValueError(token)))
+        doc = parse_json(body or b"{}")
     except (ValueError, RecursionError) as exc:
         raise InputError(422, f"malformed JSON body: {str(exc)[:200]}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("prompt"), str) or not doc["prompt"]:
         raise InputError(422, 'the body must be a JSON object with a non-empty "prompt" string')
+    if len(doc["prompt"]) > max_prompt_chars:
+        raise InputError(422, f'"prompt" is {len(doc["prompt"])} characters; the limit is {max_prompt_chars}',
+                         field="prompt")
     params = {"prompt": doc["prompt"], "max_tokens": doc.get("max_tokens", 64), "temperature": doc.get("temperature", 0.8),
               "top_k": doc.get("top_k", 20), "seed": doc.get("seed"), "stream": doc.get("stream", False)}
     for key, kinds in (("max_tokens", int), ("top_k", int), ("temperature", (int, float)), ("stream", bool)):
         if isinstance(params[key], bool) != (kinds is bool) or not isinstance(params[key], kinds):
             raise InputError(422, f'"{key}" has the wrong type: {params[key]!r}', field=key)
-    if params["seed"] is not None and (isinstance(params["seed"], bool) or not isinstance(params["seed"], int)):
-        raise InputError(422, f'"seed" must be an integer, got {params["seed"]!r}', field="seed")
+    seed = params["seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise InputError(422, f'"seed" must be an integer within 0..{MAX_SEED}, got {str(seed)[:40]}', field="seed")
     if not 1 <= params["max_tokens"] <= max_new_tokens:
         raise InputError(422, f'"max_tokens" must be within 1..{max_new_tokens}', field="max_tokens")
     return params
@@ -304,8 +318,8 @@ async def sse_events(pieces, batcher: MicroBatcher, state: dict):
         while True:
             try:
                 piece = await batcher.call_in_thread(next, pieces, done)
-            except ValueError as exc:
-                yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
+            except Exception as exc:  # noqa: BLE001 - said in the stream (its 200 is sent), not in the log
+                yield f"event: error\ndata: {json.dumps({'error': first_line(exc)})}\n\n"
                 return
             if piece is done:
                 break

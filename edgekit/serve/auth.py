@@ -21,8 +21,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def key_error(api_key: str | None, what: str = "the API key") -> str | None:
+    """Why ``api_key`` cannot be a key (None when it can, or when no key was given): a blank one
+    (empty, spaces, a blank line) would count as a key and protect nothing, and a client can send
+    only visible ASCII in a header, so a key with spaces or control characters inside locks everyone out."""
+    if api_key is None:
+        return None
+    if not api_key.strip():
+        return f"{what} is blank; give a real key (or none, on a loopback address)"
+    if not all("!" <= ch <= "~" for ch in api_key):
+        return (f"{what} holds whitespace, control or non-ASCII characters; a client cannot send those "
+                "in a header (use visible ASCII, e.g. the output of `openssl rand -hex 24`)")
+    if len(api_key) > 4096:
+        return f"{what} is {len(api_key)} characters; at most 4096"
+    return None
+
+
 def bind_error(host: str, api_key: str | None) -> str | None:
-    """Why ``host`` may not be bound without a key (None when it may)."""
+    """Why ``host`` may not be bound with ``api_key`` (None when it may): the key must be a real
+    one (``key_error``), and anything but loopback needs one."""
+    why = key_error(api_key)
+    if why:
+        return why
     if is_loopback(host) or api_key:
         return None
     return (f"binding {host} exposes the model beyond this machine; give an API key with --api-key "

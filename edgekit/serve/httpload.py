@@ -8,116 +8,188 @@ protocol and parses only what it must (the status line, ``Content-Length`` or ch
 ``Connection: close``): about 0.05-0.1 ms of CPU a request.
 
 Every call answers a status string: the HTTP status (``"200"``), or ``"timeout"`` /
-``"connection-error"``; a connection that fails or is closed is replaced by a fresh one.
+``"connection-error"``; a connection that fails or is closed is replaced by a fresh one. What a
+response may make the client read is bounded (``MAX_HEAD``, ``MAX_HEADERS``, ``MAX_BODY``, chunk
+framing; a body is counted, never kept): a response past a bound, or not HTTP/1.x at all, is that
+request's failure, a ``"connection-error"`` (the connection is closed), and a load test in which
+no request succeeded ends in one ``Error:`` line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import ssl
 from urllib.parse import urlsplit
 
 from edgekit.errors import UsageError
 
-_MAX_HEAD = 64 << 10  # response headers larger than this: the server is not speaking HTTP
+# What one response may make the client hold or read. A server that passes a bound (or does not
+# speak HTTP) costs that request: it counts as "connection-error" and the connection is closed.
+MAX_HEAD = 64 << 10  # status line and headers
+MAX_HEADERS = 100
+MAX_BODY = 64 << 20  # /v1/predict answers are small; the body is counted and dropped, never kept
+MAX_CHUNK_LINE = 1024  # a chunk's size line, extensions included
+MAX_INTERIM = 16  # 1xx answers before the real one
+
+_STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([1-5][0-9]{2})(?: [^\r\n]*)?")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 
 
 class _Connection(asyncio.Protocol):
-    """One connection; ``waiter`` gets ``(status, keep_alive)`` once a whole response has arrived."""
+    """One connection; ``waiter`` gets ``(status, keep_alive)`` once a whole response has arrived.
+
+    The response is read as it arrives and its body dropped: the buffer holds at most the head (or a
+    chunk's size line, or the trailers) being read, never the body."""
 
     def __init__(self):
         self.transport = None
         self.buffer = bytearray()
         self.waiter: asyncio.Future | None = None
         self.closed = False
-        self._head = None  # (status, keep_alive, length or -1 for chunked or None until close)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state = "head"  # head | length | chunk-size | chunk-data | chunk-end | trailers | close
+        self._status, self._keep_alive, self._left, self._body, self._interim = 0, False, 0, 0, 0
 
     def connection_made(self, transport):
         self.transport = transport
 
     def connection_lost(self, exc):
         self.closed = True
-        if self._head is not None and self._head[2] is None and self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result((self._head[0], False))  # a body delimited by the close
+        if self._state == "close" and self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result((self._status, False))  # a body delimited by the close
         elif self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(ConnectionError("the server closed the connection"))
 
     def data_received(self, data):
+        if self.closed:
+            return
         self.buffer += data
         try:
+            if self.waiter is None or self.waiter.done():
+                raise ValueError("the server sent bytes nobody asked for")
             self._advance()
-        except ValueError as exc:  # not HTTP
+        except ValueError as exc:  # not HTTP, or past a bound
+            self.closed = True
+            self.buffer.clear()
             if self.waiter is not None and not self.waiter.done():
                 self.waiter.set_exception(ConnectionError(str(exc)))
             self.transport.close()
 
     def _advance(self) -> None:
         while self.waiter is not None and not self.waiter.done():
-            if self._head is None:
-                end = self.buffer.find(b"\r\n\r\n")
+            state = self._state
+            if state == "head":
+                if not self._read_head():
+                    return
+            elif state in ("length", "chunk-data", "close"):
+                taken = min(len(self.buffer), self._left) if state != "close" else len(self.buffer)
+                del self.buffer[:taken]
+                if state == "close":
+                    self._count(taken)
+                    return
+                self._left -= taken
+                if self._left:
+                    return
+                if state == "length":
+                    self._finish()
+                else:
+                    self._state = "chunk-end"
+            elif state == "chunk-end":
+                if len(self.buffer) < 2:
+                    return
+                if self.buffer[:2] != b"\r\n":
+                    raise ValueError("a chunk does not end with CRLF")
+                del self.buffer[:2]
+                self._state = "chunk-size"
+            elif state == "chunk-size":
+                end = self.buffer.find(b"\r\n", 0, MAX_CHUNK_LINE)
                 if end < 0:
-                    if len(self.buffer) > _MAX_HEAD:
-                        raise ValueError("response headers too large")
+                    if len(self.buffer) >= MAX_CHUNK_LINE:
+                        raise ValueError("a chunk size line passes the client's bound")
                     return
-                lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
-                del self.buffer[:end + 4]
-                parts = lines[0].split(" ", 2)
-                if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-                    raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-                status = int(parts[1])
-                keep_alive, length = parts[0] == "HTTP/1.1", None
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    name, value = name.strip().lower(), value.strip().lower()
-                    if name == "content-length":
-                        if not value.isdigit():
-                            raise ValueError(f"bad Content-Length {value[:40]!r}")
-                        length = int(value)
-                    elif name == "transfer-encoding" and "chunked" in value:
-                        length = -1
-                    elif name == "connection":
-                        keep_alive = "close" not in value and (keep_alive or "keep-alive" in value)
-                if 100 <= status < 200:
-                    continue  # an interim answer; the real one follows
-                if status in (204, 304):
-                    length = 0
-                self._head = (status, keep_alive, length)
-            status, keep_alive, length = self._head
-            if length is None:
-                self.buffer.clear()  # read until the server closes
-                return
-            if length == -1:
-                if not self._skip_chunks():
-                    return
-            else:
-                if len(self.buffer) < length:
-                    return
-                del self.buffer[:length]
-            self._head = None
-            self.waiter.set_result((status, keep_alive))
-
-    def _skip_chunks(self) -> bool:
-        """Drop complete chunks from the buffer; True once the last chunk (and trailers) is in."""
-        while True:
-            end = self.buffer.find(b"\r\n")
-            if end < 0:
-                return False
-            size_text = bytes(self.buffer[:end]).split(b";")[0].strip()
-            try:
+                size_text = bytes(self.buffer[:end]).split(b";")[0].strip(b" \t")
+                if not _CHUNK_SIZE.fullmatch(size_text):
+                    raise ValueError(f"bad chunk size {size_text[:20]!r}")
+                del self.buffer[:end + 2]
                 size = int(size_text, 16)
-            except ValueError:
-                raise ValueError(f"bad chunk size {size_text[:20]!r}") from None
-            if size == 0:
-                trailer_end = self.buffer.find(b"\r\n\r\n", end)
-                if trailer_end < 0 and self.buffer[end + 2:end + 4] != b"\r\n":
-                    return False
-                stop = end + 4 if self.buffer[end + 2:end + 4] == b"\r\n" else trailer_end + 4
-                del self.buffer[:stop]
-                return True
-            if len(self.buffer) < end + 2 + size + 2:
-                return False
-            del self.buffer[:end + 2 + size + 2]
+                self._count(size)
+                self._state, self._left = ("trailers", 0) if size == 0 else ("chunk-data", size)
+            elif state == "trailers":
+                if self.buffer[:2] == b"\r\n":
+                    del self.buffer[:2]
+                    self._finish()
+                    continue
+                end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD)
+                if end < 0:
+                    if len(self.buffer) >= MAX_HEAD:
+                        raise ValueError("the response's trailers pass the client's bound")
+                    return
+                del self.buffer[:end + 4]
+                self._finish()
+
+    def _count(self, size: int) -> None:
+        self._body += size
+        if self._body > MAX_BODY:
+            raise ValueError(f"the response body passes the client's {MAX_BODY}-byte bound")
+
+    def _finish(self) -> None:
+        status, keep_alive = self._status, self._keep_alive
+        self._reset()
+        self.waiter.set_result((status, keep_alive))
+
+    def _read_head(self) -> bool:
+        """Parse a complete head from the buffer (False: not all in yet) and set the body's framing."""
+        end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+        if end < 0:
+            if len(self.buffer) > MAX_HEAD:
+                raise ValueError("response headers too large")
+            return False
+        lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
+        del self.buffer[:end + 4]
+        found = _STATUS_LINE.fullmatch(lines[0])
+        if found is None:
+            raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        if len(lines) - 1 > MAX_HEADERS:
+            raise ValueError(f"the response has {len(lines) - 1} headers; the client reads at most {MAX_HEADERS}")
+        status = int(found.group(2))
+        keep_alive, length, chunked, framed = found.group(1) == "1", None, False, False
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"malformed header line {line[:60]!r}")
+            name, value = name.lower(), value.strip().lower()
+            if name == "content-length":
+                if not re.fullmatch(r"[0-9]{1,19}", value) or length is not None and int(value) != length:
+                    raise ValueError(f"bad Content-Length {value[:40]!r}")
+                length = int(value)
+            elif name == "transfer-encoding":
+                framed = True
+                chunked = value.split(",")[-1].strip() == "chunked"
+            elif name == "connection":
+                keep_alive = "close" not in value and (keep_alive or "keep-alive" in value)
+        if 100 <= status < 200:
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise ValueError(f"more than {MAX_INTERIM} interim (1xx) answers")
+            return True  # an interim answer; the real one follows
+        self._status, self._keep_alive = status, keep_alive
+        if status in (204, 304):
+            self._finish()
+        elif chunked:
+            self._state = "chunk-size"
+        elif framed or length is None:  # delimited by the close
+            self._state, self._keep_alive = "close", False
+        else:
+            self._count(length)  # a huge Content-Length is refused before any of it is read
+            self._state, self._left = "length", length
+            if length == 0:
+                self._finish()
+        return True
 
 
 class LoadClient:

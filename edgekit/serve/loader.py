@@ -1,7 +1,7 @@
 """What ``edgekit serve`` serves: an artifact, a model file in one, or a bundle folder, as a model
-object for ``edgekit.serve.app.create_app`` (ONNX through onnxruntime, TorchScript through torch,
-ExecuTorch ``.pte`` through ExecuTorch's runtime, each format's wrapper named by its table
-entry's ``serve_model``; language models also get a generator for ``/v1/generate``)."""
+object for ``edgekit.serve.app.create_app``: a file of the format table through the board's runtime
+for its format (``edgekit.board.served``, what a bundle's serve.py runs), a checkpoint through
+torch; language models also get a generator for ``/v1/generate``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,79 @@ from edgekit.errors import EdgekitError, InputFileError, UsageError
 
 
 def load_served_model(path: str | Path, fmt: str | None = None, threads: int | None = None):
-    """The model in ``path``; ``fmt`` (a format name) picks a file when an artifact holds several."""
+    """The model in ``path``; ``fmt`` (a format name) picks a file when an artifact holds several.
+
+    This loads the file in this process: a server first calls ``probe_served_model``, so that a
+    file that crashes its runtime takes down a child process, not the server."""
+
+    folder, manifest, entry = served_entry(path, fmt)
+    if entry.format == CHECKPOINT:
+        model = CheckpointModel(folder, manifest, entry, threads)
+    else:
+        model = open_table_format(folder, manifest, entry, threads)
+    _bound_axes(model.specs, manifest, entry)
+    if manifest.task.get("type") == "language-modeling":
+        vocab = manifest.model.get("config", {}).get("vocab_size")
+        for spec in model.specs:  # token ids past the vocabulary are a 422, not a runtime failure
+            if vocab and spec["dtype"].startswith("int") and spec["value_range"] is None:
+                spec["value_range"] = (0.0, float(vocab))
+        model.generator = Generator(folder, manifest, entry.format, threads)
+    return model
+
+
+def _bound_axes(specs: list[dict], manifest, entry) -> None:
+    """Give the dynamic axes past the batch axis the longest size the model takes (a 422 past it,
+    not a runtime failure): a language model's context (``max_len``), a program's planned shapes."""
+    planned = (entry.details or {}).get("max_shapes") or {}
+    context = manifest.model.get("config", {}).get("max_len") if manifest.task.get("type") == "language-modeling" else None
+    for spec in specs:
+        for axis, name in spec["dynamic_axes"].items():
+            bounds = [int(b) for b in (planned.get(name), context) if isinstance(b, int) and not isinstance(b, bool) and b > 0]
+            if axis > 0 and bounds:
+                spec.setdefault("max_sizes", {})[axis] = min(bounds)
+
+
+def probe_served_model(path: str | Path, fmt: str | None = None, timeout_s: float | None = None) -> dict:
+    """Load and run the model once in a child process (``startup_probe``), before this process does:
+    a file that crashes the runtime is a one-line InputFileError (exit 2); the child's report otherwise."""
+    from edgekit.children import popen_kwargs
+    from edgekit.serve import startup_probe
+
+    folder, _, entry = served_entry(path, fmt)
+    what = str(folder / entry.path)
+    try:
+        return startup_probe.probe("loader:open_for_probe", [str(path), entry.format], what,
+                                   timeout_s=timeout_s or startup_probe.PROBE_TIMEOUT_S, popen_kwargs=popen_kwargs(),
+                                   meanwhile=lambda: _import_runtime(entry.format))
+    except startup_probe.ProbeFailed as exc:
+        raise (InputFileError if exc.exit_code == 2 else EdgekitError)(str(exc)) from None
+
+
+def open_for_probe(path: str, fmt: str):
+    """In the probe's child: the served model, one thread (``startup_probe`` runs its warm-up call)."""
+    return load_served_model(path, fmt, threads=1)
+
+
+def _import_runtime(fmt: str) -> None:
+    """Import what the in-process load will need while the probe's child works (best effort: a
+    missing module is the load's to report)."""
+    from edgekit import formats
+
+    if fmt in formats.names():
+        table = formats.get(fmt)
+        names = [table.board_runtime, *(n for n in table.board_requirements if n == "torch")]
+    else:  # a checkpoint: torch
+        names = ["torch"]
+    for name in ["edgekit.serve.app", "uvicorn", *names]:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - ImportError, or a runtime that fails to import: the load says it
+            pass
+
+
+def served_entry(path: str | Path, fmt: str | None = None):
+    """(folder, manifest, file entry) of the model ``path`` names: an artifact folder (``fmt`` picks a
+    file when it holds several), a model file in one, or a bundle folder."""
     from edgekit import formats
     from edgekit.artifacts import load_manifest, model_file_for
 
@@ -36,51 +108,44 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
             entry = manifest.file(best)
     else:
         folder, manifest, entry = model_file_for(path)
-    if entry.format == CHECKPOINT:
-        model = TorchModel(folder, manifest, entry, threads)
-    else:
-        module, _, name = formats.get(entry.format).serve_model.partition(":")
-        model = getattr(importlib.import_module(module), name)(folder, manifest, entry, threads)
-    if manifest.task.get("type") == "language-modeling":
-        vocab = manifest.model.get("config", {}).get("vocab_size")
-        for spec in model.specs:  # token ids past the vocabulary are a 422, not a runtime failure
-            if vocab and spec["dtype"].startswith("int") and spec["value_range"] is None:
-                spec["value_range"] = (0.0, float(vocab))
-        model.generator = Generator(folder, manifest, entry.format, threads)
-    return model
+    return folder, manifest, entry
 
 
-def open_onnx(folder: Path, manifest, entry, threads: int | None):
-    """The ONNX wrapper (standalone, so it takes the manifest as a dict), with edgekit's errors."""
-    from edgekit.serve.onnx_model import OnnxModel
+def open_table_format(folder: Path, manifest, entry, threads: int | None):
+    """A model file of the format table, through the board's runtime for its format (the code a
+    bundle's serve.py runs too), with edgekit's one-line errors."""
+    from edgekit import formats
+    from edgekit.board.errors import BoardError, first_line
+    from edgekit.board.served import ServedModel
+    from edgekit.serve.inputs import spec_from_dict
 
+    spec = formats.get(entry.format)
+    spec.require()  # one line naming the extra when the runtime is not installed here
+    engine = (entry.details or {}).get("quantized_engine") if spec.packed_engine else None
+    if engine:
+        import torch
+
+        engine = engine if engine in torch.backends.quantized.supported_engines else None
     try:
-        return OnnxModel(folder / entry.path, manifest.to_dict(), threads)
-    except Exception as exc:  # onnxruntime's own exception family
-        raise InputFileError(f"{folder / entry.path} cannot be served: {str(exc).splitlines()[0][:300]}") from None
+        return ServedModel.open(folder / entry.path, manifest.to_dict(), entry.format, threads, spec_from_dict, engine)
+    except BoardError as exc:
+        raise InputFileError(f"{folder / entry.path} cannot be served: {first_line(exc)[:300]}") from None
+    except ValueError as exc:  # a manifest input the server cannot take (spec_from_dict)
+        raise InputFileError(f"{folder / entry.path} cannot be served: {first_line(exc)[:300]}") from None
 
 
-class TorchModel:
-    """A TorchScript file or a checkpoint's module, called with numpy arrays."""
+class CheckpointModel:
+    """A checkpoint's torch module (not a board format: the float model as trained), called with numpy arrays."""
 
     def __init__(self, folder: Path, manifest, entry, threads: int | None):
         import torch
 
+        from edgekit.formats.checkpoint import load_model_from_artifact
         from edgekit.serve.inputs import spec_from_dict
 
         if threads:
             torch.set_num_threads(threads)
-        if entry.format == CHECKPOINT:
-            from edgekit.formats.checkpoint import load_model_from_artifact
-
-            self.module = load_model_from_artifact(folder, manifest)
-        else:
-            from edgekit.formats.torchscript_backend import load_torchscript
-
-            engine = (entry.details or {}).get("quantized_engine")
-            if engine not in torch.backends.quantized.supported_engines:
-                engine = None
-            self.module = load_torchscript(folder / entry.path, engine)  # InputFileError for a bad file
+        self.module = load_model_from_artifact(folder, manifest)
         self.specs = [spec_from_dict(s.to_dict()) for s in manifest.inputs]
         self.outputs = list(manifest.outputs) or ["output"]
         self.summary = {

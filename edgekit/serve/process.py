@@ -43,8 +43,10 @@ def start(artifact, extra=(), *, host: str = "127.0.0.1", api_key: str | None = 
 
 def spawn(argv: list[str], env: dict | None = None) -> subprocess.Popen:
     """Start a server command line that announces "... on http://HOST:PORT" on stderr."""
+    from edgekit.children import popen_kwargs
+
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=False)
+                            text=True, env=env, start_new_session=False, **popen_kwargs())  # dies with this process
     proc.lines = []  # stderr lines, collected by a reader thread
     proc.address = None
     ready = threading.Event()

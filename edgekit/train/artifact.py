@@ -54,15 +54,11 @@ def _finished(folder: Path) -> bool:
 
 
 def _foreign(folder: Path) -> list[str]:
-    """Entries of a run folder that edgekit train did not write (nor its temporaries)."""
-    if not folder.is_dir():
-        return []
-    owned = set(OWNED_FILES)
-    return sorted(p.name for p in folder.iterdir() if p.name not in owned and not _is_own_temp(p.name))
+    """What in a run folder edgekit train did not write, at every depth (``profile/`` holds only
+    its traces), its temporaries aside: ``edgekit.outputs`` decides, as for every output."""
+    from edgekit.outputs import foreign_entries
 
-
-def _is_own_temp(name: str) -> bool:
-    return any(name.startswith(f".{owned}.") and name.endswith(".tmp") for owned in OWNED_FILES)
+    return foreign_entries(folder, "run") if folder.is_dir() and not folder.is_symlink() else []
 
 
 def plan_folders(out: Path, resume: bool) -> RunFolders:
@@ -72,6 +68,13 @@ def plan_folders(out: Path, resume: bool) -> RunFolders:
     for path in (out, partial):
         if path.exists() and not path.is_dir():
             raise EdgekitError(f"output path {path} exists and is not a folder")
+    for path in (out, partial):  # either may be replaced or removed below, resumed or not
+        foreign = _foreign(path)
+        if foreign:  # edgekit replaces only what it wrote
+            held = "a trained model and files" if _finished(path) else "files"
+            where = f"--out {safe_text(out)}" if path == out else f"the work folder {safe_text(path)} of --out {safe_text(out)}"
+            raise UsageError(f"{where} holds {held} edgekit train did not write ({safe_text(', '.join(foreign[:3]))}); "
+                             "move them, or train into another --out")
     interrupted = partial.is_dir() and (partial / STATE_FILE).is_file() and not _finished(partial)
     if resume:
         if interrupted:
@@ -80,13 +83,6 @@ def plan_folders(out: Path, resume: bool) -> RunFolders:
             return RunFolders(out, partial, seed=out) if _finished(out) else RunFolders(out, out)
         raise UsageError(
             f"nothing to resume in {out}: no {STATE_FILE} there or in {partial} (train without --resume first)"
-        )
-    foreign = _foreign(out)
-    if foreign:  # edgekit replaces only what it wrote
-        held = "a trained model and files" if _finished(out) else "files"
-        raise UsageError(
-            f"--out {safe_text(out)} holds {held} edgekit train did not write ({safe_text(', '.join(foreign[:3]))}); "
-            "move them, or train into another --out"
         )
     if _finished(out):
         if _manifest_kind(out) != "checkpoint":
@@ -152,8 +148,10 @@ def complete(folders: RunFolders) -> None:
     swap_in_dir(staged, folders.out)
 
 
-def finish(out, spec, model_config, task, task_info, data, device, best, step, steps_per_epoch, train_seconds):
-    """Measure the best weights on the test split (fp32, one process) and write the manifest."""
+def finish(out, spec, model_config, task, task_info, data, device, best, step, steps_per_epoch, train_seconds,
+           limits=()):
+    """Measure the best weights on the test split (fp32, one process) and write the manifest;
+    ``limits``: the settings the run did not reach as written (``edgekit.train.limits``)."""
     from edgekit.models import build_model
     from edgekit.formats.checkpoint import load_checkpoint
 
@@ -172,6 +170,7 @@ def finish(out, spec, model_config, task, task_info, data, device, best, step, s
         "best_epoch": math.ceil(best_step / steps_per_epoch),
         "steps": step,
         "train_seconds": train_seconds,
+        **({"limits": list(limits)} if limits else {}),
     }
     manifest = Manifest(
         kind="checkpoint",

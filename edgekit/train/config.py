@@ -45,8 +45,8 @@ class TrainConfig:
     data: str | None = None  # a UTF-8 text file for language models (default: the stdlib docs corpus)
     tokenizer: str = "char"
     seq_len: int | None = None  # training sequence length for text models (None: the model's max_len)
-    epochs: int = 20
-    max_steps: int | None = None  # stop after this many optimizer steps (None: epochs decide)
+    epochs: int | None = None  # None: 20, or as many as max_steps takes when it is given (edgekit.train.limits)
+    max_steps: int | None = None  # optimizer steps; alone, the run's length (the data repeats); with epochs, the first to stop
     batch_size: int = 64
     grad_accum: int = 1
     lr: float = 3e-3
@@ -71,11 +71,14 @@ class TrainConfig:
     cpu_offload: bool = False  # FSDP only: keep parameters and optimizer state in host memory
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_nonfinite"):
+        from edgekit.bounds import check_field_types
+
+        check_field_types(self)  # the Python API takes anything: a wrong type is named here, not deep in training
+        for name in ("batch_size", "grad_accum", "log_every", "max_nonfinite"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("max_steps", "seq_len", "save_every", "eval_every", "threads"):
+        for name in ("epochs", "max_steps", "seq_len", "save_every", "eval_every", "threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")

@@ -27,7 +27,7 @@ from edgekit.errors import EdgekitError, InputFileError, UsageError
 from edgekit.fileio import prune_empty, write_json
 from edgekit.outputs import check_not_inputs, normalise_out, output_lock
 from edgekit.train import distributed, precision
-from edgekit.train import artifact
+from edgekit.train import artifact, limits
 from edgekit.train.artifact import finish
 from edgekit.train.batches import eval_batches, to_device, train_loader
 from edgekit.train.checkpoint import STATE_FILE, load_train_state
@@ -158,10 +158,9 @@ def _plan_steps(run: RunState) -> None:
     run.loader, run.batches = train_loader(run.data.train, config, run.rt)
     run.micro_per_epoch = len(run.batches.batch_sampler())
     run.steps_per_epoch = math.ceil(run.micro_per_epoch / config.grad_accum)
-    total_steps = config.epochs * run.steps_per_epoch
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    run.total_steps = total_steps
+    length = limits.plan(config, run.steps_per_epoch, run.micro_per_epoch, len(run.batches.sampler), run.rt.world_size)
+    run.total_steps = total_steps = length.total_steps  # --max-steps alone is honoured: the data repeats
+    run.epochs, run.limits, run.global_batch = length.epochs, list(length.limits), length.global_batch
     warmup = config.warmup_steps if config.warmup_steps is not None else default_warmup(total_steps)
     run.schedule = WarmupCosine(config.lr, total_steps, min(warmup, total_steps), config.min_lr)
     run.eval_every = config.eval_every or run.steps_per_epoch
@@ -197,13 +196,15 @@ def _announce(run: RunState) -> None:
         world_size=rt.world_size,
         total_steps=run.total_steps,
         steps_per_epoch=run.steps_per_epoch,
-        epochs=config.epochs,
-        global_batch=config.batch_size * config.grad_accum * rt.world_size,
+        epochs=run.epochs,
+        global_batch=run.global_batch,
         parameters=sum(p.numel() for p in run.raw.parameters()),
         threads=torch.get_num_threads(),
         unit=run.task.unit,
         resumed=config.resume,
     )
+    for limit in run.limits:  # said once, before the first step; recorded in the manifest too
+        run.log.warn(limit.message, step=run.step, setting=limit.setting, asked=limit.asked, reached=limit.reached)
 
 
 # --------------------------------------------------------------------------- the epoch loop
@@ -341,7 +342,7 @@ def _evaluate_and_checkpoint(run: RunState) -> None:
         "eval",
         step=run.step,
         epoch=math.ceil(run.step / run.steps_per_epoch),
-        epochs=run.config.epochs,
+        epochs=run.epochs,
         train_loss=run.eval_loss[0] / max(run.eval_loss[1], 1),
         **{f"val_{k}": v for k, v in metrics.items()},
         **{f"best_val_{task.metric}": best["value"] if math.isfinite(best["value"]) else None},
@@ -367,7 +368,7 @@ def _finish(run: RunState, folders) -> tuple[Path, Manifest]:
         task_info = {**run.spec.task, **run.data.task}
         manifest = finish(
             out, run.spec, run.model_config, run.task, task_info, run.data, run.device, run.best, run.step,
-            run.steps_per_epoch, train_seconds
+            run.steps_per_epoch, train_seconds, limits=[limit.to_dict() for limit in run.limits]
         )
         run.log.emit("end", step=run.step, elapsed_s=train_seconds, **manifest.metrics)
         artifact.complete(folders)  # a run in <out>.partial/ becomes <out> only now, in one swap

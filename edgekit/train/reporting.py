@@ -56,13 +56,17 @@ class RunLog:
             return
         from edgekit.fileio import write_text
 
+        from edgekit.errors import InputFileError
+        from edgekit.fileio import loads_json
+
         kept = []
         for line in self.path.read_text(encoding="utf-8").splitlines():
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by the interruption
-            if record.get("step", 0) <= step:
+                record = loads_json(line, str(self.path))
+            except InputFileError:
+                continue  # a line cut short by the interruption (or damaged: it is not kept)
+            step_of = record.get("step", 0) if isinstance(record, dict) else None
+            if isinstance(step_of, (int, float)) and not isinstance(step_of, bool) and step_of <= step:
                 kept.append(line + "\n")
         write_text(self.path, "".join(kept))
 

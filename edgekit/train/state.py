@@ -51,6 +51,9 @@ class RunState:
     micro_per_epoch: int = 0
     steps_per_epoch: int = 0
     total_steps: int = 0
+    epochs: int = 0  # epochs begun (edgekit.train.limits.plan)
+    limits: list = field(default_factory=list)  # settings the run does not reach as written (limits.Limit)
+    global_batch: int = 0  # samples per optimizer step
     schedule: Any = None
     eval_every: int = 0
     save_every: int = 0

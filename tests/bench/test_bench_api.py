@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.bench import runner
+from edgekit.board import facts
 from edgekit.bench.api import bench, resolve_model, resolve_threads
 from edgekit.bench.result import from_document, to_document
 from edgekit.errors import BenchError, InputFileError, UsageError
@@ -70,7 +70,7 @@ def test_interleaved_runs_respect_max_runs(art):
 
 
 def test_target_threads_are_capped_at_host_cores(onnx_only):
-    host = runner.usable_cores()
+    host = facts.usable_cores()
     big = dataclasses.replace(load_target("rpi4"), threads=host + 3)
     (res,) = bench(onnx_only, target=big, min_runs=3, min_time_s=0.0, warmup=0)
     assert res.runtime["threads"] == max(1, host - 1)
@@ -79,7 +79,7 @@ def test_target_threads_are_capped_at_host_cores(onnx_only):
 
 
 def test_resolve_threads():
-    host = runner.usable_cores()
+    host = facts.usable_cores()
     rpi4 = load_target("rpi4")
     assert resolve_threads(1, rpi4) == (1, [])  # explicit wins over the target
     free = max(1, host - 1)  # one core is left for the system unless threads are explicit

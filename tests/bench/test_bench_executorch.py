@@ -1,4 +1,4 @@
-"""ExecuTorch ``.pte`` programs in the standalone scripts (bench runner, output check, emulation
+"""ExecuTorch ``.pte`` programs in the board scripts (bench runner, output check, emulation
 probe) and in serving: outputs against the torch model, the bench result, and one-line errors
 for files that are not programs."""
 
@@ -15,16 +15,15 @@ import pytest
 
 pytest.importorskip("executorch")
 
-from edgekit.bench import runner  # noqa: E402
+from board_files import CHECK, PROBE, RUNNER  # noqa: E402
 from edgekit.bench.result import from_document  # noqa: E402
-from edgekit.bundle import check_outputs  # noqa: E402
-from edgekit.emulate import probe  # noqa: E402
+from edgekit.board import check as check_outputs  # noqa: E402
+from edgekit.board import errors, manifest  # noqa: E402
+from edgekit.board import runner  # noqa: E402
+from edgekit.board.runtimes.executorch_runtime import ExecuTorchRuntime  # noqa: E402
 from edgekit.fileio import sha256_file  # noqa: E402
 from tiny_models import PTE_MAX_BATCH, build_models, tiny_mlp  # noqa: E402
 
-RUNNER = Path(runner.__file__)
-CHECK = Path(check_outputs.__file__)
-PROBE = Path(probe.__file__)
 FAST = ["--min-runs", "5", "--min-time", "0.05", "--warmup", "2", "--threads", "1"]
 ENV = {**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
@@ -84,16 +83,16 @@ def torch_outputs(x: np.ndarray) -> np.ndarray:
 
 
 def test_format_is_told_by_suffix_and_by_content(art, tmp_path):
-    assert runner.detect_format(art / "model.pte", None, None) == "executorch"
+    assert manifest.detect_format(art / "model.pte", None, None) == "executorch"
     renamed = tmp_path / "program.bin"
     renamed.write_bytes((art / "model.pte").read_bytes())
-    assert runner.detect_format(renamed, None, None) == "executorch"  # the flatbuffer identifier
-    assert runner.is_executorch_program(art / "model.pte") and not runner.is_executorch_program(art / "model.onnx")
+    assert manifest.detect_format(renamed, None, None) == "executorch"  # the flatbuffer identifier
+    assert manifest.is_executorch_program(art / "model.pte") and not manifest.is_executorch_program(art / "model.onnx")
 
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_runtime_outputs_equal_the_torch_model(art, batch):
-    model = runner.ExecuTorchModel(art / "model.pte", 1, None)
+    model = ExecuTorchRuntime(art / "model.pte", 1, None)
     specs = model.input_specs()
     assert [(s["name"], s["shape"], s["dtype"]) for s in specs] == [("input0", [None, 1, 8, 8], "float32")]
     x = np.random.default_rng(batch).standard_normal((batch, 1, 8, 8)).astype(np.float32)
@@ -146,7 +145,7 @@ def test_lone_program_takes_axis_0_as_batch(art, tmp_path):
     (["--shape", "input=2x1x9x8"], "fixed axis 2"),
 ])
 def test_inputs_past_the_plan_are_usage_errors(art, capsys, args, message):
-    assert runner.main([str(art / "model.pte"), *FAST, *args]) == runner.EXIT_USAGE
+    assert runner.main([str(art / "model.pte"), *FAST, *args]) == errors.EXIT_USAGE
     captured = capsys.readouterr()
     assert captured.out == "" and message in error_line(captured.err)
 
@@ -154,7 +153,7 @@ def test_inputs_past_the_plan_are_usage_errors(art, capsys, args, message):
 @pytest.mark.parametrize("kind, message", [("random", "no ExecuTorch file identifier"),
                                            ("corrupt", "Failed to load program, error: 0x:23 (")])  # + the logged cause
 def test_a_file_that_is_not_a_program_fails_in_one_line(garbage, capsys, kind, message):
-    assert runner.main([str(garbage[kind]), *FAST]) == runner.EXIT_FAILED  # as a broken .onnx: the model failed
+    assert runner.main([str(garbage[kind]), *FAST]) == errors.EXIT_FAILED  # as a broken .onnx: the model failed
     captured = capsys.readouterr()
     assert captured.out == ""
     line = error_line(captured.err)  # the runtime's own log lines are folded into it
@@ -263,7 +262,7 @@ def test_edgekit_serve_answers_from_the_pte_over_http(art):
 
 def test_running_a_program_does_not_import_the_export_toolchain(art):
     """ExecuTorch's public runtime wrappers import ``executorch.exir`` (about 3 s and 140 MB here);
-    edgekit's host predictor and all three board scripts load the native module instead."""
+    edgekit's host predictor and the board runtime every board script uses load the native module instead."""
     code = f"""
 import sys, numpy as np
 from pathlib import Path
@@ -271,14 +270,10 @@ x = np.zeros((2, 1, 8, 8), np.float32)
 model = Path({str(art / "model.pte")!r})
 from edgekit.formats import executorch
 assert executorch.predictor(model, {{"max_shapes": {{"batch": 2}}}}, 1)(x).shape == (2, 10)
-from edgekit.bundle import check_outputs
-predict, _ = check_outputs.executorch_predictor(model, 1)
-assert predict({{"input": x}}, ["input"]).shape == (2, 10)
-from edgekit.emulate import probe
-run, _ = probe.executorch_runner(str(model), 1)
-assert run({{"input": x}}, ["input"]).shape == (2, 10)
-from edgekit.bench import runner
-fn, args = runner.ExecuTorchModel(model, 1, None).bind({{"input": x}})
+from edgekit.board.runtimes import open_model
+runtime = open_model("executorch", model, 1)
+assert runtime.predict({{"input": x}}, ["input"]).shape == (2, 10)
+fn, args = runtime.bind({{"input": x}})
 assert fn(*args)[0].shape == (2, 10)
 print(sorted(m for m in sys.modules if m.startswith(("executorch.exir", "executorch.runtime", "torchao"))))
 """

@@ -1,4 +1,4 @@
-"""The standalone bench runner: statistics, host facts, the script's output, errors and serve mode."""
+"""The board's bench runner: statistics, host facts, the script's output, errors and serve mode."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from board_files import BOARD_DIR, RUNNER
 from edgekit.bench import result as result_module
-from edgekit.bench import runner
 from edgekit.bench.result import BenchResult, from_document
+from edgekit.board import facts as board_facts
+from edgekit.board import inputs, runner, stats, timing
 from edgekit.fileio import sha256_file
 from tiny_models import build_models
 
-RUNNER = Path(runner.__file__)
 FAST = ["--min-runs", "5", "--min-time", "0.05", "--warmup", "2", "--threads", "1"]
 
 
@@ -60,32 +61,32 @@ def test_schema_constants_match_the_result_module():
 
 def test_percentile_hand_computed():
     values = [10.0, 20.0, 30.0, 40.0]
-    assert runner.percentile(values, 0) == 10.0
-    assert runner.percentile(values, 50) == 25.0  # rank 1.5
-    assert runner.percentile(values, 90) == pytest.approx(37.0)  # rank 2.7: 30 + 0.7 * 10
-    assert runner.percentile(values, 100) == 40.0
-    assert runner.percentile([7.0], 99) == 7.0
+    assert stats.percentile(values, 0) == 10.0
+    assert stats.percentile(values, 50) == 25.0  # rank 1.5
+    assert stats.percentile(values, 90) == pytest.approx(37.0)  # rank 2.7: 30 + 0.7 * 10
+    assert stats.percentile(values, 100) == 40.0
+    assert stats.percentile([7.0], 99) == 7.0
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=200),
        st.floats(min_value=0, max_value=100))
 @settings(max_examples=200, deadline=None)
 def test_percentile_equals_numpy(values, q):
-    got = runner.percentile(sorted(values), q)
+    got = stats.percentile(sorted(values), q)
     assert got == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-9)
 
 
 def test_percentile_rejects_empty_and_out_of_range():
     with pytest.raises(ValueError):
-        runner.percentile([], 50)
+        stats.percentile([], 50)
     with pytest.raises(ValueError):
-        runner.percentile([1.0], 101)
+        stats.percentile([1.0], 101)
 
 
 def test_summarize_ns_matches_numpy():
     samples = [5_000_000, 1_000_000, 3_000_000, 2_000_000, 9_000_000, 4_000_000]
     ms = np.array(samples) / 1e6
-    s = runner.summarize_ns(samples)
+    s = stats.summarize_ns(samples)
     for q in (50, 90, 95, 99):
         assert s[f"p{q}"] == pytest.approx(np.percentile(ms, q))
     assert s["mean"] == pytest.approx(ms.mean())
@@ -93,23 +94,23 @@ def test_summarize_ns_matches_numpy():
     assert (s["min"], s["max"], s["runs"]) == (1.0, 9.0, 6)
     assert s["total_s"] == pytest.approx(0.024)
     with pytest.raises(ValueError):
-        runner.summarize_ns([])
+        stats.summarize_ns([])
 
 
 @pytest.mark.parametrize("text, expected", [("input=1x1x8x8", ("input", (1, 1, 8, 8))),
                                             (" ids = 2X16 ", ("ids", (2, 16))), ("x=3", ("x", (3,)))])
 def test_parse_shape(text, expected):
-    assert runner.parse_shape(text) == expected
+    assert inputs.parse_shape(text) == expected
 
 
 @pytest.mark.parametrize("text", ["input", "=1x2", "input=", "input=1xax2", "input=1x0", "input=1x-2", "input=1,2"])
 def test_parse_shape_rejects(text):
     with pytest.raises(ValueError, match="malformed shape"):
-        runner.parse_shape(text)
+        inputs.parse_shape(text)
 
 
 def test_host_facts_are_plain_json_without_hostname():
-    facts = runner.host_facts()
+    facts = board_facts.host_facts()
     json.dumps(facts)
     for key in ("machine", "cpu_model", "logical_cores", "usable_cores", "isa", "os", "python", "runtimes",
                 "cpufreq_governor", "soc_temp_c", "throttled", "emulated"):
@@ -120,15 +121,15 @@ def test_host_facts_are_plain_json_without_hostname():
         assert node not in json.dumps(facts)
     assert facts["emulated"] is False
     assert facts["machine"] == platform.machine()
-    assert set(facts["isa"]) <= set(runner.ISA_FLAGS)
-    assert runner.host_facts(emulated=True)["emulated"] is True
+    assert set(facts["isa"]) <= set(board_facts.ISA_FLAGS)
+    assert board_facts.host_facts(emulated=True)["emulated"] is True
 
 
 def test_settle_returns_once_no_other_thread_runs():
     import threading
     import time
 
-    waited = runner.settle(max_s=2.0)
+    waited = timing.settle(max_s=2.0)
     if waited is None:
         pytest.skip("no /proc on this OS")
     assert 0 <= waited < 2.0
@@ -143,16 +144,31 @@ def test_settle_returns_once_no_other_thread_runs():
     spinner.start()
     try:
         started = time.perf_counter()
-        assert runner.settle(max_s=0.2) >= 0.2  # a spinning thread keeps it waiting until max_s
+        assert timing.settle(max_s=0.2) >= 0.2  # a spinning thread keeps it waiting until max_s
         assert time.perf_counter() - started < 5
     finally:
         stop.set()
         spinner.join()
 
 
-def test_memory_readings():
-    now = runner.rss_mb()  # first: its first call imports psutil
-    assert runner.peak_rss_mb() >= now > 0
+def _status_kb(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise AssertionError(key)
+
+
+def test_memory_readings_follow_the_kernel():
+    """Against /proc/self/status read here, and against memory this test allocates and touches."""
+    now = board_facts.rss_mb()  # first: its first call imports psutil
+    assert abs(now - _status_kb("VmRSS") / 1024) < 8  # the same reading, a few pages apart
+    before = board_facts.peak_rss_mb()
+    assert before == pytest.approx(_status_kb("VmHWM") / 1024, abs=1)
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB, every page written
+    grown = board_facts.rss_mb()
+    assert grown - now > 56, (now, grown)
+    assert board_facts.peak_rss_mb() >= before + 56 - max(0.0, before - now)
+    del block
 
 
 # --- the script -----------------------------------------------------------------------------
@@ -323,12 +339,13 @@ def test_npz_errors(art, tmp_path, capsys):
     assert "not a readable .npz" in error_line(capsys.readouterr().err)
 
 
-def test_runner_imports_nothing_from_edgekit():
-    source = RUNNER.read_text()
-    assert not re.search(r"^\s*(import|from)\s+edgekit", source, re.MULTILINE)
-    code = ("import runpy, sys; runpy.run_path(sys.argv[1], run_name='runner_check'); "
-            "print(sorted(m for m in ('edgekit', 'numpy', 'torch', 'onnxruntime') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-P", "-c", code, str(RUNNER)], capture_output=True, text=True,
-                         timeout=60, cwd=RUNNER.parent)
+def test_the_board_package_imports_nothing_from_edgekit():
+    for path in sorted((Path(runner.__file__).parent).rglob("*.py")):
+        assert not re.search(r"^\s*(import|from)\s+edgekit\b", path.read_text(), re.MULTILINE), path
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib, pkgutil, edgekit_board; "
+            "[importlib.import_module(m.name) for m in pkgutil.walk_packages(edgekit_board.__path__, 'edgekit_board.')]; "
+            "print(sorted(m for m in ('edgekit', 'numpy', 'torch', 'onnxruntime', 'executorch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(BOARD_DIR)], capture_output=True, text=True,
+                         timeout=60, cwd=BOARD_DIR)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"  # module level needs only the standard library

@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from edgekit.artifacts import load_manifest
 from edgekit.bundle import layout
-from edgekit.bundle.build import build_bundle, runner_source, tarball_path
-from edgekit.bundle.check_outputs import read_output
+from edgekit.board import BUNDLED_NAME
+from edgekit.board.check import read_output
+from edgekit.board.entries import entry_script, package_dir, package_files
+from edgekit.bundle.build import build_bundle, tarball_path
 from edgekit.bundle.requirements import download_error, pip_download_argv
 from edgekit.bundle.verify import verify_checksums
 from edgekit.cli.app import app
@@ -28,6 +30,9 @@ from edgekit.fileio import sha256_file
 runner = CliRunner()
 CORE_FILES = {"manifest.json", "reference.npz", "runner.py", "check_outputs.py", "requirements.txt",
               "bundle.json", "README.txt", "SHA256SUMS"}
+# the board package the entry scripts run (edgekit.board), byte for byte
+BOARD_FILES = {BUNDLED_NAME, *(f"{BUNDLED_NAME}/{rel.as_posix()}" for rel in package_files()),
+               *(f"{BUNDLED_NAME}/{rel.parent.as_posix()}" for rel in package_files() if rel.parent != Path("."))}
 # ONNX bundles also carry the standalone server (edgekit.bundle.serving)
 SERVE_FILES = {"serve.py", "requirements-serve.txt", "edgekit_serve",
                *(f"edgekit_serve/{name}" for name in __import__("edgekit.serve").serve.STANDALONE)}
@@ -68,8 +73,10 @@ def _host_version(dist: str) -> str:
 
 def test_bundle_layout(onnx_bundle, int8_export):
     names = {p.relative_to(onnx_bundle).as_posix() for p in onnx_bundle.rglob("*")}
-    assert names == CORE_FILES | {"model.onnx"} | SERVE_FILES
-    assert (onnx_bundle / "runner.py").read_bytes() == runner_source().read_bytes()
+    assert names == CORE_FILES | {"model.onnx"} | SERVE_FILES | BOARD_FILES
+    assert (onnx_bundle / "runner.py").read_text() == entry_script("runner.py")
+    for rel in package_files():
+        assert (onnx_bundle / BUNDLED_NAME / rel).read_bytes() == (package_dir() / rel).read_bytes()
     assert os.access(onnx_bundle / "runner.py", os.X_OK) and os.access(onnx_bundle / "check_outputs.py", os.X_OK)
     assert sha256_file(onnx_bundle / "model.onnx") == sha256_file(int8_export / "model.onnx")
     assert (onnx_bundle / "reference.npz").read_bytes() == (int8_export / "reference.npz").read_bytes()
@@ -98,7 +105,8 @@ def test_bundle_layout(onnx_bundle, int8_export):
 
 def test_checksums_cover_every_file_and_sha256sum_agrees(onnx_bundle):
     sums = verify_checksums(onnx_bundle)
-    assert set(sums) == (CORE_FILES - {"SHA256SUMS"}) | {"model.onnx"} | (SERVE_FILES - {"edgekit_serve"})
+    folders = {name for name in SERVE_FILES | BOARD_FILES if (onnx_bundle / name).is_dir()}
+    assert set(sums) == (CORE_FILES - {"SHA256SUMS"}) | {"model.onnx"} | ((SERVE_FILES | BOARD_FILES) - folders)
     if shutil.which("sha256sum"):
         proc = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=onnx_bundle, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -97,6 +97,14 @@ def test_quantize_json_and_no_empty_budget_table(digits_checkpoint, workdir):
     doc = json.loads(as_json.stdout)
     assert doc["kind"] == "quantized" and doc["recipe"]["method"] == "static"
     assert doc["files"][0]["accuracy"] is not None and doc["files"][0]["precision"] == "int8"
+    from int8_checks import agreement_with_float, onnx_int8_initializers
+
+    from edgekit.evaluation import onnx_predictor
+
+    int8, floats = onnx_int8_initializers(workdir / "q2" / doc["files"][0]["path"])  # ONNX's own reading
+    assert int8 >= 0.95 * (int8 + floats), (int8, floats)
+    cosine, top1 = agreement_with_float(digits_checkpoint, onnx_predictor(workdir / "q2" / doc["files"][0]["path"]))
+    assert cosine > 0.99 and top1 >= 0.95, (cosine, top1)
 
 
 def test_step_progress_is_reported_not_printed(digits_checkpoint, tmp_path, capsys):

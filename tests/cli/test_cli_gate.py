@@ -26,7 +26,8 @@ def make_result(variant="int8", size_mb=4.2, p50=10.0, p99=15.0, std=0.5, runs=2
         timing=Timing(1.0, 2.0, p50, p50 + 1.2816 * std, p50 + 1.7 * std, p99, p50, std, p50 - 1, p99 + 1, runs, 1.0),
         throughput_per_s=100.0,
         memory=Memory(300.0, 100.0, 50.0),
-        host={},
+        host={"machine": "aarch64", "board": "Raspberry Pi 4 Model B Rev 1.4"},  # measured on the board: the
+        mode="remote",                                                          # target's latency budgets apply
         target=target,
     )
 

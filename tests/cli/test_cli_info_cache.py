@@ -73,12 +73,19 @@ def test_export_and_models_and_targets_print_json(digits_checkpoint, tmp_path):
     assert targets["rpi4"]["cores"] == 4 and "budgets" in targets["rpi4"]
 
 
-def _fill(folder, files: dict[str, int]) -> int:
-    for rel, size in files.items():
+def _fill(folder, files: dict[str, int | str]) -> int:
+    for rel, content in files.items():
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x" * size)
-    return sum(files.values())
+        path.write_bytes(b"x" * content if isinstance(content, int) else content.encode())
+    return sum(len(p.read_bytes()) for p in (folder / rel for rel in files))
+
+
+def _tagged(name: str) -> int:
+    """Make cache part ``name`` the way edgekit's writers do; the bytes of its tag."""
+    from edgekit.cache import TAG_NAME, part_dir
+
+    return (part_dir(name) / TAG_NAME).stat().st_size
 
 
 @pytest.fixture
@@ -89,9 +96,14 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def test_cache_shows_sizes_and_clears_only_edgekit_parts(cache_dir, tmp_path):
-    calib = _fill(cache_dir, {"calibration/a.json": 1000, "calibration/b.json": 24})
-    text = _fill(cache_dir, {"text/corpus/ids.npy": 5000})
-    rootfs = _fill(cache_dir, {"rootfs/bookworm-arm64-py3.11/usr/bin/python3": 7000})
+    keys = ["a" * 64, "b" * 64]
+    calib = _tagged("calibration") + _fill(cache_dir, {
+        f"calibration/{key}.json": json.dumps({"schema": "edgekit.calibration-cache", "key": key}) for key in keys})
+    text = _tagged("text") + _fill(cache_dir, {"text/" + "c" * 32 + "/meta.json": json.dumps({"key": "c" * 32}),
+                                               "text/" + "c" * 32 + "/train.tokens.npy": 5000})
+    rootfs = _tagged("rootfs") + _fill(cache_dir, {
+        "rootfs/bookworm-arm64-py3.11/usr/bin/python3": 7000,
+        "rootfs/bookworm-arm64-py3.11/etc/edgekit-rootfs.json": json.dumps({"schema": "edgekit.rootfs"})})
     _fill(cache_dir, {"someone-else/keep.txt": 10})
     outside = tmp_path / "outside"
     _fill(outside, {"precious.txt": 3})
@@ -102,7 +114,7 @@ def test_cache_shows_sizes_and_clears_only_edgekit_parts(cache_dir, tmp_path):
     doc = json.loads(shown.stdout)
     assert doc["root"] == str(cache_dir)
     parts = {p["name"]: p for p in doc["parts"]}
-    assert (parts["calibration"]["bytes"], parts["calibration"]["files"]) == (calib, 2)
+    assert (parts["calibration"]["bytes"], parts["calibration"]["files"]) == (calib, 3)  # two entries and the tag
     assert parts["text"]["bytes"] == text
     assert parts["rootfs"]["bytes"] == rootfs + os.lstat(cache_dir / "rootfs" / "link-out").st_size
     assert parts["someone-else"]["ours"] is False

@@ -25,7 +25,28 @@ def test_stages_chain_through_files(tmp_path):
     result = runner.invoke(app, ["export", str(q), "--format", "onnx,torchscript", "--out", str(dist)])
     assert result.exit_code == 0, result.output
     assert (dist / "model.onnx").is_file() and (dist / "model.pt").is_file()
-    assert "int8" in result.stdout
+    result = runner.invoke(app, ["export", str(ckpt), "--format", "onnx,torchscript", "--out", str(tmp_path / "fp32")])
+    assert result.exit_code == 0, result.output
+    _assert_really_int8(ckpt, dist, tmp_path / "fp32")
+
+
+def _assert_really_int8(ckpt, dist, fp32):
+    """Read with ONNX's and torch's own tools, not edgekit's labels: int8 weights, smaller files, and
+    the float model's decisions kept on the held-out split."""
+    from int8_checks import agreement_with_float, onnx_int8_initializers, torchscript_quantized_weights
+
+    from edgekit import formats
+
+    int8_elements, float_elements = onnx_int8_initializers(dist / "model.onnx")
+    assert int8_elements >= 0.95 * (int8_elements + float_elements), (int8_elements, float_elements)
+    assert onnx_int8_initializers(fp32 / "model.onnx")[0] == 0
+    assert torchscript_quantized_weights(dist / "model.pt") > 0
+    assert torchscript_quantized_weights(fp32 / "model.pt") == 0
+    for name in ("model.onnx", "model.pt"):  # weights at 1 byte instead of 4 (plus scales, graph)
+        assert (dist / name).stat().st_size < 0.5 * (fp32 / name).stat().st_size, name
+    for fmt, name in (("onnx", "model.onnx"), ("torchscript", "model.pt")):
+        cosine, top1 = agreement_with_float(ckpt, formats.get(fmt).ops().predictor(dist / name, {}, 1))
+        assert cosine > 0.99 and top1 >= 0.95, (fmt, cosine, top1)
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,12 @@ def rehash(folder: Path) -> None:
     for entry in manifest["files"]:
         data = (folder / entry["path"]).read_bytes()
         entry["sha256"], entry["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
+    carried = []  # reference.npz, tokenizer.json: as they are now
+    for name in ("reference.npz", "tokenizer.json"):
+        if (folder / name).is_file():
+            data = (folder / name).read_bytes()
+            carried.append({"path": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)})
+    manifest["extra_files"] = carried
     path.write_text(json.dumps(manifest))
 
 

@@ -26,7 +26,7 @@ from edgekit.emulate.process import run_captured, run_streamed
 from edgekit.emulate.report import Tolerance, check_batch
 from edgekit.emulate.rootfs import INFO_PATH, INFO_SCHEMA, default_cache_dir, ensure_rootfs, find_rootfs, mounts_below, remove_tree
 from edgekit.emulate.venv import requirements_key
-from edgekit.emulate.verify import PROBE
+from board_files import PROBE
 
 runner = CliRunner()
 IS_ROOT = os.geteuid() == 0
@@ -87,8 +87,8 @@ def test_probe_runs_int8_torchscript_with_its_engine(digits_static, tmp_path):
         capture_output=True, text=True, check=False, env={**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"},
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["runtime"] == {"name": "torch", "version": json.loads(proc.stdout)["runtime"]["version"],
-                                                  "engine": engine}
+    runtime = json.loads(proc.stdout)["runtime"]
+    assert runtime["name"] == "torch" and runtime["engine"] == engine and runtime["version"]
     reference, outputs = np.load(folder / "reference.npz"), np.load(tmp_path / "out.npz")
     for batch in (1, 7):
         got, want = outputs[f"b{batch}/output"], reference[f"b{batch}/output"]
@@ -100,7 +100,8 @@ def test_probe_fails_in_one_line_on_a_broken_model(tmp_path, digits_fp32_export)
     bad.write_bytes(b"not a model")
     proc = subprocess.run([sys.executable, "-I", str(PROBE), str(bad), str(digits_fp32_export / "reference.npz"),
                            str(tmp_path / "o.npz")], capture_output=True, text=True, check=False)
-    assert proc.returncode == 1 and proc.stderr.startswith("Error: cannot load") and proc.stdout == ""
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("Error: ") and "cannot load model.onnx" in proc.stderr and len(proc.stderr.splitlines()) == 1
     assert not (tmp_path / "o.npz").exists()
 
 
@@ -371,11 +372,31 @@ def test_the_rootfs_gets_the_targets_cpu_list(tmp_path):
     assert (folder / "possible").read_text() == "0\n"
 
 
-def test_qemu_cpu_follows_the_target_core():
+def test_qemu_cpu_follows_the_target_core_and_is_never_max():
     cpus = ("cortex-a53", "cortex-a72", "cortex-a76", "max")
     assert qemu_cpu_for("Cortex-A72", cpus) == ("cortex-a72", "")
-    cpu, note = qemu_cpu_for("Cortex-X4", cpus)
-    assert cpu == "max" and "qemu cannot emulate Cortex-X4" in note
+    assert qemu_cpu_for("Cortex-A76", cpus) == ("cortex-a76", "")
+    cpu, note = qemu_cpu_for("Cortex-X4", cpus)  # unknown: the ARMv8.0 baseline, not max (SME: wrong int8)
+    assert cpu == "cortex-a72" and "qemu cannot emulate Cortex-X4" in note
+    assert qemu_cpu_for("max", cpus)[0] == "cortex-a72"
+
+
+def test_every_emulated_run_pins_a_real_core():
+    """Every target edgekit ships names a core qemu emulates; neither verify path can pick max."""
+    from edgekit.emulate.native import pinned_cpu
+    from edgekit.targets import available_targets, load_target
+
+    available = ("cortex-a35", "cortex-a53", "cortex-a57", "cortex-a72", "cortex-a76", "max", "neoverse-n1")
+    for name in available_targets():
+        target = load_target(name)
+        if target.arch != "aarch64":
+            continue
+        cpu, note = qemu_cpu_for(target.core, available)
+        assert cpu == target.mcpu and cpu != "max" and not note, name
+        assert pinned_cpu(target.mcpu, available) == target.mcpu
+    assert pinned_cpu(None, available) == "cortex-a72"
+    with pytest.raises(Exception, match="cannot emulate cortex-x925"):
+        pinned_cpu("cortex-x925", available)
 
 
 def test_a_timeout_stops_the_whole_process_group(tmp_path):

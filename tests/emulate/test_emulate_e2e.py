@@ -1,6 +1,8 @@
 """``edgekit verify --emulate`` end to end: the default model's bundles on an emulated aarch64 Debian.
 
-Slow-marked, and they download nothing: they run on the arm64 rootfs and the venv that
+Slow-marked, and they download nothing (the two marked ``board_torch`` need torch for aarch64 in the
+rootfs: PyPI's is a CUDA build of several GB, so they are opt-in: ``EMULATED_TORCHSCRIPT=1
+EMULATED_EXECUTORCH=1 bash benchmarks/emulated_verify.sh``, then ``pytest -m board_torch``): they run on the arm64 rootfs and the venv that
 ``bash benchmarks/emulated_verify.sh`` builds and caches (``$XDG_CACHE_HOME/edgekit/rootfs``,
 else ``~/.cache/edgekit/rootfs``; .ci/run calls it before pytest). They skip with the reason
 when that cache is missing, or without root, ``apt-get install qemu-user-static binfmt-support
@@ -175,6 +177,7 @@ def test_a_bundle_with_external_data_runs_under_emulation(emulation_ready, digit
     assert all(b["emulated_vs_host"]["top1_agreement"] == 1.0 for b in report["batches"])
 
 
+@pytest.mark.board_torch
 def test_int8_torchscript_bundle_runs_qnnpack_under_emulation(emulation_ready, int8_torchscript_bundle, tmp_path):
     """PyTorch's int8 engine on ARM (QNNPACK) on the emulated Cortex-A72 reproduces the host's outputs.
 
@@ -192,6 +195,7 @@ def test_int8_torchscript_bundle_runs_qnnpack_under_emulation(emulation_ready, i
     assert any("requirements installed from https://pypi.org/simple" in note for note in report["notes"])
 
 
+@pytest.mark.board_torch
 def test_int8_pte_bundle_runs_xnnpack_under_emulation(emulation_ready, int8_pte_bundle, tmp_path):
     """The PT2E int8 program on XNNPACK on the emulated Cortex-A72 keeps the host's decisions.
 

@@ -249,7 +249,7 @@ def test_the_bundle_runs_where_it_is_copied_to(external_bundle, tmp_path):
                            "--format", "onnx"], capture_output=True, text=True, cwd=tmp_path, check=False,
                           env={**os.environ, "PYTHONPATH": ""})
     assert proc.returncode == 0, proc.stderr
-    from edgekit.bundle.check_outputs import read_output
+    from edgekit.board.check import read_output
 
     doc, verdict = read_output(proc.stdout)
     assert verdict.startswith("PASS: ")

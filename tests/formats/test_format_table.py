@@ -8,7 +8,6 @@ the table (``formats.get(name).<field>``) instead.
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,9 @@ ROOT = Path(__file__).resolve().parents[2] / "edgekit"
 
 # Scripts that run on the board or under emulation with no edgekit installed: they cannot read
 # the table, so a test below holds their format lists to it.
+BOARD_PACKAGE = "edgekit/board/"  # the runtimes and scripts bundles carry (no edgekit on a board)
 BOARD_SCRIPTS = {
-    "edgekit/bench/runner.py": "bench runner shipped in bundles",
-    "edgekit/bundle/check_outputs.py": "output checker shipped in bundles",
-    "edgekit/emulate/probe.py": "probe run inside the emulated board",
     "edgekit/serve/standalone.py": "serve.py shipped in bundles (ONNX Runtime only)",
-    "edgekit/serve/onnx_model.py": "the ONNX model wrapper serve.py carries into bundles",
 }
 # The same word with another meaning.
 OTHER_MEANING = {
@@ -34,6 +30,8 @@ OTHER_MEANING = {
     "edgekit/quantize/api.py": "model source kinds (an .onnx file, hf: configs)",
     "edgekit/quantize/auto.py": "model source kinds (an .onnx file, hf: configs)",
     "edgekit/models/registry.py": "torch.onnx's exporter route",
+    "edgekit/native/wheel.py": "the executorch distribution whose wheel the native runner builds against",
+    "edgekit/native/build.py": "the executorch folder of that wheel's include/ tree",
     "edgekit/bench/workers.py": "the bench's reference workload is an ONNX file edgekit writes itself",
 }
 ALLOWED = {**BOARD_SCRIPTS, **OTHER_MEANING}
@@ -56,7 +54,7 @@ def test_no_format_name_outside_the_table():
     found = {}
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT.parent).as_posix()
-        if rel.startswith(("edgekit/formats/", "edgekit/cli/")) or rel in ALLOWED:
+        if rel.startswith(("edgekit/formats/", "edgekit/cli/", BOARD_PACKAGE)) or rel in ALLOWED:
             continue
         lines = _literals(path, names)
         if lines:
@@ -70,11 +68,13 @@ def test_the_allow_list_is_not_stale():
     assert not stale, f"no format literal left in {stale}: remove them from the allow-list"
 
 
-@pytest.mark.parametrize("module, attribute", [("edgekit.bench.runner", "FORMATS"),
-                                               ("edgekit.bundle.check_outputs", "FORMATS"),
-                                               ("edgekit.emulate.probe", "FORMATS")])
-def test_board_scripts_know_every_format(module, attribute):
-    assert set(getattr(importlib.import_module(module), attribute)) == set(formats.names())
+def test_the_board_package_knows_every_format():
+    from edgekit.board.manifest import FORMATS
+    from edgekit.board.runtimes import RUNTIMES, runtime_class
+
+    assert set(FORMATS) == set(RUNTIMES) == set(formats.names())
+    for name in formats.names():  # the board tells a file's format as the table does
+        assert set(runtime_class(name).suffixes) == set(formats.get(name).suffixes), name
 
 
 def test_table_entries_are_complete_and_consistent():
@@ -93,8 +93,9 @@ def test_table_entries_are_complete_and_consistent():
             quantizer = entry.quantize_ops()
             for method in ("dynamic", "static", "qat"):
                 assert callable(getattr(quantizer, method)), (name, method)
-        module, _, attribute = entry.serve_model.partition(":")
-        assert callable(getattr(importlib.import_module(module), attribute)), (name, entry.serve_model)
+        from edgekit.board.runtimes import runtime_class
+
+        assert runtime_class(name).format == name  # what serve, bench, check and probe run it with
 
 
 def test_unknown_format_is_one_line_naming_the_table():

@@ -69,6 +69,18 @@ def test_generate_cli_runs_from_an_int8_artifact(lm, fmt):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["tokens"] == 12 and doc["tokens_per_s"] > 0 and doc["prompt"] == PROMPT
+    # greedy decoding by hand, from the same int8 file's logits (not through generate's own loop)
+    from edgekit.artifacts import load_manifest
+    from edgekit.models.lm_runtime import load_language_model, load_tokenizer
+
+    folder, manifest = load_manifest(q_dir)
+    model, tokenizer = load_language_model(folder, manifest, fmt), load_tokenizer(folder, manifest)
+    ids = tokenizer.encode(PROMPT).tolist()
+    new = []
+    for _ in range(12):
+        window = (ids + new)[-model.context:]
+        new.append(int(model.step(window).argmax()))
+    assert doc["text"] == tokenizer.decode(new)
 
 
 def test_generate_without_any_tokenizer_is_one_error(lm, tmp_path):

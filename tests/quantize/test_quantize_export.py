@@ -49,9 +49,9 @@ def test_fp32_exports_match_float_model_at_two_batch_sizes(digits_checkpoint, di
     cases = read_reference(export_dir / "reference.npz")
     assert sorted(cases) == [1, 7]
     onnx_run = onnx_predictor(export_dir / "model.onnx")
-    from edgekit.evaluation import torchscript_predictor
+    from edgekit import formats
 
-    ts_run = torchscript_predictor(export_dir / "model.pt")
+    ts_run = formats.get("torchscript").ops().predictor(export_dir / "model.pt")
     float_run = torch_predictor(model)
     for batch, (inputs, expected) in cases.items():
         np.testing.assert_allclose(float_run(inputs), expected, atol=1e-6)

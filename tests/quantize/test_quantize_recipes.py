@@ -1,6 +1,7 @@
 """Target-aware ONNX Runtime recipes: signedness, per-channel and reduce_range from target + ISA."""
 
 import pytest
+from pathlib import Path
 
 from edgekit.errors import UsageError
 from edgekit.quantize.recipes import host_isa, onnx_recipe
@@ -48,9 +49,18 @@ def test_bad_recipe_values():
 
 
 def test_host_isa_reads_this_machine():
+    import platform
+
     arch, flags = host_isa()
-    assert arch in ("x86_64", "aarch64", "armv7l") or arch
-    assert isinstance(flags, tuple)
+    assert arch == {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    listed = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():  # read independently of host_isa
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            listed |= set(value.split())
+    assert set(flags) == listed and list(flags) == sorted(flags)
+    if arch == "x86_64":
+        assert "sse2" in flags  # every x86-64 CPU has it
 
 
 def test_recipe_reaches_the_artifact(digits_checkpoint, tmp_path):

@@ -4,7 +4,8 @@ The key is a hash of everything the ranges depend on: the exact model graph that
 the calibration data (file names, sizes and contents, batch size, sample limit, input spec), the
 calibration method and its settings, and this cache's format version. Change any of them and the
 key changes, so a stale entry is never read. Entries are plain JSON (never pickle), written
-atomically under ``$EDGEKIT_CACHE_DIR/calibration`` (default ``~/.cache/edgekit/calibration``).
+atomically under ``$EDGEKIT_CACHE_DIR/calibration`` (default ``~/.cache/edgekit/calibration``),
+a folder made by ``edgekit.cache.part_dir`` (tagged as edgekit's, never in a folder no cache may use).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def data_fingerprint(calib) -> str:
     digest = hashlib.sha256(files_fingerprint(calib.files).encode())
     settings = {"batch_size": calib.batch_size, "max_samples": calib.max_samples,
                 "inputs": [spec.to_dict() for spec in calib.specs]}
+    if getattr(calib, "settings", None):  # images: the preprocessing; text: the tokenizer, the length
+        settings["reading"] = calib.settings
     digest.update(json.dumps(settings, sort_keys=True).encode())
     return digest.hexdigest()
 
@@ -54,6 +57,7 @@ def cache_key(model_sha256: str, data_sha256: str, method: str, settings: dict) 
 class CalibrationCache:
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_cache_dir()
+        self._default = folder is None  # the cache part: made (and checked) by edgekit.cache.part_dir
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -80,6 +84,10 @@ class CalibrationCache:
             "ranges": {name: r.to_json() for name, r in sorted(ranges.items())},
         }
         try:
+            if self._default:
+                from edgekit.cache import part_dir
+
+                self.folder = part_dir("calibration")
             return write_json(self.path(key), doc)
-        except (OSError, EdgekitError):
+        except (OSError, EdgekitError):  # UsageError of a cache root no cache may use included
             return self.path(key)  # a read-only cache folder only costs the next run a recalibration

@@ -1,4 +1,15 @@
-"""Calibration data: a folder of .npy/.npz files streamed in batches and checked against the model.
+"""Calibration data: what ``--calib`` names, streamed in batches and checked against the model.
+
+Three kinds of source, told apart by what the path holds (``calibration_kind``):
+
+* arrays: a folder of ``.npy``/``.npz`` files (or one such file), model-ready samples (below);
+* images: a folder of JPEG/PNG/BMP/WebP images, through the preprocessing ``--calib-preprocess``
+  declares (``images.py``);
+* text: a ``.txt`` file, one sample per line, through the model's tokenizer (``text.py``).
+
+Every kind yields the same batches (a dict of input name -> array) and never holds more than one
+batch in memory. ``settings`` (images, text) is what the samples depend on besides the files'
+contents: the range cache keys on it.
 
 ``.npy`` files are read batch by batch from disk (not memory-mapped: mapped pages would count as
 resident memory as the pass goes on), so a large set is never held in memory at once; every batch is
@@ -31,6 +42,7 @@ class CalibrationSet:
     specs: tuple[InputSpec, ...]
     batch_size: int = 32
     max_samples: int | None = None
+    settings = None  # model-ready arrays: nothing but the files' contents
 
     @property
     def spec(self) -> InputSpec:
@@ -39,13 +51,17 @@ class CalibrationSet:
     def feeds(self) -> Iterator[dict[str, np.ndarray]]:
         """Yield model-ready batches by input name, at most ``max_samples`` samples in all."""
         remaining = self.max_samples if self.max_samples is not None else float("inf")
+        fixed = fixed_batch(self.specs)  # a model that takes exactly that many rows a call gets them so
+        step = fixed or self.batch_size
         for path in self.files:
             for block in _blocks(path, self.specs):
                 length = _check_block(block, self.specs, path)
-                for start in range(0, length, self.batch_size):
+                for start in range(0, length, step):
                     if remaining <= 0:
                         return
-                    take = int(min(self.batch_size, remaining, length - start))
+                    take = int(min(step, remaining, length - start))
+                    if fixed and take < fixed:  # rows left over that cannot make a whole batch
+                        break
                     feed = {}
                     for spec in self.specs:
                         batch = np.array(block[spec.name][start : start + take], dtype=spec.dtype, copy=True)
@@ -68,33 +84,85 @@ class CalibrationSet:
         return total if self.max_samples is None else min(total, self.max_samples)
 
 
+def calibration_kind(path: Path) -> str:
+    """``arrays`` | ``images`` | ``text``: what ``path`` holds (nothing is decoded)."""
+    from edgekit.quantize.calibration.images import IMAGE_SUFFIXES, image_files, is_image, scan_images
+    from edgekit.quantize.calibration.text import is_text
+
+    if path.is_file():
+        if path.suffix in SUFFIXES:
+            return "arrays"
+        if is_text(path):
+            return "text"
+        if is_image(path):
+            return "images"
+        raise InputFileError(f"calibration file {path} must be .npy or .npz arrays, a .txt file (one text per line) "
+                             f"or an image ({', '.join(IMAGE_SUFFIXES)})")
+    if not path.is_dir():
+        raise InputFileError(f"calibration data not found: {path}")
+    if any(p.suffix in SUFFIXES and p.is_file() for p in path.iterdir()):
+        return "arrays"
+    found, foreign = scan_images(path)
+    if found:
+        image_files(path)  # refuses a folder that mixes images with other files
+        return "images"
+    what = f"{foreign.relative_to(path)} is neither" if foreign is not None else "it is empty"
+    raise InputFileError(f"calibration folder {path} holds no .npy or .npz files and no images "
+                         f"({', '.join(IMAGE_SUFFIXES)}; {what}); text calibration is one .txt file, named itself")
+
+
 def open_calibration(
     path: str | Path,
     spec: InputSpec | tuple[InputSpec, ...],
     batch_size: int = 32,
     max_samples: int | None = None,
-) -> CalibrationSet:
-    """Find the calibration files under ``path`` (a file or a folder) and check the first batch now."""
+    *,
+    preprocess=None,
+    tokenizer: str | Path | None = None,
+    model_tokenizer: str | Path | None = None,
+    max_length: int | None = None,
+):
+    """Open what ``path`` holds (``calibration_kind``) and check the first batch now.
+
+    ``preprocess``: how images become model inputs (``--calib-preprocess`` text, a TOML path or an
+    ``ImagePreprocess``). ``tokenizer``: the one ``--tokenizer`` names; ``model_tokenizer``: the one
+    the model brings (an hf: folder's), used when none is named; ``max_length``: the model's
+    longest sequence (its position table). Each is refused for a kind of data that does not use it."""
     if batch_size < 1:
         raise UsageError(f"calibration batch size must be >= 1, got {batch_size}")
     if max_samples is not None and max_samples < 1:
         raise UsageError(f"calibration sample limit must be >= 1, got {max_samples}")
     specs = (spec,) if isinstance(spec, InputSpec) else tuple(spec)
     path = Path(path)
-    if path.is_dir():
-        files = tuple(sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file()))
-        if not files:
-            raise InputFileError(f"calibration folder {path} holds no .npy or .npz files")
-    elif path.is_file():
-        if path.suffix not in SUFFIXES:
-            raise InputFileError(f"calibration file {path} must be .npy or .npz")
-        files = (path,)
+    kind = calibration_kind(path)
+    if preprocess is not None and kind != "images":
+        raise UsageError(f"--calib-preprocess applies to images; calibration data {path} is {kind}")
+    if tokenizer is not None and kind != "text":
+        raise UsageError(f"--tokenizer applies to text calibration (a .txt file); calibration data {path} is {kind}")
+    if kind == "images":
+        from edgekit.quantize.calibration.images import open_images
+
+        calib = open_images(path, specs, preprocess, batch_size, max_samples)
+    elif kind == "text":
+        from edgekit.quantize.calibration.text import open_text
+
+        chosen = tokenizer if tokenizer is not None else model_tokenizer
+        calib = open_text(path, specs, Path(chosen) if chosen is not None else None, batch_size, max_samples,
+                          max_length)
     else:
-        raise InputFileError(f"calibration data not found: {path}")
-    calib = CalibrationSet(files, specs, batch_size, max_samples)
+        files = (path,) if path.is_file() else tuple(sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file()))
+        calib = CalibrationSet(files, specs, batch_size, max_samples)
     if next(calib.feeds(), None) is None:
         raise InputFileError(f"calibration data {path} holds no samples")
     return calib
+
+
+def fixed_batch(specs: tuple[InputSpec, ...]) -> int | None:
+    """The batch size the model fixes, when every input declares the same fixed first axis (the
+    ONNX model zoo's 1x3x224x224): calibration files still hold any number of samples, fed that many
+    at a time. None when the batch axis is free."""
+    sizes = {spec.shape[0] for spec in specs if spec.shape}
+    return sizes.pop() if len(sizes) == 1 and None not in sizes else None
 
 
 def _blocks(path: Path, specs: tuple[InputSpec, ...]) -> Iterator[dict[str, np.ndarray]]:
@@ -125,15 +193,17 @@ def _blocks(path: Path, specs: tuple[InputSpec, ...]) -> Iterator[dict[str, np.n
 
 def _check_block(block: dict[str, np.ndarray], specs: tuple[InputSpec, ...], path: Path) -> int:
     lengths = set()
+    fixed = fixed_batch(specs)
     for spec in specs:
-        _check(block[spec.name], spec, path)
+        _check(block[spec.name], spec, path, samples_axis=fixed is not None)
         lengths.add(len(block[spec.name]))
     if len(lengths) > 1:
         raise InputFileError(f"calibration data {path}: inputs have different sample counts {sorted(lengths)}")
     return lengths.pop()
 
 
-def _check(array: np.ndarray, spec: InputSpec, path: Path) -> None:
+def _check(array: np.ndarray, spec: InputSpec, path: Path, samples_axis: bool = False) -> None:
+    """``samples_axis``: the model fixes its batch size, so axis 0 counts samples (any number)."""
     expected = spec.shape
     label = f"model input {spec.name!r}"
     if array.ndim != len(expected):
@@ -141,7 +211,7 @@ def _check(array: np.ndarray, spec: InputSpec, path: Path) -> None:
             f"calibration data {path} has shape {tuple(array.shape)}; {label} expects {_layout(expected)}"
         )
     for axis, (got, want) in enumerate(zip(array.shape, expected)):
-        if want is not None and got != want:
+        if want is not None and got != want and not (axis == 0 and samples_axis and got > want):
             raise InputFileError(
                 f"calibration data {path} has shape {tuple(array.shape)}; {label} "
                 f"expects {_layout(expected)} (axis {axis} differs)"

@@ -1,0 +1,205 @@
+"""edgekit output check: run a bundle's model on reference.npz's inputs, compare with the float model.
+
+Part of the board package (``edgekit.board``): bundles run it as ``check_outputs.py`` on boards (or
+emulators) that have only python + numpy + onnxruntime (or torch, or torch + executorch for a ``.pte``).
+
+    python3 check_outputs.py [--model FILE] [--format onnx|torchscript|executorch] [--reference FILE]
+        [--engine ENGINE] [--threads N] [--min-cosine X] [--min-top1 X] [--max-abs X] [--json OUT]
+
+Without --model it reads bundle.json (else manifest.json) beside this script. Prints one JSON
+document to stdout (or writes --json), then one plain verdict line, the last line of stdout:
+``PASS: ...`` or ``FAIL: ...`` (``read_output`` splits the two):
+
+    {"schema": "edgekit.check_outputs", "schema_version": 1, "model": {path, format, sha256},
+     "runtime": {name, version, threads, engine}, "machine": "aarch64", "python": "3.11.2",
+     "batches": {"1": {"max_abs", "cosine", "top1_agreement", "outputs_sha256", "shape"}, "7": ...},
+     "max_abs": worst, "cosine": worst, "top1_agreement": worst, "outputs_sha256": all batches,
+     "ok": bool, "failures": [..]}
+
+``outputs_sha256`` hashes the model's float32 outputs (little-endian, C order): equal hashes on
+host and board mean bit-identical results; different CPUs may legitimately differ in the last
+bits, which ``max_abs``/``cosine`` against the float reference measure. Exit codes: 0 ok (or no
+limits given), 1 a limit broken or the model failed, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+from .errors import BoardError, BoardUsageError, first_line
+from .inputs import read_reference
+from .manifest import FORMATS, detect_format, read_json_object
+from .runtimes import open_model
+
+SCHEMA = "edgekit.check_outputs"
+SCHEMA_VERSION = 1
+
+
+def describe(folder: Path, model: str | None, fmt: str | None) -> tuple[Path, str, dict, list[str]]:
+    """(model path, format, the manifest's entry for it, the manifest's input names in order)."""
+    manifest = read_json_object(folder / "manifest.json") if (folder / "manifest.json").is_file() else {}
+    entries = [e for e in manifest.get("files") or [] if isinstance(e, dict)]
+    if model is not None:  # from the command line: relative to the working folder
+        path = Path(model).resolve()
+    elif (folder / "bundle.json").is_file():
+        bundle = read_json_object(folder / "bundle.json")
+        path, fmt = folder / str(bundle.get("model")), fmt or bundle.get("format")
+    elif len(entries) == 1:
+        path = folder / str(entries[0].get("path"))
+    else:
+        raise BoardUsageError(f"no bundle.json in {folder} and its manifest does not list exactly one model; pass --model")
+    if not path.is_file():
+        raise BoardUsageError(f"model file not found: {path}")
+    entry = next((e for e in entries if (folder / str(e.get("path", ""))).resolve() == path.resolve()), {})
+    fmt = detect_format(path, entry, fmt)
+    if fmt not in FORMATS:
+        raise BoardUsageError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    inputs = [str(spec.get("name")) for spec in manifest.get("inputs") or [] if isinstance(spec, dict)]
+    return path, fmt, entry, inputs
+
+
+def compare(got, want) -> dict:
+    import numpy as np
+
+    got = np.ascontiguousarray(np.asarray(got, dtype="<f4"))
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        raise RuntimeError(f"output shape {list(got.shape)} differs from the reference's {list(want.shape)}")
+    a, b = got.astype(np.float64).ravel(), want.ravel()
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    cosine = float(a @ b / norms) if norms > 0 else (1.0 if not a.any() and not b.any() else 0.0)
+    top1 = None
+    if got.ndim >= 2 and got.shape[-1] > 1:
+        top1 = float(np.mean(np.argmax(got, axis=-1) == np.argmax(want, axis=-1)))
+    return {
+        "max_abs": float(np.max(np.abs(a - b))) if a.size else 0.0,
+        "cosine": cosine,
+        "top1_agreement": top1,
+        "outputs_sha256": hashlib.sha256(got.tobytes()).hexdigest(),
+        "shape": [int(d) for d in got.shape],
+    }
+
+
+def check(args, folder: Path) -> dict:
+    folder = Path(args.model).resolve().parent if args.model else folder
+    model, fmt, entry, order = describe(folder, args.model, args.format)
+    reference = Path(args.reference) if args.reference else folder / "reference.npz"
+    cases = read_reference(reference)
+    engine = args.engine or (entry.get("details") or {}).get("quantized_engine")
+    runtime = open_model(fmt, model, args.threads, engine)
+    digest = hashlib.sha256()
+    with open(model, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    batches, all_outputs = {}, hashlib.sha256()
+    for batch, (inputs, want) in cases.items():
+        result = compare(runtime.predict(inputs, order), want)
+        batches[str(batch)] = result
+        all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
+    top1s = [b["top1_agreement"] for b in batches.values() if b["top1_agreement"] is not None]
+    info = {key: runtime.info.get(key) for key in ("name", "version", "threads", "engine")}
+    doc = {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "model": {"path": model.name, "format": fmt, "sha256": digest.hexdigest()},
+        "runtime": info, "machine": platform.machine(), "python": platform.python_version(),
+        "batches": batches,
+        "max_abs": max(b["max_abs"] for b in batches.values()),
+        "cosine": min(b["cosine"] for b in batches.values()),
+        "top1_agreement": min(top1s) if top1s else None,
+        "outputs_sha256": all_outputs.hexdigest(),
+    }
+    failures = []
+    if args.max_abs is not None and not doc["max_abs"] <= args.max_abs:
+        failures.append(f"max_abs {doc['max_abs']:.6g} > {args.max_abs:g}")
+    if args.min_cosine is not None and not doc["cosine"] >= args.min_cosine:
+        failures.append(f"cosine {doc['cosine']:.6f} < {args.min_cosine:g}")
+    if args.min_top1 is not None and doc["top1_agreement"] is not None and doc["top1_agreement"] < args.min_top1:
+        failures.append(f"top1_agreement {doc['top1_agreement']:.4f} < {args.min_top1:g}")
+    doc["ok"], doc["failures"] = not failures, failures
+    return doc
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise BoardUsageError(message)
+
+
+def parse_args(argv):
+    p = _Parser(prog="check_outputs.py", description="Compare a bundle's model outputs with the float reference.")
+    p.add_argument("--model", help="model file (default: bundle.json's, beside this script)")
+    p.add_argument("--format", choices=FORMATS, help="runtime (default: from the manifest or the file name)")
+    p.add_argument("--reference", help="reference .npz (default: reference.npz beside the model)")
+    p.add_argument("--engine", help="torch quantized engine (default: the manifest's)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    p.add_argument("--max-abs", type=float, help="fail when the largest absolute difference is above this")
+    p.add_argument("--min-cosine", type=float, help="fail when the cosine similarity is below this")
+    p.add_argument("--min-top1", type=float, help="fail when top-1 agreement (0..1) is below this")
+    p.add_argument("--json", help="write the JSON here instead of stdout")
+    args = p.parse_args(argv)
+    if args.threads < 1:
+        raise BoardUsageError(f"--threads must be at least 1, got {args.threads}")
+    return args
+
+
+def main(argv=None, folder: str | Path | None = None) -> int:
+    """The check; ``folder`` is where the bundle's files are when no --model is given (the entry
+    script's own folder)."""
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        doc = check(args, Path(folder) if folder is not None else Path.cwd())
+    except BoardUsageError as exc:
+        print(f"Error: {first_line(exc)}", file=sys.stderr)
+        return 2
+    except BoardError as exc:
+        print(f"Error: {first_line(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback, on a board
+        if os.environ.get("EDGEKIT_DEBUG"):
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"Error: {type(exc).__name__}: {text[0] if text else ''}", file=sys.stderr)
+        return 1
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    if args.json:
+        tmp = f"{args.json}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, args.json)
+    else:
+        sys.stdout.write(text)
+    print(verdict(doc), flush=True)
+    return 0 if doc["ok"] else 1
+
+
+def verdict(doc: dict) -> str:
+    """The plain last line: ``PASS: ...`` or ``FAIL: outputs differ from the reference: ...``."""
+    if not doc["ok"]:
+        return "FAIL: outputs differ from the reference: " + "; ".join(doc["failures"])
+    top1 = doc.get("top1_agreement")
+    return (f"PASS: {doc['model']['path']} on {doc['machine']}: cosine {doc['cosine']:.6f}, "
+            f"max |diff| {doc['max_abs']:.4g}" + (f", top-1 agreement {top1:.2%}" if top1 is not None else "")
+            + " vs the float model")
+
+
+def read_output(stdout: str) -> tuple[dict, str]:
+    """(the JSON document, the verdict line) from this script's stdout."""
+    text = stdout.rstrip("\n")
+    head, _, last = text.rpartition("\n")
+    if not last.startswith(("PASS", "FAIL")):
+        head, last = text, ""
+    doc = json.loads(head)
+    if not isinstance(doc, dict):
+        raise ValueError("the output check's JSON is not an object")
+    return doc, last
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The native runner (``edgekit-run``, a C++ program): ExecuTorch with no Python on the board.
+
+The other runtimes load a model into this process; this one is a program, so this class runs it:
+the argument lists of its commands (``bench``, ``check``, ``probe``, ``info``) and, for callers that
+want arrays in and out, ``run`` through its ``probe`` command on temporary files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BoardError, BoardUsageError
+from .base import Runtime
+
+RUNNER = "edgekit-run"
+RUN_TIMEOUT_S = 600.0
+
+
+class NativeRuntime(Runtime):
+    """``edgekit-run`` at ``runner`` (with its lib/ beside it) running the program at ``path``."""
+
+    format = "executorch"
+    suffixes = (".pte",)
+    spec_match = "count"
+
+    def __init__(self, path: Path, threads: int | None, engine: str | None = None, runner: Path | None = None,
+                 prefix: tuple[str, ...] = ()):
+        self.path = Path(path)
+        self.runner = Path(runner) if runner is not None else self.path.parent / RUNNER
+        self.prefix = tuple(prefix)  # e.g. qemu-aarch64-static -cpu cortex-a72 -L SYSROOT
+        self.threads = threads or 1
+        if not self.runner.is_file():
+            raise BoardError(f"{self.runner} not found (a native bundle carries it beside the model)")
+        self.facts = self._call(["info", str(self.path)])
+        self.info = {"name": "executorch-native", "version": self.facts.get("executorch_version"),
+                     "threads": self.threads, "engine": None,
+                     "providers": list(self.facts.get("registered_backends") or [])}
+
+    def argv(self, command: str, *args: str) -> list[str]:
+        return [*self.prefix, str(self.runner), command, *args]
+
+    def _call(self, args: list[str]) -> dict:
+        try:
+            done = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                                  check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise BoardError(f"{RUNNER} {args[0]} did not finish within {RUN_TIMEOUT_S:g} s") from None
+        except OSError as exc:
+            raise BoardError(f"cannot start {self.runner}: {exc.strerror or exc}") from None
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            why = lines[-1].removeprefix("Error: ") if lines else (
+                f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}")
+            raise (BoardUsageError if done.returncode == 2 else BoardError)(why)
+        try:
+            doc = json.loads(done.stdout.strip().splitlines()[-1] if args[0] == "probe" else done.stdout)
+        except (ValueError, IndexError):
+            raise BoardError(f"{RUNNER} {args[0]} printed no JSON") from None
+        if not isinstance(doc, dict):
+            raise BoardError(f"{RUNNER} {args[0]} printed {type(doc).__name__}, not a JSON object")
+        return doc
+
+    def input_specs(self) -> list[dict]:
+        specs = []
+        for index, spec in enumerate(self.facts.get("inputs") or []):
+            sizes = [int(d) for d in spec.get("sizes") or []]
+            specs.append({"name": f"input{index}", "shape": [None, *sizes[1:]] if sizes else [],
+                          "dtype": str(spec.get("dtype")), "dynamic_axes": {0: "batch"} if sizes else {},
+                          "bounded": True})
+        return specs
+
+    def bind(self, arrays: dict):
+        raise BoardUsageError("the native runner times itself: run its bench command (edgekit-run bench)")
+
+    def run(self, arrays: list) -> list:
+        """The first output for ``arrays``, through ``edgekit-run probe`` on temporary files."""
+        import numpy as np
+
+        with tempfile.TemporaryDirectory(prefix="edgekit-native-") as tmp:
+            reference = Path(tmp) / "in.npz"
+            np.savez(reference, **{f"b{len(arrays[0])}/input/input{i}": a for i, a in enumerate(arrays)})
+            out = Path(tmp) / "out.npz"
+            self._call(["probe", str(self.path), str(reference), str(out), "--threads", str(self.threads)])
+            with np.load(out, allow_pickle=False) as data:
+                return [data[data.files[0]]]
+
+
+def staged_runner(folder: Path, dest: Path) -> Path:
+    """A copy of a native bundle's runner and lib/ in ``dest`` (e.g. inside an emulated root)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(folder / RUNNER, dest / RUNNER)
+    if (folder / "lib").is_dir():
+        shutil.copytree(folder / "lib", dest / "lib", dirs_exist_ok=True)
+    os.chmod(dest / RUNNER, 0o755)
+    return dest / RUNNER
+

@@ -1,0 +1,144 @@
+"""A native bundle: ``edgekit-run`` and the ExecuTorch libraries a ``.pte`` needs, no Python on the board.
+
+Layout (beside the model, manifest.json, reference.npz, bundle.json, README.txt and SHA256SUMS
+every bundle has)::
+
+    edgekit-run              the runner, built for the target's architecture and core (RUNPATH $ORIGIN/lib)
+    lib/*.so                 only the ExecuTorch libraries this program needs
+    run.sh                   POSIX sh entry point: check (default), bench, info, verify
+    THIRD_PARTY_NOTICES.txt  ExecuTorch's licence and those of the code inside the libraries
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from edgekit import formats
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.targets import Target
+
+RUNNER = "edgekit-run"
+LIB_DIR = "lib"
+RUN_SCRIPT = "run.sh"
+NOTICES = "THIRD_PARTY_NOTICES.txt"
+RUNTIME_NAME = "executorch-native"
+RUNTIMES = ("python", "native")
+CHECK_TIMEOUT_S = 600.0
+Progress = Callable[[str], None]
+
+
+def check_native(fmt: str, target: Target) -> None:
+    """A one-line UsageError unless ``fmt`` runs on the native runner and ``target`` has a build of it."""
+    if not formats.get(fmt).native_runner:
+        natives = [name for name in formats.names() if formats.get(name).native_runner]
+        raise UsageError(f"--runtime native runs {', '.join(natives)} programs; this model is {fmt} "
+                         f"(export it with --format {natives[0]}, or bundle it with --runtime python)")
+    from edgekit.native.toolchain import CROSS
+
+    if target.arch not in CROSS:
+        raise UsageError(f"target {target.name} is {target.arch}: the native runtime is built for "
+                         f"{' and '.join(CROSS)} only (a 32-bit OS has no aarch64 build; use a 64-bit OS)")
+
+
+def add_native(work: Path, model_name: str, target: Target, precision: str, progress: Progress) -> dict:
+    """Put the runner, its libraries, run.sh and the notices into the bundle being built; what
+    bundle.json records about them."""
+    from edgekit.native.build import build_runner
+    from edgekit.native.libraries import needed_libraries, notices_text
+
+    runner = build_runner(target.arch, target.mcpu or None, progress)
+    libraries = needed_libraries(work / model_name, runner)
+    shutil.copyfile(runner.binary, work / RUNNER)
+    os.chmod(work / RUNNER, 0o755)
+    (work / LIB_DIR).mkdir()
+    for name in libraries:
+        shutil.copyfile(runner.library(name), work / LIB_DIR / name)
+    (work / RUN_SCRIPT).write_text(run_script(model_name, target, precision), encoding="utf-8")
+    os.chmod(work / RUN_SCRIPT, 0o755)
+    (work / NOTICES).write_text(notices_text(runner, libraries), encoding="utf-8")
+    return {
+        "runtime": {"name": RUNTIME_NAME, "version": runner.dist.version},
+        "native": {"runner": RUNNER, "entry": RUN_SCRIPT, "libraries": [f"{LIB_DIR}/{name}" for name in libraries],
+                   "arch": target.arch, "cpu": target.mcpu or None, "compiler": runner.toolchain.version,
+                   "executorch_version": runner.dist.version, "executorch_source": runner.dist.source,
+                   "executorch_wheel_sha256": runner.dist.wheel_sha256, "build_key": runner.key},
+    }
+
+
+def check_limits(precision: str) -> list[str]:
+    """The output check's limits: the parity an export must pass (fp32 within 1e-4 of the float
+    model; int8 keeping its decisions)."""
+    from edgekit.formats.parity import FLOAT_ATOL, INT8_MIN_COSINE, INT8_MIN_TOP1
+
+    if precision == "fp32":
+        return ["--max-abs", f"{FLOAT_ATOL:g}"]
+    return ["--min-cosine", f"{INT8_MIN_COSINE:g}", "--min-top1", f"{INT8_MIN_TOP1:g}"]
+
+
+def run_script(model_name: str, target: Target, precision: str) -> str:
+    limits = " ".join(check_limits(precision))
+    return f'''#!/bin/sh
+# edgekit native bundle for {target.name}: {model_name} run by edgekit-run (no Python needed).
+#   ./run.sh              check the outputs against reference.npz: JSON, then PASS: or FAIL: (exit 0 or 1)
+#   ./run.sh check [OPTIONS]   the same, with edgekit-run check options (--threads N, --json FILE, ...)
+#   ./run.sh bench [OPTIONS]   time it: the edgekit bench JSON document (edgekit-run bench --help)
+#   ./run.sh info              the program's inputs, outputs, backends and planned memory
+#   ./run.sh verify            sha256sum -c SHA256SUMS, then check
+set -eu
+here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
+command=${{1:-check}}
+[ "$#" -gt 0 ] && shift
+case "$command" in
+  check) exec "$here/{RUNNER}" check --model "$here/{model_name}" --reference "$here/reference.npz" \\
+           --threads {target.threads} {limits} "$@" ;;
+  bench) exec "$here/{RUNNER}" bench "$here/{model_name}" --threads {target.threads} --target {target.name} "$@" ;;
+  info) exec "$here/{RUNNER}" info "$here/{model_name}" ;;
+  verify) (cd "$here" && sha256sum -c --quiet SHA256SUMS) && exec "$0" check "$@" ;;
+  *) echo "Error: unknown command $command; use check, bench, info or verify" >&2; exit 2 ;;
+esac
+'''
+
+
+def host_check(work: Path, model_name: str, fmt: str, target: Target) -> dict:
+    """The host's figures for the bundle's model: the bundled runner itself when it was built for
+    this host, else the board package's Python runtime on the same program."""
+    from edgekit.native.toolchain import host_arch
+
+    if target.arch != host_arch():
+        from edgekit.bundle.host_check import python_check
+
+        return {**python_check(work, model_name, fmt), "by": "python runtime (the runner is built for "
+                                                              f"{target.arch})"}
+    argv = [str(work / RUNNER), "check", "--model", str(work / model_name), "--reference", str(work / "reference.npz"),
+            "--threads", "1"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise EdgekitError(f"the native output check of {model_name} did not finish within {CHECK_TIMEOUT_S:g} s") from None
+    from edgekit.board.check import read_output
+
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise EdgekitError(f"the bundled {RUNNER} fails on this host: "
+                           f"{lines[-1].removeprefix('Error: ') if lines else f'exit status {done.returncode}'}")
+    try:
+        doc, _ = read_output(done.stdout)
+    except ValueError:
+        raise EdgekitError(f"the native output check of {model_name} printed no JSON") from None
+    return {**{key: doc[key] for key in ("machine", "runtime", "batches", "max_abs", "cosine", "top1_agreement",
+                                          "outputs_sha256") if key in doc}, "by": RUNNER}
+
+
+def bundle_size(folder: Path) -> int:
+    """Bytes on disk of every file in the bundle folder (what the board must hold)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def is_native(info: dict) -> bool:
+    return (info.get("runtime") or {}).get("name") == RUNTIME_NAME and isinstance(info.get("native"), dict)
+

@@ -1,0 +1,231 @@
+"""``verify --emulate`` for a native bundle: ``edgekit-run`` under QEMU, with no Python in the loop.
+
+1. the bundle's runner, on the reference inputs, under ``qemu-aarch64 -cpu <the target's core>``
+   (pinned: QEMU's ``max`` CPU exposes SME, whose int8 kernels gave wrong outputs), its libraries
+   resolved in an arm64 userland (edgekit's cached Debian rootfs, else the cross toolchain's);
+2. the same inputs on this host through the board package's ExecuTorch runtime: the verdict
+   compares the two per batch, as for any bundle;
+3. as root, with binfmt_misc and the cached rootfs: the bundle's own ``run.sh check`` inside a
+   root that holds a shell and the C/C++ libraries but no Python (``board_root``);
+4. the runner's own bench under emulation: a functional check, not the device's latency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from edgekit.emulate import EmulationError
+from edgekit.emulate.report import BENCH_NOTE, BENCH_STATUS, EmulationReport, Tolerance, check_batch
+from edgekit.errors import EdgekitError
+
+BENCH_RUNS = 10
+Progress = Callable[[str], None]
+
+
+def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, atol: float, bench: bool,
+                  progress: Progress, notes: list[str]) -> EmulationReport:
+    from edgekit.bundle import native
+    from edgekit.emulate import host, rootfs
+    from edgekit.emulate.process import run_captured
+
+    started = time.monotonic()
+    seconds: dict[str, float] = {}
+    info = bundle.info["native"]
+    runner = bundle.path / native.RUNNER
+    if not runner.is_file():
+        raise EmulationError(f"{bundle.path} is a native bundle without {native.RUNNER}; rebuild it")
+    tools_qemu = shutil.which(host.QEMU_STATIC)
+    if tools_qemu is None:
+        raise EmulationError(f"{host.QEMU_STATIC} not found on PATH; install it: {host.INSTALL_HINT}")
+    qemu = Path(tools_qemu)
+    cpu = pinned_cpu(info.get("cpu"), host.qemu_cpus(qemu))
+    cached = rootfs.find_rootfs(cache_dir, release) if cache_dir.is_dir() else None
+    sysroot = _sysroot(cached)
+    prefix = [str(qemu), "-cpu", cpu, "-L", str(sysroot)]
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-verify-native-") as here:
+        here = Path(here)
+        progress(f"running {bundle.model.name} with {native.RUNNER} under emulation ({cpu}, libraries from {sysroot})")
+        out = here / "emulated.npz"
+        argv = [*prefix, str(runner), "probe", str(bundle.model), str(bundle.reference), str(out), "--threads", "1"]
+        done = run_captured(argv, what=f"{native.RUNNER} under emulation", timeout_s=timeout_s, env=env)
+        seconds["emulated_run"] = done.seconds
+        if done.returncode != 0:
+            raise EdgekitError(f"running {bundle.model.name} under emulation failed: {_last(done)}")
+        emu_info = _json_line(done.stdout, f"{native.RUNNER} probe under emulation")
+        emulated = _load(out)
+
+        progress(f"running {bundle.model.name} on the reference inputs on this host")
+        hosted, host_info, seconds["host_run"] = _host_probe(bundle, here, timeout_s)
+
+        entry = _entry_point(bundle, cached, cpu, timeout_s, progress, notes) if cached is not None else None
+        if cached is None:
+            notes.append(f"no cached Debian rootfs in {cache_dir}: run.sh was not run in a Python-free root "
+                         "(benchmarks/emulated_verify.sh builds one)")
+        bench_report = None
+        if bench:
+            progress(f"running {native.RUNNER} bench under emulation (a functional check; not device latency)")
+            bench_report, seconds["bench"] = _bench(prefix, runner, bundle, cpu, timeout_s, env)
+
+    reference = {key: value for key, value in _load(bundle.reference).items() if key.endswith("/output")}
+    tolerance = Tolerance.for_precision(bundle.precision, atol)
+    batches = tuple(check_batch(batch, emulated[key], hosted[key], reference[key], tolerance)
+                    for batch, key in sorted((int(k[1:].split("/")[0]), k) for k in hosted)
+                    if key in emulated and key in reference)
+    missing = sorted(set(hosted) ^ set(emulated))
+    if missing:
+        notes.append(f"outputs produced on one side only: {', '.join(missing)}")
+    exact = all(b.emulated_vs_host.get("max_abs") == 0.0 for b in batches)
+    seconds["total"] = time.monotonic() - started
+    return EmulationReport(
+        bundle=str(bundle.path.resolve()),
+        target=bundle.target,
+        model={"path": bundle.model.name, "format": bundle.format, "precision": bundle.precision,
+               "sha256": bundle.info.get("model_sha256"), "variant": bundle.info.get("variant", "")},
+        checksums={"file": "SHA256SUMS", "files_checked": bundle.checked_files, "ok": True},
+        emulation={
+            "launcher": "qemu-user", "qemu": host.qemu_version(qemu), "qemu_cpu": cpu, "runtime": emu_info.get("runtime"),
+            "machine": emu_info.get("machine"), "python": None, "numpy": None, "threads": emu_info.get("threads"),
+            "sysroot": str(sysroot), "debian_release": release if cached is not None else None,
+            "rootfs": str(cached.path) if cached is not None else None, "venv": None,
+            "bit_identical": exact, "entry_point": entry,
+        },
+        host={key: host_info.get(key) for key in ("machine", "python", "numpy", "runtime", "threads")},
+        tolerance=tolerance,
+        batches=batches,
+        bench=bench_report,
+        seconds={key: round(value, 2) for key, value in seconds.items()},
+        notes=tuple(notes),
+    )
+
+
+def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
+    """The QEMU CPU for a runner compiled for ``cpu``: that core itself, never ``max`` (whose SME
+    kernels gave wrong int8 outputs) and never a core older than the binary's instructions."""
+    if not cpu:
+        return "cortex-a72"  # the oldest core edgekit's aarch64 targets have but the A53 (ARMv8.0 either way)
+    if cpu not in available:
+        raise EmulationError(f"this qemu cannot emulate {cpu}, the core the runner is built for "
+                             f"(it has: {', '.join(c for c in available if c != 'max')}); upgrade qemu-user-static")
+    return cpu
+
+
+def _sysroot(cached) -> Path:
+    from edgekit.native.toolchain import CROSS
+
+    if cached is not None:
+        return cached.path
+    cross = Path(CROSS["aarch64"][2])
+    if (cross / "lib" / "libc.so.6").is_file():
+        return cross
+    raise EmulationError("an arm64 userland is needed for the runner's C and C++ libraries: install the cross "
+                         f"toolchain (apt-get install {CROSS['aarch64'][1]}) or build edgekit's rootfs "
+                         "(bash benchmarks/emulated_verify.sh)")
+
+
+def _host_probe(bundle, here: Path, timeout_s: float):
+    from edgekit.board import entries as board_files
+    from edgekit.emulate.process import run_captured
+
+    board_files.install(here / "probe", entries=("probe.py",))
+    out = here / "host.npz"
+    argv = [sys.executable, "-I", str(here / "probe" / "probe.py"), str(bundle.model), str(bundle.reference), str(out),
+            "--format", bundle.format, "--threads", "1", "--inputs", ",".join(bundle.input_names)]
+    done = run_captured(argv, what="the model run on this host", timeout_s=timeout_s)
+    if done.returncode != 0:
+        raise EdgekitError(f"running {bundle.model.name} on this host failed: {_last(done)}")
+    return _load(out), _json_line(done.stdout, "the host probe"), done.seconds
+
+
+def _entry_point(bundle, cached, cpu: str, timeout_s: float, progress: Progress, notes: list[str]) -> dict | None:
+    """``sh run.sh check`` in a Python-free root (root, binfmt_misc and the cached rootfs needed)."""
+    from edgekit.board.check import read_output
+    from edgekit.bundle import native
+    from edgekit.emulate import host
+    from edgekit.emulate.board_root import make_board_root
+    from edgekit.emulate.chroot import make_launcher
+    from edgekit.emulate.process import run_captured
+
+    if os.geteuid() != 0:
+        notes.append("not root: run.sh was not run in a Python-free root (it needs a chroot)")
+        return None
+    binfmt = host.ensure_binfmt(progress)
+    if not binfmt.usable:
+        notes.append(f"run.sh was not run in a Python-free root: {binfmt.reason}")
+        return None
+    with tempfile.TemporaryDirectory(prefix="edgekit-board-root-") as tmp:
+        root = Path(tmp) / "root"
+        make_board_root(cached.path, root, [bundle.path / native.RUNNER], own_libs=bundle.path / native.LIB_DIR)
+        shutil.copytree(bundle.path, root / "bundle", symlinks=True)
+        has_python = any("python" in p.name for p in root.rglob("*"))
+        tools = host.find_tools(need_debootstrap=False)
+        launch = make_launcher(root, tools, binfmt, cpu, int(bundle.info.get("threads") or 1))
+        progress("running the bundle's run.sh check in a Python-free arm64 root under emulation")
+        done = run_captured(launch.argv(["/bin/sh", "/bundle/" + native.RUN_SCRIPT, "check"], cwd="/bundle"),
+                            what="run.sh under emulation", timeout_s=timeout_s, env=launch.env())
+        report = {"command": f"sh {native.RUN_SCRIPT} check", "python_in_root": has_python,
+                  "exit_code": done.returncode, "seconds": round(done.seconds, 2), "ok": False, "verdict": ""}
+        try:
+            doc, verdict = read_output(done.stdout)
+        except ValueError:
+            report["error"] = _last(done)
+            return report
+        report.update(ok=done.returncode == 0 and verdict.startswith("PASS") and not has_python, verdict=verdict,
+                      machine=doc.get("machine"), outputs_sha256=doc.get("outputs_sha256"))
+        return report
+
+
+def _bench(prefix: list[str], runner: Path, bundle, cpu: str, timeout_s: float, env: dict) -> tuple[dict, float]:
+    from dataclasses import replace
+
+    from edgekit.bench.result import from_document
+    from edgekit.emulate.process import run_captured
+
+    threads = str(bundle.info.get("threads") or 1)
+    argv = [*prefix, str(runner), "bench", str(bundle.model), "--threads", threads, "--warmup", "2",
+            "--min-runs", str(BENCH_RUNS), "--max-runs", str(BENCH_RUNS), "--min-time", "0", "--emulated",
+            "--mode", "emulated", "--target", bundle.target]
+    done = run_captured(argv, what="edgekit-run bench under emulation", timeout_s=timeout_s, env=env)
+    report = {"status": BENCH_STATUS, "note": BENCH_NOTE, "ok": False, "error": "", "result": None}
+    if done.returncode != 0:
+        report["error"] = _last(done)
+        return report, done.seconds
+    try:
+        result = from_document(json.loads(done.stdout), "edgekit-run bench output under emulation")[0]
+    except (ValueError, EdgekitError) as exc:
+        report["error"] = str(exc).splitlines()[0] if str(exc) else "edgekit-run printed no valid JSON"
+        return report, done.seconds
+    facts = {**result.host, "emulated": True, "qemu_cpu": cpu, "isa": [],
+             "cpu_model": f"QEMU {cpu} (emulated on {result.host.get('cpu_model') or 'an unknown CPU'})"}
+    result = replace(result, mode="emulated", host=facts, notes=(*result.notes, BENCH_NOTE))
+    report.update(ok=True, result=result.to_dict())
+    return report, done.seconds
+
+
+def _load(path: Path) -> dict:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def _json_line(stdout: str, what: str) -> dict:
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise EdgekitError(f"{what} printed no result") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _last(done) -> str:
+    from edgekit.emulate.process import last_error
+
+    return last_error(done.tail, ()) or f"exit status {done.returncode}"

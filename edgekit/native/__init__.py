@@ -1,0 +1,11 @@
+"""The native runtime: ``edgekit-run``, a C++17 program that runs ExecuTorch ``.pte`` programs with no
+Python on the board, and the code that builds it.
+
+    runner/       its source (compiled as one program; no third-party code)
+    toolchain.py  the compiler for an architecture (host g++, or Debian's aarch64 cross compiler)
+    wheel.py      ExecuTorch's headers and shared libraries for an architecture, from its wheel
+    build.py      ``build_runner``: compile once per (sources, wheel, compiler, CPU flags), cached
+    libraries.py  which of the wheel's libraries a program needs, and their licence notices
+
+The board runtime that runs the binary is ``edgekit.board.runtimes.native_runtime``.
+"""

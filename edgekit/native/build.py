@@ -1,0 +1,202 @@
+"""``build_runner``: compile ``edgekit-run`` for an architecture against ExecuTorch's own libraries.
+
+One build per (sources, ExecuTorch build, compiler, CPU flags), kept in the ``native`` part of
+edgekit's cache as a folder that runs as it is: ``edgekit-run`` plus ``lib/`` with the libraries
+it may load (RUNPATH ``$ORIGIN/lib``, so a copy of the folder runs from anywhere). The compiler
+is started with an argument list; the build is written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from edgekit._version import __version__
+from edgekit.errors import EdgekitError
+from edgekit.native.toolchain import Toolchain, find_toolchain
+from edgekit.native.wheel import ExecutorchDist, executorch_dist
+
+RUNNER_NAME = "edgekit-run"
+SOURCES = Path(__file__).resolve().parent / "runner"
+# Linked (XNNPACK registers itself from a static initializer: kept with --no-as-needed) ...
+LINKED = ("libexecutorch.so", "libexecutorch_threadpool.so", "libexecutorch_backend_xnnpack.so")
+# ... and loaded at start when they sit in lib/ (a program with operators outside the delegate needs them).
+KERNELS = ("libexecutorch_kernels_optimized.so", "libexecutorch_kernels_quantized.so")
+BUILT = "build.json"  # written last into a finished build's folder
+COMPILE_TIMEOUT_S = 900.0
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NativeRunner:
+    """A built ``edgekit-run``: the folder it runs from, and what it was built from."""
+
+    folder: Path
+    arch: str
+    cpu: str | None
+    key: str
+    toolchain: Toolchain
+    dist: ExecutorchDist
+
+    @property
+    def binary(self) -> Path:
+        return self.folder / RUNNER_NAME
+
+    def library(self, name: str) -> Path:
+        return self.folder / "lib" / name
+
+
+def sources() -> list[Path]:
+    found = sorted(p for p in SOURCES.iterdir() if p.suffix in (".cpp", ".h")) if SOURCES.is_dir() else []
+    if not any(p.suffix == ".cpp" for p in found):
+        raise EdgekitError(f"the native runner's sources are missing from {SOURCES}; reinstall edgekit")
+    return found
+
+
+def compile_flags(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None) -> list[str]:
+    include = dist.include
+    return [
+        "-std=c++17", "-O2", *toolchain.cpu_flags(cpu),
+        "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        f'-DEDGEKIT_RUN_VERSION="{__version__}"', f'-DEDGEKIT_EXECUTORCH_VERSION="{dist.version}"',
+        "-I", str(include), "-I", str(include / "executorch" / "runtime" / "core" / "portable_type" / "c10"),
+    ]
+
+
+def link_argv(toolchain: Toolchain, dist: ExecutorchDist, objects: list[Path], out: Path) -> list[str]:
+    return [
+        toolchain.cxx, "-s", *map(str, objects), "-o", str(out), "-L", str(dist.lib),
+        "-Wl,--no-as-needed", *(f"-l{name[3:-3]}" for name in LINKED), "-Wl,--as-needed",
+        "-lpthread", "-ldl", "-Wl,-z,relro,-z,now", "-Wl,-rpath,$ORIGIN/lib",
+    ]
+
+
+def compile_runner(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None, out: Path) -> None:
+    """Every source to an object file (one compiler per core at a time), then the link."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = out.parent
+    units = [p for p in sources() if p.suffix == ".cpp"]
+    objects = [folder / f"{p.stem}.o" for p in units]
+    flags = compile_flags(toolchain, dist, cpu)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        list(pool.map(lambda pair: _compile([toolchain.cxx, *flags, "-c", str(pair[0]), "-o", str(pair[1])]),
+                      zip(units, objects)))
+    _compile(link_argv(toolchain, dist, objects, out))
+    for path in objects:
+        path.unlink()
+
+
+def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = None) -> NativeRunner:
+    """``edgekit-run`` for ``arch`` (tuned for ``cpu``, e.g. cortex-a72), built once and cached."""
+    progress = progress or (lambda message: None)
+    toolchain = find_toolchain(arch)  # a missing compiler is one line naming its package, before any download
+    dist = executorch_dist(arch, progress)
+    key = _key(toolchain, dist, cpu)
+    from edgekit.cache import entry_dir
+
+    entry = entry_dir("native", f"runner-{arch}-{key}")
+    runner = NativeRunner(entry, arch, cpu, key, toolchain, dist)
+    with _locked(entry / ".build.lock"):
+        if _built(entry, key):
+            return runner
+        progress(f"compiling {RUNNER_NAME} for {arch}{f' ({cpu})' if cpu else ''} with {Path(toolchain.cxx).name}")
+        with tempfile.TemporaryDirectory(prefix=".build.", dir=entry) as tmp:
+            staged = Path(tmp) / RUNNER_NAME
+            compile_runner(toolchain, dist, cpu, staged)
+            (Path(tmp) / "lib").mkdir()
+            for name in (*LINKED, *KERNELS):
+                if (dist.lib / name).is_file():
+                    shutil.copyfile(dist.lib / name, Path(tmp) / "lib" / name)
+            for name in (RUNNER_NAME, "lib"):
+                final = entry / name
+                if final.is_dir() and not final.is_symlink():
+                    shutil.rmtree(final)
+                elif final.exists() or final.is_symlink():
+                    final.unlink()
+                os.replace(Path(tmp) / name, final)
+        from edgekit.fileio import write_json
+
+        write_json(entry / BUILT, {"schema": "edgekit.native-build", "key": key, "arch": arch, "cpu": cpu,
+                                   "compiler": toolchain.version, "executorch_version": dist.version,
+                                   "executorch_source": dist.source, "wheel_sha256": dist.wheel_sha256})
+        _prune_older(entry, arch, cpu)
+    return runner
+
+
+def _prune_older(current: Path, arch: str, cpu: str | None) -> None:
+    """Builds of the same architecture and core from other sources or libraries: superseded. The
+    cache keeps one build per (arch, cpu) so it does not grow with every edgekit upgrade."""
+    for other in current.parent.glob(f"runner-{arch}-*"):
+        if other == current or other.is_symlink() or not other.is_dir():
+            continue
+        try:
+            doc = json.loads((other / BUILT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not a finished build of ours (or one in progress): left alone
+        if isinstance(doc, dict) and doc.get("schema") == "edgekit.native-build" and doc.get("arch") == arch \
+                and doc.get("cpu") == cpu:
+            shutil.rmtree(other, ignore_errors=True)
+
+
+def _key(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None) -> str:
+    digest = hashlib.sha256()
+    for path in sources():
+        digest.update(f"{path.name}\n".encode() + path.read_bytes())
+    digest.update(json.dumps([__version__, toolchain.arch, toolchain.version, cpu, dist.version, dist.source,
+                              dist.wheel_sha256 or _libs_digest(dist)]).encode())
+    return digest.hexdigest()[:16]
+
+
+def _libs_digest(dist: ExecutorchDist) -> str:
+    """The installed libraries' content (no wheel hash to name them by)."""
+    digest = hashlib.sha256()
+    for name in LINKED:
+        path = dist.lib / name
+        stat = path.stat()
+        digest.update(f"{name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _built(entry: Path, key: str) -> bool:
+    try:
+        doc = json.loads((entry / BUILT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("key") == key and (entry / RUNNER_NAME).is_file()
+
+
+def _compile(argv: list[str]) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise EdgekitError(f"compiling the native runner did not finish within {COMPILE_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        errors = [line.strip() for line in done.stderr.splitlines() if " error: " in line or line.startswith("collect2")]
+        why = errors[0] if errors else (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise EdgekitError(f"compiling the native runner failed: {why[:300]}")
+
+
+class _locked:
+    """An exclusive lock on ``path`` while a build runs (two builds of one key wait for each other)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)

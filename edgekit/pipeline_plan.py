@@ -1,0 +1,155 @@
+"""What a pipeline run does for its model, decided before any work.
+
+The model comes from the zoo (``--model``: trained here), a checkpoint artifact (``--checkpoint``),
+or anything ``edgekit quantize`` takes (``--source``: an ``.onnx`` file, ``package.module:factory``,
+``hf:CONFIG``, a checkpoint folder). The plan says which formats and int8 methods apply to it
+and what is skipped and why: every skip is a row of the table, never silently fewer rows.
+
+* An ``.onnx`` source has no PyTorch model: formats written from one (TorchScript, ExecuTorch)
+  are skipped, and so is QAT (asked for, it is an error).
+* Static int8 needs calibration data: ``--calib``, else the set edgekit ships for the model's
+  dataset. With neither, static asked for by ``--methods`` is an error (one line, before any
+  work); static from the default methods is skipped, the reason in the table.
+* A model without a labelled dataset is judged by fidelity to the float model (cosine, top-1
+  agreement on fixed inputs), not accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgekit.artifacts import InputSpec
+from edgekit.errors import UsageError
+
+DEFAULT_METHODS = ("dynamic", "static")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    variants: tuple[str, ...]  # the rows it would have made, e.g. ("int8-static-onnx",)
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"variants": list(self.variants), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Plan:
+    kind: str  # zoo | checkpoint | onnx | module | hf
+    name: str  # the model's own name: the table's title, report.html, pipeline.json["model"]
+    inputs: tuple[InputSpec, ...]
+    task: dict
+    formats: tuple[str, ...]
+    methods: tuple[str, ...]
+    calib: Path | None
+    skipped: tuple[Skipped, ...] = ()
+    checkpoint: Path | None = None  # zoo: None until trained; checkpoint: the artifact folder
+    source: object = None  # edgekit.formats.sources.ModelSource for --source models
+    source_options: dict = field(default_factory=dict)
+    model_config: dict | None = None
+
+    @property
+    def labelled(self) -> bool:
+        return self.task.get("type") == "classification" and bool(self.task.get("dataset"))
+
+    @property
+    def metric(self) -> str:
+        """What the quality column holds: task accuracy, or fidelity to the float model."""
+        return "accuracy" if self.labelled else "fidelity"
+
+    @property
+    def quantize_source(self):
+        """What quantize/export take as their source: the checkpoint folder, else the user's source."""
+        return self.checkpoint if self.checkpoint is not None else self.source.label
+
+
+def make_plan(config) -> Plan:
+    """The plan for ``config`` (a PipelineConfig); UsageError for what cannot be done as asked."""
+    kind, name, inputs, task, extra = _model(config)
+    formats, skipped = _formats(config, kind, name)
+    methods, calib, skipped_methods = _methods(config, kind, name, task, formats)
+    return Plan(kind=kind, name=name, inputs=inputs, task=task, formats=formats, methods=methods, calib=calib,
+                skipped=tuple(skipped + skipped_methods), **extra)
+
+
+def _model(config):
+    from edgekit.artifacts import load_manifest
+
+    if config.source is not None and config.checkpoint is not None:
+        raise UsageError("--source and --checkpoint both name the model; give one")
+    source = config.source if config.source is not None else config.checkpoint
+    if source is None:
+        if config.source_options:
+            raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--input-range/--state-dict apply to --source "
+                             "models from outside the zoo; a zoo model knows its inputs")
+        from edgekit.models import get_spec
+
+        spec = get_spec(config.model)
+        return "zoo", config.model, spec.input_spec(spec.config(None)), dict(spec.task), {}
+    text = str(source)
+    path = Path(text)
+    if config.checkpoint is not None or (path.is_dir() and not text.startswith("hf:")):
+        if config.source_options:
+            raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--input-range/--state-dict apply to models "
+                             "from outside the zoo; a checkpoint artifact carries its own")
+        folder, manifest = load_manifest(path)
+        if manifest.kind != "checkpoint":
+            flag = "--checkpoint" if config.checkpoint is not None else "--source"
+            raise UsageError(f"{folder} is a {manifest.kind} artifact; {flag} takes a float checkpoint "
+                             "(from `edgekit train`), an .onnx file, package.module:factory or hf:CONFIG")
+        extra = {"checkpoint": folder, "model_config": manifest.model.get("config")}
+        return "checkpoint", manifest.model["name"], manifest.inputs, dict(manifest.task), extra
+    from edgekit.formats.sources import resolve_source
+
+    src = resolve_source(text, **config.source_options)
+    name = src.model_info.get("name") or src.label
+    return src.kind, name, src.inputs, dict(src.task), {"source": src, "source_options": dict(config.source_options)}
+
+
+def _formats(config, kind: str, name: str) -> tuple[tuple[str, ...], list[Skipped]]:
+    from edgekit import formats
+
+    asked = tuple(config.formats) if config.formats is not None else formats.available_names()
+    if kind != "onnx":
+        return asked, []
+    runnable = tuple(f for f in asked if not formats.get(f).needs_torch_model)
+    torch_only = [f for f in asked if formats.get(f).needs_torch_model]
+    if not runnable:
+        fit = ", ".join(formats.default_names(need_torch=False))
+        raise UsageError(f"{name} is an ONNX file: only --format {fit} applies "
+                         f"(--format {torch_only[0]} is written from a PyTorch model)")
+    skipped = []
+    if torch_only:
+        variants = tuple(f"{precision}-{fmt}" for fmt in torch_only for precision in ("fp32", "int8"))
+        skipped.append(Skipped(variants, f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} "
+                                         f"written from a PyTorch model; {name} is an ONNX file"))
+    return runnable, skipped
+
+
+def _methods(config, kind: str, name: str, task: dict, formats: tuple[str, ...]):
+    from edgekit.data.calibsets import default_calibration
+
+    explicit = config.methods is not None
+    methods = tuple(config.methods) if explicit else DEFAULT_METHODS
+    labelled = task.get("type") == "classification" and bool(task.get("dataset"))
+    if "qat" in methods:
+        if kind == "onnx":
+            raise UsageError(f"{name} is an ONNX file: QAT needs the PyTorch model and its training data; "
+                             "choose --methods dynamic,static")
+        if not labelled:
+            raise UsageError(f"QAT needs a model with a labelled training set (a zoo classification task); "
+                             f"{name} has none: choose --methods dynamic,static")
+    calib = config.calib
+    skipped = []
+    if "static" in methods and calib is None:
+        calib = default_calibration(task.get("dataset"))
+        if calib is None:
+            why = f"edgekit ships no calibration data for {name}"
+            if explicit:
+                raise UsageError(f"static int8 needs calibration data and {why}: pass --calib FOLDER (.npy/.npz "
+                                 "samples of its inputs), or drop static from --methods")
+            methods = tuple(m for m in methods if m != "static")
+            skipped.append(Skipped(tuple(f"int8-static-{fmt}" for fmt in formats),
+                                   f"no calibration data ({why}): pass --calib FOLDER (.npy/.npz samples of its inputs)"))
+    return methods, calib, skipped
