@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.errors import EdgekitError, UsageError
+from edgekit.fileio import read_regular, tree_size
 
 PARTS = {
     "calibration": "activation ranges from static calibration, reused when model, data and settings match",
@@ -157,14 +158,14 @@ def usage(root: Path | None = None) -> list[CachePart]:
         path = root / name
         exists = os.path.lexists(path)
         if exists and not is_part(path, name):
-            size, files = _size(path)
+            size, files = tree_size(path)
             foreign.append(CachePart(name, str(path), True, size, files,
                                      "not edgekit's (no edgekit cache tag): left alone", False))
             parts.append(CachePart(name, str(path), False, 0, 0, description, True))
             continue
         size = files = 0
         for entry in _scan(path) if exists else ():
-            entry_size, entry_files = _size(Path(entry.path))
+            entry_size, entry_files = tree_size(Path(entry.path))
             if entry.name == TAG_NAME or _recognise(name, entry) is not None:
                 size, files = size + entry_size, files + entry_files
             else:
@@ -174,7 +175,7 @@ def usage(root: Path | None = None) -> list[CachePart]:
     if root.is_dir() and not root.is_symlink():
         for entry in sorted(_scan(root), key=lambda e: e.name):
             if entry.name not in PARTS:
-                size, files = _size(Path(entry.path))
+                size, files = tree_size(Path(entry.path))
                 foreign.append(CachePart(entry.name, entry.path, True, size, files, "not edgekit's: left alone", False))
     return parts + foreign
 
@@ -249,12 +250,12 @@ def clear(names: list[str] | None = None, root: Path | None = None) -> list[Cach
             if remove is None:
                 kept = True
                 continue
-            entry_size, entry_files = _size(Path(entry.path))
+            entry_size, entry_files = tree_size(Path(entry.path))
             _remove(Path(entry.path), remove)
             size, files = size + entry_size, files + entry_files
         if not kept:
             tag = path / TAG_NAME
-            size += _size(tag)[0] if tag.exists() else 0
+            size += tree_size(tag)[0] if tag.exists() else 0
             try:
                 tag.unlink(missing_ok=True)
                 path.rmdir()
@@ -364,19 +365,11 @@ def _scan(folder: Path) -> list[os.DirEntry]:
 
 def _read_small(path: Path, limit: int) -> str | None:
     """A regular file's text (never through a link, never a FIFO), or None when larger than ``limit``."""
+    data = read_regular(path, limit)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        return os.pread(fd, limit, 0).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    finally:
-        os.close(fd)
 
 
 def _read_json(path: Path, limit: int) -> dict | None:
@@ -400,32 +393,6 @@ def _remove(path: Path, how: str) -> None:
     except OSError as exc:
         raise EdgekitError(f"could not remove {path}: {exc.strerror or exc} (files owned by root? "
                            "the emulated rootfs is built as root)") from None
-
-
-def _size(path: Path) -> tuple[int, int]:
-    """(bytes, files) under ``path``, never following links; unreadable folders count as empty."""
-    try:
-        if path.is_symlink() or not path.is_dir():
-            return path.lstat().st_size, 1
-    except OSError:
-        return 0, 0
-    total = files = 0
-    stack = [path]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                else:
-                    total += entry.stat(follow_symlinks=False).st_size
-                    files += 1
-            except OSError:
-                continue
-    return total, files
 
 
 def _refuse_mounted(path: Path) -> None:

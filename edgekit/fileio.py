@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -67,8 +68,8 @@ def clean_stale_temps(final: str | os.PathLike) -> list[Path]:
     final = Path(final)
     parent = final.parent
     name = re.escape(final.name)
-    with_pid = re.compile(rf"^\.{name}\.(\d+)-[a-z0-9_]{{8}}\.tmp$|^\.{name}\.old-(\d+)$")
-    without_pid = re.compile(rf"^\.{name}\.[a-z0-9_]{{8}}\.tmp$")
+    with_pid = re.compile(rf"^\.{name}\.(\d+)-[a-z0-9_]{{8}}\.tmp\Z|^\.{name}\.old-(\d+)\Z")
+    without_pid = re.compile(rf"^\.{name}\.[a-z0-9_]{{8}}\.tmp\Z")
     removed = []
     try:
         entries = list(parent.iterdir())
@@ -208,6 +209,51 @@ def _constant(finite: bool):
 
     return parse
 
+
+
+def read_regular(path: Path, limit: int, head: bool = False, tail: bool = False) -> bytes | None:
+    """A regular file's bytes, never through a link (a FIFO is never waited on): all of them, or
+    None when there are more than ``limit`` (or it is no regular file, or unreadable); with
+    ``head``/``tail`` its first/last ``limit``. For files edgekit may not own: proofs and markers."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_size > limit and not (head or tail)):
+            return None
+        return os.pread(fd, limit, max(0, info.st_size - limit) if tail else 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def tree_size(path: Path) -> tuple[int, int]:
+    """(bytes, files) under ``path``, never following links; unreadable folders count as empty."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return path.lstat().st_size, 1
+    except OSError:
+        return 0, 0
+    total = files = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+                    files += 1
+            except OSError:
+                continue
+    return total, files
 
 def _read_bounded(path: Path, what: str, max_bytes: int) -> bytes:
     """At most ``max_bytes`` of a regular file, as bytes; anything else is an InputFileError."""

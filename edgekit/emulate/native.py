@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.emulate import EmulationError
-from edgekit.emulate.report import BENCH_NOTE, BENCH_STATUS, EmulationReport, Tolerance, check_batch
+from edgekit.emulate.report import (
+    BENCH_NOTE,
+    BENCH_STATUS,
+    EmulationReport,
+    Tolerance,
+    check_batches,
+)
 from edgekit.errors import EdgekitError
 
 BENCH_RUNS = 10
@@ -77,12 +83,7 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
 
     reference = {key: value for key, value in _load(bundle.reference).items() if key.endswith("/output")}
     tolerance = Tolerance.for_precision(bundle.precision, atol)
-    batches = tuple(check_batch(batch, emulated[key], hosted[key], reference[key], tolerance)
-                    for batch, key in sorted((int(k[1:].split("/")[0]), k) for k in hosted)
-                    if key in emulated and key in reference)
-    missing = sorted(set(hosted) ^ set(emulated))
-    if missing:
-        notes.append(f"outputs produced on one side only: {', '.join(missing)}")
+    batches = check_batches(emulated, hosted, reference, tolerance, notes)
     exact = all(b.emulated_vs_host.get("max_abs") == 0.0 for b in batches)
     seconds["total"] = time.monotonic() - started
     return EmulationReport(

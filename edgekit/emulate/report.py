@@ -129,3 +129,15 @@ def _metrics(compare, reference, candidate) -> dict[str, float]:
         return {}
     stats = compare(reference, candidate)
     return {key: float(stats[key]) for key in METRICS}
+
+
+def check_batches(emulated: dict, hosted: dict, reference: dict, tolerance: Tolerance, notes: list[str]) -> tuple:
+    """Every batch's check (``b{N}/output`` keys), in batch order; an output only one side produced
+    is a note."""
+    batches = tuple(check_batch(batch, emulated[key], hosted[key], reference[key], tolerance)
+                    for batch, key in sorted((int(k[1:].split("/")[0]), k) for k in hosted)
+                    if key in emulated and key in reference)
+    missing = sorted(set(hosted) ^ set(emulated))
+    if missing:
+        notes.append(f"outputs produced on one side only: {', '.join(missing)}")
+    return batches

@@ -25,7 +25,14 @@ from typing import Callable
 from edgekit.board import BUNDLED_NAME
 from edgekit.board import entries as board_files
 from edgekit.emulate import EmulationError
-from edgekit.emulate.report import BENCH_NOTE, BENCH_STATUS, DEFAULT_ATOL, EmulationReport, Tolerance, check_batch
+from edgekit.emulate.report import (
+    BENCH_NOTE,
+    BENCH_STATUS,
+    DEFAULT_ATOL,
+    EmulationReport,
+    Tolerance,
+    check_batches,
+)
 from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
 from edgekit.errors import EdgekitError, UsageError
 
@@ -158,9 +165,8 @@ def verify_emulated(
             notes.append("the bundle has no runner.py; no functional bench was run")
         serve_report = None
         if serve:
-            from edgekit.emulate.serve_check import has_server, serve_check
-
             from edgekit import formats
+            from edgekit.emulate.serve_check import has_server, serve_check
 
             if has_server(bundle) and formats.get(bundle.format).standalone_server:
                 serve_report, seconds["serve"] = serve_check(
@@ -174,14 +180,7 @@ def verify_emulated(
 
     reference = _reference_outputs(bundle.reference)
     tolerance = Tolerance.for_precision(bundle.precision, atol)
-    batches = tuple(
-        check_batch(batch, emulated[key], hosted[key], reference[key], tolerance)
-        for batch, key in sorted((int(k[1:].split("/")[0]), k) for k in hosted)
-        if key in emulated and key in reference
-    )
-    missing = sorted(set(hosted) ^ set(emulated))
-    if missing:
-        notes.append(f"outputs produced on one side only: {', '.join(missing)}")
+    batches = check_batches(emulated, hosted, reference, tolerance, notes)
     seconds["total"] = time.monotonic() - started
     return EmulationReport(
         bundle=str(bundle.path.resolve()),
