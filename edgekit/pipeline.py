@@ -23,15 +23,14 @@ from typing import Any, Callable
 
 from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import make_dirs, prune_empty, write_json, write_text
-from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 from edgekit.outputs import claim_output
+from edgekit.pipeline_plan import DEFAULT_MODEL, make_plan
 from edgekit.pipeline_summary import ratio, summary_markdown  # noqa: F401 - re-exported
+from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 
 Progress = Callable[[str], None]
 QUANT_METHODS = ("dynamic", "static", "qat")
 DEFAULT_METHODS = ("dynamic", "static")
-SOURCE_OPTIONS = ("input_shapes", "input_dtypes", "dynamic_axes", "input_ranges", "state_dict")
-DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
 DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
 
 
@@ -56,7 +55,7 @@ class PipelineConfig:
     checkpoint: Path | None = None  # start from this checkpoint artifact instead of training
     # or from any model quantize takes: model.onnx, package.module:factory, hf:CONFIG, a checkpoint folder
     source: str | Path | None = None
-    source_options: dict[str, Any] = field(default_factory=dict)  # SOURCE_OPTIONS, as quantize() takes them
+    source_options: dict[str, Any] = field(default_factory=dict)  # input_shapes, ...: as quantize() takes them
     force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
     processes: int = DEFAULT_PROCESSES
     reference: bool = True  # time the reference workload in every bench round (regression gates normalise by it)
@@ -90,6 +89,8 @@ class PipelineConfig:
                 raise UsageError(f"unknown method {method!r}; choose from: {', '.join(QUANT_METHODS)}")
         if self.methods is not None and not self.methods:
             raise UsageError(f"methods is empty; choose from: {', '.join(QUANT_METHODS)}")
+        from edgekit.quantize.api import SOURCE_OPTIONS
+
         unknown = sorted(set(self.source_options) - set(SOURCE_OPTIONS))
         if unknown:
             raise UsageError(f"unknown source option(s) {', '.join(unknown)}; choose from: {', '.join(SOURCE_OPTIONS)}")
@@ -152,7 +153,6 @@ class PipelineResult:
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
     from edgekit.targets import load_target
 
-    from edgekit.pipeline_plan import make_plan
 
     say = progress or (lambda message: None)
     target = load_target(config.target)
@@ -160,6 +160,8 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> Pi
     config = _with_model_defaults(config, plan)
     _check_before_work(config, target, say, plan)  # budgets, sizes: refuse now, not after training
     inputs = [config.checkpoint, config.calib, config.config_path, target.source, *_source_paths(config)]
+    for line in plan.source_warnings:  # random weights (--random-init), a task head left out
+        say(f"Warning: {line}")
     for skip in plan.skipped:
         say(f"skip {', '.join(skip.variants)}: {skip.reason}")
     with claim_output(config.out, "pipeline", inputs=inputs, force=config.force):
@@ -197,11 +199,7 @@ def _source_paths(config: PipelineConfig) -> list:
 
 def _with_model_defaults(config: PipelineConfig, plan=None) -> PipelineConfig:
     """Fill what the model decides: its training epochs and the calibration set shipped for its dataset."""
-    from dataclasses import replace
-
     if plan is None:
-        from edgekit.pipeline_plan import make_plan
-
         plan = make_plan(config)
     epochs = config.epochs
     if plan.kind == "zoo":
@@ -218,8 +216,6 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
     from edgekit.limits import check_calibration_size, check_model_fits
 
     if plan is None:
-        from edgekit.pipeline_plan import make_plan
-
         plan = make_plan(config)
     resolve_budgets(target, config.config_path, config.budget_overrides)
     float_bytes = _float_bytes(plan)
@@ -244,7 +240,7 @@ def _float_bytes(plan) -> int | None:
         from edgekit.limits import float_parameter_bytes
 
         return float_parameter_bytes(plan.name, plan.model_config)
-    if plan.kind == "onnx":
+    if plan.onnx_file:
         from edgekit import onnx_files
 
         return onnx_files.tensor_bytes(onnx_files.read(plan.source.onnx_path)[0])
@@ -274,7 +270,7 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
 
     exports = []
     say("export fp32")
-    if plan.kind == "onnx":  # the file itself is the fp32 model: shipped as ONNX Runtime runs it, checked
+    if plan.onnx_file:  # the file itself is the fp32 model: shipped as ONNX Runtime runs it, checked
         from edgekit.export.onnx_file import export_onnx_file
 
         exports.append(export_onnx_file(plan.source, out / "export" / "fp32", target))

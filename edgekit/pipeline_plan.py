@@ -22,6 +22,8 @@ from pathlib import Path
 from edgekit.artifacts import InputSpec
 from edgekit.errors import UsageError
 
+DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
+
 DEFAULT_METHODS = ("dynamic", "static")
 
 
@@ -59,6 +61,20 @@ class Plan:
         return "accuracy" if self.labelled else "fidelity"
 
     @property
+    def onnx_file(self) -> bool:
+        """The model is an ONNX file: no PyTorch model to write other formats from, or to fine-tune."""
+        return self.source is not None and not self.source.has_torch
+
+    @property
+    def source_warnings(self) -> list[str]:
+        """What the user must be told about the model's weights (random ones, a dropped head)."""
+        if self.source is None:
+            return []
+        from edgekit.formats.sources import source_warnings
+
+        return source_warnings(self.source.model_info)
+
+    @property
     def quantize_source(self):
         """What quantize/export take as their source: the checkpoint folder, else the user's source."""
         return self.checkpoint if self.checkpoint is not None else self.source.label
@@ -67,10 +83,15 @@ class Plan:
 def make_plan(config) -> Plan:
     """The plan for ``config`` (a PipelineConfig); UsageError for what cannot be done as asked."""
     kind, name, inputs, task, extra = _model(config)
-    formats, skipped = _formats(config, kind, name)
-    methods, calib, skipped_methods = _methods(config, kind, name, task, formats)
+    torchless = extra.get("source") is not None and not extra["source"].has_torch
+    formats, torch_only = _formats(config, torchless, name)
+    methods, calib, skipped = _methods(config, torchless, name, task, formats)
+    if torch_only:  # every row those formats would have had
+        variants = tuple(v for fmt in torch_only for v in (f"fp32-{fmt}", *(f"int8-{m}-{fmt}" for m in methods)))
+        skipped.insert(0, Skipped(variants, f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} "
+                                            f"written from a PyTorch model; {name} is an ONNX file"))
     return Plan(kind=kind, name=name, inputs=inputs, task=task, formats=formats, methods=methods, calib=calib,
-                skipped=tuple(skipped + skipped_methods), **extra)
+                skipped=tuple(skipped), **extra)
 
 
 def _model(config):
@@ -78,6 +99,9 @@ def _model(config):
 
     if config.source is not None and config.checkpoint is not None:
         raise UsageError("--source and --checkpoint both name the model; give one")
+    if (config.source is not None or config.checkpoint is not None) and config.model != DEFAULT_MODEL:
+        raise UsageError(f"--model {config.model} and --{'source' if config.source is not None else 'checkpoint'} "
+                         "both name the model; give one")
     source = config.source if config.source is not None else config.checkpoint
     if source is None:
         if config.source_options:
@@ -107,11 +131,12 @@ def _model(config):
     return src.kind, name, src.inputs, dict(src.task), {"source": src, "source_options": dict(config.source_options)}
 
 
-def _formats(config, kind: str, name: str) -> tuple[tuple[str, ...], list[Skipped]]:
+def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[str]]:
+    """(the formats to run, the asked-for formats an ONNX file cannot feed)."""
     from edgekit import formats
 
     asked = tuple(config.formats) if config.formats is not None else formats.available_names()
-    if kind != "onnx":
+    if not torchless:
         return asked, []
     runnable = tuple(f for f in asked if not formats.get(f).needs_torch_model)
     torch_only = [f for f in asked if formats.get(f).needs_torch_model]
@@ -119,22 +144,17 @@ def _formats(config, kind: str, name: str) -> tuple[tuple[str, ...], list[Skippe
         fit = ", ".join(formats.default_names(need_torch=False))
         raise UsageError(f"{name} is an ONNX file: only --format {fit} applies "
                          f"(--format {torch_only[0]} is written from a PyTorch model)")
-    skipped = []
-    if torch_only:
-        variants = tuple(f"{precision}-{fmt}" for fmt in torch_only for precision in ("fp32", "int8"))
-        skipped.append(Skipped(variants, f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} "
-                                         f"written from a PyTorch model; {name} is an ONNX file"))
-    return runnable, skipped
+    return runnable, torch_only
 
 
-def _methods(config, kind: str, name: str, task: dict, formats: tuple[str, ...]):
+def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str, ...]):
     from edgekit.data.calibsets import default_calibration
 
     explicit = config.methods is not None
     methods = tuple(config.methods) if explicit else DEFAULT_METHODS
     labelled = task.get("type") == "classification" and bool(task.get("dataset"))
     if "qat" in methods:
-        if kind == "onnx":
+        if torchless:
             raise UsageError(f"{name} is an ONNX file: QAT needs the PyTorch model and its training data; "
                              "choose --methods dynamic,static")
         if not labelled:
@@ -151,5 +171,5 @@ def _methods(config, kind: str, name: str, task: dict, formats: tuple[str, ...])
                                  "samples of its inputs), or drop static from --methods")
             methods = tuple(m for m in methods if m != "static")
             skipped.append(Skipped(tuple(f"int8-static-{fmt}" for fmt in formats),
-                                   f"no calibration data ({why}): pass --calib FOLDER (.npy/.npz samples of its inputs)"))
+                                   f"{why}: pass --calib FOLDER (.npy/.npz samples of its inputs)"))
     return methods, calib, skipped

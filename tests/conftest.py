@@ -25,6 +25,18 @@ def digits_checkpoint(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mobilenet_checkpoint(tmp_path_factory) -> Path:
+    """The default pipeline model: big enough that int8 beats float by a wide margin (~0.4x p50), so
+    whether --auto finds a candidate does not hang on a coin flip between two 0.02 ms timings."""
+    from edgekit.train.config import TrainConfig
+    from edgekit.train.loop import train
+
+    out = tmp_path_factory.mktemp("mobilenet") / "checkpoint"
+    train(TrainConfig(model="digits-mobilenet", epochs=4, seed=0), out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def digits_static(digits_checkpoint, tmp_path_factory) -> Path:
     from edgekit.quantize.api import quantize
 

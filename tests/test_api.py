@@ -4,6 +4,7 @@ the errors for a wrong config, light imports, and the README's example."""
 from __future__ import annotations
 
 import dataclasses
+import platform
 import re
 import subprocess
 import sys
@@ -218,4 +219,7 @@ def test_the_readme_example_runs_from_any_folder(tmp_path):
     assert (tmp_path / "runs/digits-int8/model.onnx").is_file() and (tmp_path / "dist/model.onnx").is_file()
     lines = done.stdout.strip().splitlines()
     assert re.fullmatch(r"int8 accuracy 0\.\d{3} \(float 0\.\d{3}\)", lines[0]), lines
-    assert lines[-1] in ("gate passed", "gate failed")
+    # size, memory and accuracy decide it; rpi4's p99 budget applies to runs on a Pi, not on this host
+    assert lines[-1] == "gate passed", lines
+    if platform.machine() != "aarch64":
+        assert re.fullmatch(r"skipped: p99 latency \d+\.\d{3} ms \(not measured on rpi4\)", lines[-2]), lines

@@ -14,6 +14,22 @@ VARIANTS = {f"{variant}-{fmt}" for fmt in formats.available_names()
             for variant in ("fp32", "int8-dynamic", "int8-static")}
 
 
+def _host_compiler() -> bool:
+    from edgekit.errors import EdgekitError
+    from edgekit.native.toolchain import find_toolchain, host_arch
+
+    try:
+        find_toolchain(host_arch())
+    except EdgekitError:
+        return False
+    return True
+
+
+# ...and the static int8 .pte as a native bundle (edgekit-run, no Python) when this host can compile it
+if "executorch" in formats.available_names() and _host_compiler():
+    VARIANTS.add("int8-static-executorch-native")
+
+
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory):
     from conftest import CALIB_DIGITS

@@ -323,7 +323,7 @@ def _verdict(lines) -> str:
     for line in lines:
         kind = "recommended" if line.startswith("Recommended") else "warning" if line.startswith("Warning") else "plain"
         out.append(f'<p class="{kind}">{_e(line)}</p>')
-    return f'<div class="verdict">\n' + "\n".join(out) + "\n</div>" if out else ""
+    return '<div class="verdict">\n' + "\n".join(out) + "\n</div>" if out else ""
 
 
 # -------------------------------------------------------------------------------------- helpers

@@ -65,7 +65,7 @@ def export_command(
     from edgekit.formats.sources import source_warnings
 
     for line in source_warnings(manifest.model):  # random weights (--random-init), a task head left out
-        console(stderr=True).print(f"Warning: {line}", style="yellow", markup=False)
+        console(stderr=True).print(f"Warning: {line}", style="yellow", markup=False, soft_wrap=True)
     if as_json:
         from edgekit.info import manifest_summary
 

@@ -10,14 +10,20 @@ import typer
 from edgekit.cli.common import console, handles_errors, split_csv
 from edgekit.cli.options import (
     ConfigOpt,
+    DynamicAxesOpt,
+    InputDtypeOpt,
+    InputRangeOpt,
+    InputShapeOpt,
     MaxDropOpt,
     MaxP50Opt,
     MaxP99Opt,
     MaxRssOpt,
     MaxSizeOpt,
-    ModelOpt,
+    RandomInitOpt,
     SeedOpt,
+    StateDictOpt,
     TargetOpt,
+    source_options as collect_source_options,
 )
 from edgekit.errors import GateFailed
 
@@ -25,12 +31,25 @@ from edgekit.errors import GateFailed
 @handles_errors
 def pipeline_command(
     target: TargetOpt = "rpi4",
-    model: ModelOpt = "digits-mobilenet",
+    model: Optional[str] = typer.Option(
+        None, "--model", "-m", metavar="NAME",
+        help="Zoo model to train (see `edgekit models`; default digits-mobilenet). Or start from --checkpoint / --source.",
+    ),
+    source: Optional[str] = typer.Option(
+        None, "--source", metavar="SOURCE",
+        help="Start from any model: model.onnx, package.module:factory, hf:CONFIG(.json|folder) or a checkpoint "
+             "folder (with --input-shape ... as `edgekit quantize` takes them). Judged by fidelity to the float "
+             "model when it has no labelled data.",
+    ),
     out: Path = typer.Option(Path("runs/pipeline"), "--out", "-o", help="Output folder."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", help="Training epochs (default: the model's; 6 for digits-mobilenet)."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Training epochs of a --model (default: the model's; 6 for digits-mobilenet)."),
     seed: SeedOpt = 0,
-    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8 (default: the set edgekit ships for the model's dataset)."),
-    methods: str = typer.Option("dynamic,static", "--methods", help="Comma-separated int8 methods."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8, .npy/.npz samples of the inputs (default: the set edgekit ships for the model's dataset; without one, static is skipped)."),
+    methods: Optional[str] = typer.Option(
+        None, "--methods",
+        help="Comma-separated int8 methods: dynamic, static, qat (default: dynamic,static; static is skipped, "
+             "and said, when there is no calibration data; asked for, it needs --calib).",
+    ),
     formats: Optional[str] = typer.Option(
         None, "--format",
         help="Comma-separated formats (default: torchscript, onnx, and executorch when edgekit-ml[executorch] is installed).",
@@ -47,16 +66,31 @@ def pipeline_command(
     max_accuracy_drop: MaxDropOpt = None,
     config: ConfigOpt = None,
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Start from this checkpoint artifact (from `edgekit train`) instead of training."),
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = None,
+    dynamic_axes: DynamicAxesOpt = None,
+    input_range: InputRangeOpt = None,
+    state_dict: StateDictOpt = None,
+    random_init: RandomInitOpt = False,
     force: bool = typer.Option(False, "--force", help="Go on when the model is estimated not to fit the target's RAM; replace --out even when it holds files edgekit did not write."),
 ) -> None:
-    """Train, quantize (dynamic + static int8), export, benchmark every variant and gate on budgets.
+    """Train (or take --checkpoint / --source), quantize (dynamic + static int8), export, benchmark every
+    variant and gate on budgets: one table, with pipeline.json/md and report.html.
 
     Exit codes: 0 all budgets met, 3 a budget failed, 2 usage error, 1 tool error.
     """
     from rich.markup import escape
     from rich.table import Table
 
-    from edgekit.pipeline import PipelineConfig, ratio, recommendation_line, run_pipeline
+    from edgekit.errors import UsageError
+    from edgekit.pipeline import DEFAULT_MODEL, PipelineConfig, run_pipeline
+    from edgekit.pipeline_summary import cells, headers, skipped_lines, title
+    from edgekit.pipeline_verdict import recommendation_line
+
+    given = [flag for flag, value in (("--model", model), ("--checkpoint", checkpoint), ("--source", source))
+             if value is not None]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} both name the model; give one")
 
     overrides = {
         "max_size_mb": max_size_mb,
@@ -67,12 +101,12 @@ def pipeline_command(
     }
     cfg = PipelineConfig(
         target=target,
-        model=model,
+        model=model or DEFAULT_MODEL,
         out=out,
         epochs=epochs,
         seed=seed,
         calib=calib,
-        methods=tuple(split_csv(methods)),
+        methods=tuple(split_csv(methods)) if methods is not None else None,
         formats=tuple(split_csv(formats)) if formats is not None else None,
         threads=threads,
         min_runs=min_runs,
@@ -80,6 +114,9 @@ def pipeline_command(
         budget_overrides={k: v for k, v in overrides.items() if v is not None},
         config_path=config,
         checkpoint=checkpoint,
+        source=source,
+        source_options=collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict,
+                                                random_init),
         force=force,
         processes=processes,
         reference=reference,
@@ -87,26 +124,17 @@ def pipeline_command(
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))
 
-    table = Table(
-        "variant", "format", "size", "accuracy", "p50 ms", "p99 ms", "peak RSS", "gate",
-        title=f"edgekit pipeline: {model} for {target} (ratios vs fp32 of the same format, same run)",
-    )
-    for row in result.rows:
-        table.add_row(
-            row.variant,
-            row.format,
-            f"{row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)}",
-            "-" if row.accuracy is None else f"{100 * row.accuracy:.2f}%",
-            f"{row.p50_ms:.3f}{ratio(row.p50_ratio)}",
-            f"{row.p99_ms:.3f}",
-            f"{row.peak_rss_mb:.0f} MB",
-            {"pass": "[green]pass[/green]", "fail": "[red]FAIL[/red]"}.get(row.gate, row.gate),
-        )
+    table = Table(*headers(result), title=f"{title(result, target)} (ratios vs fp32 of the same format, same run)")
+    for row in cells(result):
+        gate = {"pass": "[green]pass[/green]", "fail": "[red]FAIL[/red]"}.get(row[-1], escape(row[-1]))
+        table.add_row(*(escape(cell) for cell in row[:-1]), gate)
     out_console = console()
     out_console.print(table)
     out_console.print(recommendation_line(result.recommended), markup=False, highlight=False)
     for warning in result.warnings:
         out_console.print(f"[yellow]Warning:[/yellow] {escape(warning)}")
+    for line in skipped_lines(result):
+        out_console.print(line, markup=False, highlight=False)
     for check in result.gate_report.failures:
         out_console.print(f"[red]FAIL[/red] {escape(check.model)}: {escape(check.message)}")
     files = ("report.html", "pipeline.md", "pipeline.json", "bench.json", "gate.md", "gate.json", "junit.xml")

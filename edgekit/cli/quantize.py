@@ -182,7 +182,7 @@ def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, per
 
 def _warn(err, manifest) -> None:
     for line in (manifest.quantization or {}).get("warnings", []):
-        err.print(f"Warning: {line}", style="yellow", markup=False)
+        err.print(f"Warning: {line}", style="yellow", markup=False, soft_wrap=True)  # one line, however long
 
 
 @contextlib.contextmanager

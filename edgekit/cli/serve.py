@@ -18,7 +18,7 @@ def serve_command(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="EDGEKIT_API_KEY", show_envvar=True,
                                           help="Key every request must carry (Authorization: Bearer KEY or X-API-Key)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="onnx, torchscript, executorch or checkpoint, when the artifact holds several."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the runtime."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads of the runtime (default: the artifact's target's, capped leaving one of this host's cores free, as bench and generate do)."),
     max_batch: int = typer.Option(16, "--max-batch", help="Micro-batching: most rows per model call (1: off)."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="Micro-batching: also wait this long for more requests (0: batch what is already queued)."),
     queue_size: int = typer.Option(256, "--queue-size", help="Requests waiting at most; more get 503 + Retry-After."),
@@ -73,6 +73,7 @@ def serve_command(
     from edgekit.serve.loader import load_served_model, probe_served_model
 
     probe_served_model(artifact, fmt)  # in a child first: a file that crashes its runtime must not take the server down
+    threads = _threads(artifact, fmt, threads, say)
     if ray:
         from edgekit.serve.ray_app import deploy
 
@@ -95,3 +96,15 @@ def serve_command(
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve_command)
+
+
+def _threads(artifact, fmt, threads, say) -> int:
+    """The one thread rule bench and generate follow (edgekit.threads), for the artifact's target."""
+    from edgekit.serve.loader import served_entry
+    from edgekit.threads import resolve_threads, target_of
+
+    _, manifest, _ = served_entry(artifact, fmt)
+    chosen, notes = resolve_threads(threads, target_of(manifest))
+    for note in notes:
+        say(f"note: {note}")
+    return chosen

@@ -31,7 +31,8 @@ def verify_command(
     index_url: str | None = typer.Option(
         None, "--index-url",
         help="Install the bundle's pinned requirements from this package index instead of the one requirements.txt names "
-             "(e.g. https://pypi.org/simple where PyTorch's CPU index is out of reach; PyPI's aarch64 torch is a CUDA build, GBs).",
+             "(e.g. a mirror of PyTorch's CPU index where download.pytorch.org is out of reach); checked from this host "
+             "first: an index out of reach, a pin it lacks, or a CUDA-only torch (PyPI's for aarch64) is refused in one line.",
     ),
     json_out: Path | None = typer.Option(None, "--json", help="Write the verification report (JSON) here (an existing file only if empty or an edgekit verify report)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines and no table."),

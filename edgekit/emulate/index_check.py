@@ -77,23 +77,28 @@ def check_indexes(requirements: str, platform: str, python: str, *, replaced: bo
         problem = unreachable(url)
         if problem:
             who = indexes.named_by if url == indexes.main else "the requirements' --extra-index-url"
-            raise EmulationError(f"the package index {url} named by {who} is not reachable from this machine "
+            raise EmulationError(f"the package index {shown(url)} named by {who} is not reachable from this machine "
                                  f"({problem}); {_FIX}")
     report = _dry_run(requirements, platform, python, timeout_s)
     cuda = cuda_builds(report)
     if cuda:
         name, version, signs = cuda[0]
         raise EmulationError(
-            f"{' / '.join(indexes.all)} ({indexes.named_by}) has {name} {version} for {platform} only as a CUDA build "
+            f"{' / '.join(map(shown, indexes.all))} ({indexes.named_by}) has {name} {version} for {platform} only as a CUDA build "
             f"(it requires {', '.join(signs[:3])}{', ...' if len(signs) > 3 else ''}: gigabytes a board without an "
             f"NVIDIA GPU cannot use), so it is not installed; pass --index-url URL of an index with {name}'s CPU build"
             f"{' (https://download.pytorch.org/whl/cpu or a mirror of it)' if name.lower() == 'torch' else ''}, {_WHEELS}")
     return indexes
 
 
+def shown(url: str) -> str:
+    """``url`` as messages show it: a password in it is masked (``https://user:***@host/...``)."""
+    return re.sub(r"^(https?://[^/@:]*):[^/@]*@", r"\1:***@", url)
+
+
 def unreachable(url: str) -> str | None:
     """Why ``url`` cannot be reached from here (None: it answered, whatever the status)."""
-    request = urllib.request.Request(url.rstrip("/") + "/", method="GET", headers={"User-Agent": "edgekit"})
+    request = urllib.request.Request(url.rstrip("/") + "/", method="HEAD", headers={"User-Agent": "edgekit"})
     context = ssl.create_default_context(cafile=_ca_file())
     try:
         with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S, context=context) as answer:
@@ -177,8 +182,17 @@ def _pip_env() -> dict[str, str]:
     return env
 
 
-def _ca_file() -> str | None:
-    from edgekit.emulate.venv import _host_ca_bundle
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this host trusts (it may hold a proxy's or a company's CA the rootfs lacks)."""
+    paths = ssl.get_default_verify_paths()
+    candidates = [os.environ.get(n) for n in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")]
+    candidates += [paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
 
-    found = _host_ca_bundle()
+
+def _ca_file() -> str | None:
+    found = host_ca_bundle()
     return str(found) if found else None

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import ssl
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -277,24 +276,15 @@ def _network_env(launcher: Launcher) -> dict[str, str]:
         urls = [u for u in os.environ.get(name, "").split() if u.startswith(("http://", "https://"))]
         if urls:
             env[name] = " ".join(urls)
-    ca = _host_ca_bundle()
+    from edgekit.emulate.index_check import host_ca_bundle
+
+    ca = host_ca_bundle()
     if ca is not None:
         dest = launcher.host_path(HOST_CA)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ca, dest)
         env["PIP_CERT"] = HOST_CA
     return env
-
-
-def _host_ca_bundle() -> Path | None:
-    """The CA bundle this host trusts (it may hold a proxy's or a company's CA the rootfs lacks)."""
-    paths = ssl.get_default_verify_paths()
-    candidates = [os.environ.get(n) for n in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")]
-    candidates += [paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    return None
 
 
 def _pip_line(line: str, progress: Progress) -> None:

@@ -104,7 +104,8 @@ def mark_used(venv_dir: Path) -> None:
 
     marker = read_marker(venv_dir / MARKER)
     if marker:
-        write_json(venv_dir / MARKER, {**marker, "used": now()})
+        size = marker["bytes"] if isinstance(marker.get("bytes"), int) else tree_bytes(venv_dir)  # older markers: once
+        write_json(venv_dir / MARKER, {**marker, "used": now(), "bytes": size})
 
 
 def hold(rootfs: Path, key: str) -> None:
@@ -191,22 +192,9 @@ def _remove_if_free(rootfs: Path, victim: VenvEntry) -> bool:
 
 def tree_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (links not followed)."""
-    total = 0
-    stack = [path]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                else:
-                    total += entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                continue
-    return total
+    from edgekit.fileio import tree_size
+
+    return tree_size(path)[0]
 
 
 def _size(n: int) -> str:

@@ -201,7 +201,8 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
                                 external_data=external_data)
         details = table.get(fmt).ops().copy_quantized(request)
         predict = predictor_for(path, fmt, details)
-        parity = check_parity(predict, cases, "int8", f"int8 {fmt} export")
+        labelled = manifest.task.get("type") == "classification" and bool(manifest.task.get("dataset"))
+        parity = check_parity(predict, cases, "int8", f"int8 {fmt} export", decisions=labelled)
         accuracy = task_accuracy(manifest.task, predict)
         recorded = entry.metrics.get("accuracy")
         if recorded is not None and accuracy is not None and abs(accuracy - recorded) > 1e-9:

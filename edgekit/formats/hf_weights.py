@@ -183,6 +183,25 @@ def _dims(shape) -> str:
     return "x".join(map(str, shape)) or "scalar"
 
 
+def describe_mismatch(missing, unexpected, shaped) -> str:
+    """"2 missing (a, b); 1 unexpected (c); 1 with another shape (d: 3x4 in the file, 4x4 in the model)"."""
+    parts = [f"{len(missing)} missing ({_list(missing)})" if missing else "",
+             f"{len(unexpected)} unexpected ({_list(unexpected)})" if unexpected else "",
+             f"{len(shaped)} with another shape ({_list(shaped, 2)})" if shaped else ""]
+    return "; ".join(p for p in parts if p)
+
+
+def strict_mismatch(model, state: dict) -> str | None:
+    """What keeps ``state`` from loading into ``model`` with strict=True, in one line (None: it loads)."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shaped = [f"{k}: {_dims(v.shape)} in the file, {_dims(expected[k].shape)} in the model"
+              for k, v in state.items() if k in expected and hasattr(v, "shape")
+              and tuple(v.shape) != tuple(expected[k].shape)]
+    return describe_mismatch(missing, unexpected, shaped) if missing or unexpected or shaped else None
+
+
 def fit_weights(model, state: dict, where: str) -> dict:
     """Load ``state`` into the transformers ``model`` as ``from_pretrained`` would; refuse a real
     mismatch with one line. Returns what was loaded and what was tolerated, for the manifest."""
@@ -233,11 +252,8 @@ def fit_weights(model, state: dict, where: str) -> dict:
         else:
             missing.append(key)
     if missing or unexpected or shaped:
-        parts = [f"{len(missing)} missing ({_list(missing)})" if missing else "",
-                 f"{len(unexpected)} unexpected ({_list(unexpected)})" if unexpected else "",
-                 f"{len(shaped)} with another shape ({_list(shaped, 2)})" if shaped else ""]
         raise InputFileError(f"{where} does not match the {type(model).__name__} its config builds: "
-                             + "; ".join(p for p in parts if p))
+                             + describe_mismatch(missing, unexpected, shaped))
     model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
     if hasattr(model, "tie_weights"):
         model.tie_weights()

@@ -233,11 +233,10 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError / ValueError on junk
         raise InputFileError(f"{path} is not a readable ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    initializers = {i.name for i in model.graph.initializer}
+    from edgekit.onnx_files import model_inputs
+
     defaults = {}
-    for vi in model.graph.input:
-        if vi.name in initializers:
-            continue
+    for vi in model_inputs(model):  # an initializer listed among the inputs (IR 3) is a weight, not an input
         tensor = vi.type.tensor_type
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
         dims, dyn = [], {}
@@ -275,10 +274,15 @@ def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
         state = state["model"]  # an edgekit checkpoint payload
     if not isinstance(state, dict):
         raise InputFileError(f"{path} does not hold a state dict")
+    from edgekit.formats.hf_weights import strict_mismatch
+
+    problem = strict_mismatch(model, state)  # the whole story in one line (torch's first line is a header)
+    if problem is not None:
+        raise InputFileError(f"state dict {path} does not match {label}: {problem}")
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise InputFileError(f"state dict {path} does not match {label}: {str(exc).strip().splitlines()[0]}") from None
+        raise InputFileError(f"state dict {path} does not match {label}: {first_line(exc, 300)}") from None
 
 
 def _import_user_module(name: str):

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 def lookup_sizes(model) -> dict[str, int]:
     """Graph inputs used as indices into a constant table (Gather): input name -> table rows."""
-    inputs = {vi.name for vi in model.graph.input}
+    from edgekit.onnx_files import model_inputs
+
+    inputs = {vi.name for vi in model_inputs(model)}  # not the initializers IR 3 also lists as inputs
     tables = {i.name: (i.dims[0] if i.dims else 0) for i in model.graph.initializer}
     out = {}
     for node in model.graph.node:

@@ -42,7 +42,8 @@ def fidelity(predict, cases: dict) -> dict:
         if keep is not None:
             got, ref = got[keep], ref[keep]
         denom = np.linalg.norm(ref) * np.linalg.norm(got)
-        cos.append(float((ref * got).sum() / denom) if denom > 0 else 1.0)
+        # both all-zero agree; an all-zero output against a non-zero one (a collapsed int8 file) does not
+        cos.append(float((ref * got).sum() / denom) if denom > 0 else float(not ref.any() and not got.any()))
         noise = float(((ref - got) ** 2).sum())
         sqnr.append(float(10 * np.log10((ref**2).sum() / noise)) if noise > 0 else float("inf"))
         top1.append(float((ref.argmax(-1) == got.argmax(-1)).mean()))

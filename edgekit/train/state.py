@@ -99,6 +99,14 @@ def save_last(run: RunState) -> None:
         run.log.emit("checkpoint", kind="last", step=run.step, path=str(run.out / STATE_FILE))
 
 
+def _length(train_config: dict) -> tuple:
+    """(epochs, max_steps) as the run uses them: no epochs means 20 unless max_steps sets the length."""
+    from edgekit.train.limits import DEFAULT_EPOCHS
+
+    epochs, max_steps = train_config.get("epochs"), train_config.get("max_steps")
+    return (epochs if epochs is not None else (None if max_steps is not None else DEFAULT_EPOCHS), max_steps)
+
+
 def restore(run: RunState, saved: dict) -> None:
     """Load a ``last.pt`` (``load_train_state``) into the live objects; refuse one from a different run.
     The RNG states are the caller's to put back, last."""
@@ -114,7 +122,7 @@ def restore(run: RunState, saved: dict) -> None:
             f"the run was saved with {meta.get('world_size')} process(es), this one has {rt.world_size}; "
             "resume with the same number so every rank continues its own data order"
         )
-    if any(previous.get(k) != getattr(config, k) for k in ("epochs", "max_steps")):
+    if _length(previous) != _length(config.to_dict()):
         run.log.warn("epochs/max_steps changed on resume: the learning-rate schedule follows the new length")
     distributed.load_model_state(run.state_model, saved["model"], rt)
     distributed.load_optimizer_state(run.state_model, run.optimizer, saved["optimizer"], rt)

@@ -235,7 +235,7 @@ def test_serve_refuses_a_broken_program_in_one_line(tmp_path):
     finalize(Manifest(kind="export", model={"name": "tiny", "config": {}},
                       inputs=(InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"}),), outputs=("logits",),
                       files=(describe_file(tmp_path, "model.pte", "executorch"),)), tmp_path)
-    with pytest.raises(InputFileError, match="not an ExecuTorch program") as err:
+    with pytest.raises(InputFileError, match="cannot load model.pte as an ExecuTorch program: no ExecuTorch file identifier") as err:
         load_served_model(tmp_path)
     assert len(str(err.value).splitlines()) == 1
 

@@ -239,7 +239,7 @@ def test_every_allowed_key_checks_its_value():
         for value in UNIVERSALLY_BAD:
             with pytest.raises(UsageError) as caught:
                 parse_ssh_option(f"{key}={value}")
-            assert str(caught.value).startswith(f"--ssh-option ") and "\n" not in str(caught.value)
+            assert str(caught.value).startswith("--ssh-option ") and "\n" not in str(caught.value)
 
 
 SHELL_SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-@:[],")

@@ -112,18 +112,6 @@ def test_max_drop_needs_a_method_that_can_fall_back(digits_checkpoint, tmp_path)
         quantize(digits_checkpoint, "dynamic", tmp_path / "q", max_drop=-1)
 
 
-@pytest.fixture(scope="module")
-def mobilenet_checkpoint(tmp_path_factory):
-    """The default pipeline model: big enough that int8 beats float by a wide margin (~0.4x p50), so
-    whether --auto finds a candidate does not hang on a coin flip between two 0.02 ms timings."""
-    from edgekit.train.config import TrainConfig
-    from edgekit.train.loop import train
-
-    out = tmp_path_factory.mktemp("mobilenet") / "checkpoint"
-    train(TrainConfig(model="digits-mobilenet", epochs=4, seed=0), out)
-    return out
-
-
 @pytest.mark.slow
 def test_auto_picks_the_fastest_recipe_within_budget(mobilenet_checkpoint, tmp_path):
     from edgekit.data.calibsets import default_calibration

@@ -67,7 +67,7 @@ def test_wrong_dtype_calibration_for_token_inputs(tmp_path):
     calib = tmp_path / "calib"
     calib.mkdir()
     np.savez(calib / "b.npz", input_ids=np.zeros((2, 8), np.float32), attention_mask=np.ones((2, 8), np.int64))
-    result = runner.invoke(app, ["quantize", f"hf:{tmp_path}", "--calib", str(calib), "--out", str(tmp_path / "q")])
+    result = runner.invoke(app, ["quantize", f"hf:{tmp_path}", "--random-init", "--calib", str(calib), "--out", str(tmp_path / "q")])
     assert result.exit_code == 2 and "expected integers (int64)" in result.stderr, result.stderr
-    missing = runner.invoke(app, ["quantize", f"hf:{tmp_path}", "--out", str(tmp_path / "q")])
+    missing = runner.invoke(app, ["quantize", f"hf:{tmp_path}", "--random-init", "--out", str(tmp_path / "q")])
     assert missing.exit_code == 2 and "needs calibration data: --calib" in missing.stderr

@@ -120,7 +120,8 @@ def test_transformers_encoder_static_excludes_mask_tensors(bert_config, tmp_path
     from edgekit.quantize.api import quantize
 
     folder, calib = bert_config
-    _, q = quantize(f"hf:{folder}", "static", tmp_path / "q", "x86-64", calib=calib, calibrate_method="percentile")
+    _, q = quantize(f"hf:{folder}", "static", tmp_path / "q", "x86-64", calib=calib, calibrate_method="percentile",
+                    random_init=True)  # a config alone: random weights, asked for
     entry = q.file("onnx")
     assert q.formats() == ("onnx",) and q.outputs == ("last_hidden_state",)
     # padded calibration rows put the -3.4e38 mask constants into the attention scores:
@@ -134,7 +135,7 @@ def test_transformers_encoder_dynamic(bert_config, tmp_path):
     from edgekit.quantize.api import quantize
 
     folder, _ = bert_config
-    _, q = quantize(f"hf:{folder / 'config.json'}", "dynamic", tmp_path / "q", "x86-64")
+    _, q = quantize(f"hf:{folder / 'config.json'}", "dynamic", tmp_path / "q", "x86-64", random_init=True)
     assert q.file("onnx").metrics["fidelity"]["cosine"] >= 0.99
     with pytest.raises(InputFileError, match="Hugging Face config not found"):
         quantize(f"hf:{tmp_path / 'nothing'}", "dynamic", tmp_path / "x")
@@ -162,7 +163,7 @@ def test_export_user_module_and_transformers_encoder(bert_config, tmp_path):
         assert entry.metrics["parity"]["max_abs"] < 1e-4 and entry.metrics["parity"]["batch_sizes"] == [1, 7]
 
     folder, _ = bert_config
-    out, bert = export(f"hf:{folder}", tmp_path / "bert", ("onnx",), target="x86-64")
+    out, bert = export(f"hf:{folder}", tmp_path / "bert", ("onnx",), target="x86-64", random_init=True)
     entry = bert.file("onnx")
     assert bert.outputs == ("last_hidden_state",) and entry.metrics["parity"]["cosine"] > 0.99999
     graph_inputs = {i.name for i in onnx.load(str(out / "model.onnx")).graph.input}

@@ -18,6 +18,7 @@ this order (torchvision's ``Resize`` -> ``CenterCrop`` -> ``ToTensor`` -> ``Norm
                     raw pixels, with no range, mean or std).
   ``interpolation=``  ``bilinear`` (default) | ``bicubic`` | ``nearest`` | ``lanczos`` (PIL's).
 
+EXIF orientation is not applied (neither PIL nor torchvision's loaders apply it).
 The folder is walked in sorted order, sub-folders included (a class-per-folder layout works);
 hidden files and folders (``.DS_Store``) are skipped, any other file that is not an image is refused,
 and so is an image Pillow cannot decode (a truncated JPEG) or one over ``MAX_PIXELS``. Images are
@@ -254,7 +255,7 @@ class ImagePlan:
             raise
         except Exception as exc:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, DecompressionBombError...
             raise InputFileError(f"calibration image {path} cannot be decoded ({first_line(exc, 160)})") from None
-        rgb = self._resized(rgb, Image)
+        rgb = self._resized(rgb, Image, path)
         width, height = rgb.size
         ch, cw = self.crop
         top, left = int(round((height - ch) / 2.0)), int(round((width - cw) / 2.0))
@@ -276,7 +277,7 @@ class ImagePlan:
             values = values.transpose(2, 0, 1)
         return np.ascontiguousarray(values, dtype=self.dtype)
 
-    def _resized(self, img, Image):
+    def _resized(self, img, Image, path: Path):
         resample = getattr(Image.Resampling, self.interpolation.upper())
         width, height = img.size
         ch, cw = self.crop
@@ -291,7 +292,8 @@ class ImagePlan:
         if size != (width, height):
             img = img.resize(size, resample)
         if img.size[0] < cw or img.size[1] < ch:
-            raise InputFileError(f"an image resized to {img.size[1]}x{img.size[0]} is smaller than the crop {ch}x{cw}")
+            raise InputFileError(f"calibration image {path} resized to {img.size[1]}x{img.size[0]} is smaller than "
+                                 f"the crop {ch}x{cw}: give a larger resize=")
         return img
 
 

@@ -143,6 +143,10 @@ def _auto_tokenizer(folder: Path):
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of every non-blank line, checked as it is read."""
     with open(path, "rb") as fh:
+        if b"\x00" in fh.read(8192):  # as git and file(1) tell binary from text
+            raise InputFileError(f"calibration text {path} is binary (NUL bytes in its first 8 KiB), not text "
+                                 "with one sample per line")
+        fh.seek(0)
         number = 0
         while True:
             raw = fh.readline(MAX_LINE_BYTES + 1)
