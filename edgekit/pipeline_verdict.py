@@ -10,7 +10,8 @@ verdict flip between reruns is part of it.
   the point ratio decides, as before.
 * **recommended**: of the int8 variants whose accuracy drop is within the budget (points) and
   whose gate did not fail, the one with the lowest p50; ``pays_off`` says its interval lies
-  wholly below 1 (faster than fp32 with 95 % confidence). A model without labelled data is
+  wholly below 1 (faster than fp32 with 95 % confidence); when it does not, the line says the
+  recommendation is for size only. A model without labelled data is
   judged by fidelity: its drop is ``(1 - cosine) * 100`` points (the float model scores 1.0),
   as ``edgekit quantize`` counts it, so the default 1 pt budget asks for a cosine of 0.99.
 """
@@ -95,5 +96,8 @@ def recommendation_line(rec: dict[str, Any] | None) -> str:
     else:
         drop = "" if rec["accuracy_drop_points"] is None else f", accuracy {-rec['accuracy_drop_points'] + 0.0:+.2f} pt"
     size = "" if rec["size_ratio"] is None else f", {rec['size_ratio']:.2f}x the size"
-    return (f"Recommended: {rec['variant']}: {rec['p50_ratio']:.2f}x the p50 of fp32 {rec['format']}{interval}"
+    # A variant that is not faster than fp32 with confidence is still the best int8 file to ship for
+    # its size, but the line must not read like a speed-up.
+    head = "Recommended" if rec.get("pays_off", True) else "Recommended for its size only (not faster than fp32 here)"
+    return (f"{head}: {rec['variant']}: {rec['p50_ratio']:.2f}x the p50 of fp32 {rec['format']}{interval}"
             f"{size}{drop}")

@@ -100,3 +100,16 @@ def test_the_recommendation_is_the_fastest_int8_variant_within_the_accuracy_budg
     assert recommend(rows, 0.98, 5.0)["variant"] == "int8-fast-but-wrong"
     assert recommend(rows[:1], 0.98, 1.0) is None
     assert recommend([_row("int8-x", 0.9, 0.95, (0.8, 1.1))], 0.98, 1.0)["pays_off"] is False
+
+
+def test_a_recommendation_that_is_not_faster_says_it_is_for_size_only():
+    """Measured on a zoo ShuffleNet: the only int8 file within the fidelity budget was 8.65x fp32's
+    p50; the line said "Recommended: ... 8.65x" next to a warning that int8 is not paying off."""
+    from edgekit.pipeline_verdict import recommend, recommendation_line
+
+    slow = recommend([_row("int8-slow", 8.65, 8.65, (6.7, 11.2))], 0.98, 1.0)
+    line = recommendation_line(slow)
+    assert slow["pays_off"] is False
+    assert line.startswith("Recommended for its size only (not faster than fp32 here): int8-slow: 8.65x the p50")
+    fast = recommendation_line(recommend([_row("int8-fast", 0.4, 0.4, (0.35, 0.45))], 0.98, 1.0))
+    assert fast.startswith("Recommended: int8-fast: 0.40x the p50")
