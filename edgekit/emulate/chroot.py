@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from edgekit.emulate.host import QEMU_STATIC, Binfmt, Tools
+from edgekit.emulate.host import QEMU_STATIC, Binfmt, Tools, checked_cpu
 
 INTERPRETER_IN_ROOTFS = f"/usr/libexec/edgekit/{QEMU_STATIC}"
 BASE_ENV = {
@@ -42,6 +42,9 @@ class Launcher:
     mode: str  # "binfmt" | "interpreter"
     qemu_cpu: str
     interpreter: str | None = None  # inside the rootfs; commands are prefixed with it in "interpreter" mode
+
+    def __post_init__(self) -> None:
+        checked_cpu(self.qemu_cpu)
 
     def argv(self, command: Sequence[str], cwd: str = "/") -> list[str]:
         prefix = [self.interpreter] if self.mode == "interpreter" else []
@@ -65,6 +68,7 @@ def make_launcher(rootfs: Path, tools: Tools, binfmt: Binfmt, qemu_cpu: str, cor
     Either way the interpreter the command needs is placed in the rootfs when the kernel would
     look for it there (binfmt without the F flag resolves its interpreter inside the chroot).
     """
+    checked_cpu(qemu_cpu)  # before anything is written into the rootfs
     write_cpu_list(rootfs, cores)
     if binfmt.usable:
         if not binfmt.fix_binary and binfmt.interpreter:

@@ -92,7 +92,19 @@ def qemu_cpus(qemu: Path) -> tuple[str, ...]:
 # What an unknown core is emulated as: ARMv8.0-A, the baseline every 64-bit Pi has. Never QEMU's
 # "max": it exposes SME, and XNNPACK's SME (KleidiAI) int8 kernels gave wrong outputs under it.
 FALLBACK_CPU = "cortex-a72"
-NEVER = ("max",)
+NEVER = ("max", "any")  # "any" is QEMU's alias of max
+
+
+def checked_cpu(cpu: str) -> str:
+    """``cpu`` if QEMU may emulate it for edgekit: a named core, never ``max`` (with or without
+    options such as ``max,sme=off``: what it enables grows with each QEMU) and never empty (QEMU's
+    default is ``max``). Every launch of an emulated program goes through this."""
+    name = (cpu or "").strip().lower()
+    if not name or name.split(",")[0] in NEVER:
+        which = f"{cpu!r} CPU" if name else "default CPU (no CPU named: QEMU's default is max)"
+        raise EmulationError(f"refusing to emulate QEMU's {which}: max exposes SME, and XNNPACK's SME int8 kernels "
+                             "give wrong results under it; emulate the board's core (e.g. cortex-a72)")
+    return cpu
 
 
 def qemu_cpu_for(core: str, available: tuple[str, ...]) -> tuple[str, str]:
@@ -102,7 +114,7 @@ def qemu_cpu_for(core: str, available: tuple[str, ...]) -> tuple[str, str]:
     (HWCAP) they see, e.g. the dot-product instructions an A76 has and an A72 lacks.
     """
     wanted = core.strip().lower().replace(" ", "-")
-    if wanted and wanted in available and wanted not in NEVER:
+    if wanted and wanted in available and wanted.split(",")[0] not in NEVER:
         return wanted, ""
     why = f"qemu cannot emulate {core}" if wanted else "the target names no CPU core"
     if FALLBACK_CPU not in available:

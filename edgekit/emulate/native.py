@@ -54,7 +54,7 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
     cpu = pinned_cpu(info.get("cpu"), host.qemu_cpus(qemu))
     cached = rootfs.find_rootfs(cache_dir, release) if cache_dir.is_dir() else None
     sysroot = _sysroot(cached)
-    prefix = [str(qemu), "-cpu", cpu, "-L", str(sysroot)]
+    prefix = [str(qemu), "-cpu", host.checked_cpu(cpu), "-L", str(sysroot)]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
     with tempfile.TemporaryDirectory(prefix="edgekit-verify-native-") as here:
@@ -111,8 +111,11 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
 def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
     """The QEMU CPU for a runner compiled for ``cpu``: that core itself, never ``max`` (whose SME
     kernels gave wrong int8 outputs) and never a core older than the binary's instructions."""
+    from edgekit.emulate.host import checked_cpu
+
     if not cpu:
         return "cortex-a72"  # the oldest core edgekit's aarch64 targets have but the A53 (ARMv8.0 either way)
+    checked_cpu(cpu)  # a bundle.json naming max is refused, not emulated
     if cpu not in available:
         raise EmulationError(f"this qemu cannot emulate {cpu}, the core the runner is built for "
                              f"(it has: {', '.join(c for c in available if c != 'max')}); upgrade qemu-user-static")

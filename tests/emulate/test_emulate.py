@@ -399,6 +399,36 @@ def test_every_emulated_run_pins_a_real_core():
         pinned_cpu("cortex-x925", available)
 
 
+@pytest.mark.parametrize("cpu", ["max", "MAX", "max,sme=off", "max,sme=on", "any", "", " "])
+def test_no_launch_can_fall_back_to_qemus_max_cpu(cpu, tmp_path):
+    """QEMU's max exposes SME, and XNNPACK's SME int8 kernels gave wrong outputs under it (cosine
+    0.89): a bundle.json naming it, or an empty QEMU_CPU (QEMU's default is max), is refused before
+    anything runs or is written, on the native path and the chroot path alike."""
+    from edgekit.emulate import EmulationError
+    from edgekit.emulate.chroot import Launcher, make_launcher
+    from edgekit.emulate.host import Binfmt, Tools
+    from edgekit.emulate.native import pinned_cpu
+
+    available = ("cortex-a53", "cortex-a72", "cortex-a76", "max")
+    if cpu:
+        with pytest.raises(EmulationError, match="refusing to emulate QEMU's"):
+            pinned_cpu(cpu, available)
+    else:
+        assert pinned_cpu(cpu, available) == "cortex-a72"  # no core named: the ARMv8.0 baseline, pinned
+    assert qemu_cpu_for(cpu, available)[0] == "cortex-a72"
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    tools = Tools(qemu=Path("/usr/bin/qemu-aarch64-static"), qemu_version="", unshare=Path("/usr/bin/unshare"),
+                  debootstrap=None)
+    with pytest.raises(EmulationError, match="refusing to emulate QEMU's"):
+        make_launcher(rootfs, tools, Binfmt(False, reason="test"), cpu)
+    assert list(rootfs.iterdir()) == []
+    with pytest.raises(EmulationError, match="refusing to emulate QEMU's"):
+        Launcher(rootfs, Path("/usr/bin/unshare"), "binfmt", cpu)
+    good = make_launcher(rootfs, tools, Binfmt(True, None, True), "cortex-a72")  # F flag: nothing installed
+    assert good.env()["QEMU_CPU"] == "cortex-a72"
+
+
 def test_a_timeout_stops_the_whole_process_group(tmp_path):
     pid_file = tmp_path / "child.pid"
     code = (
