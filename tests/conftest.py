@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,17 @@ def pytest_sessionfinish(session, exitstatus):
 
     if os.environ.get("EDGEKIT_CI") == "1" and unexpected(_SKIPS) and session.exitstatus == 0:
         session.exitstatus = 1
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 600 KiB tmpfs (needs root and mount rights; skipped elsewhere)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

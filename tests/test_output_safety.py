@@ -227,20 +227,6 @@ def test_concurrent_training_into_one_finished_folder_never_crashes(tmp_path):
 # a full disk: one line, exit 1, nothing partial
 
 
-@pytest.fixture()
-def small_disk(tmp_path):
-    """A 600 KiB tmpfs (needs root and mount rights; skipped elsewhere)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
 def test_disk_full_during_bundle_is_one_line_and_leaves_nothing(digits_fp32_export, small_disk):
     filler = small_disk / "filler"
     filler.write_bytes(b"\0" * (440 << 10))  # leaves less than one bundle's worth

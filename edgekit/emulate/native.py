@@ -27,6 +27,7 @@ from edgekit.emulate.report import (
     BENCH_STATUS,
     EmulationReport,
     Tolerance,
+    bundle_fields,
     check_batches,
 )
 from edgekit.errors import EdgekitError
@@ -87,11 +88,7 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
     exact = all(b.emulated_vs_host.get("max_abs") == 0.0 for b in batches)
     seconds["total"] = time.monotonic() - started
     return EmulationReport(
-        bundle=str(bundle.path.resolve()),
-        target=bundle.target,
-        model={"path": bundle.model.name, "format": bundle.format, "precision": bundle.precision,
-               "sha256": bundle.info.get("model_sha256"), "variant": bundle.info.get("variant", "")},
-        checksums={"file": "SHA256SUMS", "files_checked": bundle.checked_files, "ok": True},
+        **bundle_fields(bundle),
         emulation={
             "launcher": "qemu-user", "qemu": host.qemu_version(qemu), "qemu_cpu": cpu, "runtime": emu_info.get("runtime"),
             "machine": emu_info.get("machine"), "python": None, "numpy": None, "threads": emu_info.get("threads"),

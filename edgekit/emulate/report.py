@@ -141,3 +141,14 @@ def check_batches(emulated: dict, hosted: dict, reference: dict, tolerance: Tole
     if missing:
         notes.append(f"outputs produced on one side only: {', '.join(missing)}")
     return batches
+
+
+def bundle_fields(bundle) -> dict[str, Any]:
+    """The report's fields that name the bundle checked: path, target, model, checksums (verified)."""
+    return {
+        "bundle": str(bundle.path.resolve()),
+        "target": bundle.target,
+        "model": {"path": bundle.model.name, "format": bundle.format, "precision": bundle.precision,
+                  "sha256": bundle.info.get("model_sha256"), "variant": bundle.info.get("variant", "")},
+        "checksums": {"file": "SHA256SUMS", "files_checked": bundle.checked_files, "ok": True},
+    }

@@ -31,6 +31,7 @@ from edgekit.emulate.report import (
     DEFAULT_ATOL,
     EmulationReport,
     Tolerance,
+    bundle_fields,
     check_batches,
 )
 from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
@@ -183,11 +184,7 @@ def verify_emulated(
     batches = check_batches(emulated, hosted, reference, tolerance, notes)
     seconds["total"] = time.monotonic() - started
     return EmulationReport(
-        bundle=str(bundle.path.resolve()),
-        target=bundle.target,
-        model={"path": bundle.model.name, "format": bundle.format, "precision": bundle.precision,
-               "sha256": bundle.info.get("model_sha256"), "variant": bundle.info.get("variant", "")},
-        checksums={"file": "SHA256SUMS", "files_checked": bundle.checked_files, "ok": True},
+        **bundle_fields(bundle),
         emulation={
             "launcher": run_in.mode, "qemu": tools.qemu_version, "qemu_cpu": qemu_cpu,
             "debian_release": release, "rootfs": str(fs.path), "rootfs_built": fs.built,

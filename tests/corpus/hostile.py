@@ -8,7 +8,10 @@ import json
 import os
 import pickle
 import shutil
+import stat
 from pathlib import Path
+
+import pytest
 
 
 class Payload:
@@ -114,6 +117,48 @@ def snapshot(folder: Path) -> dict[str, tuple]:
         else:
             state[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
     return state
+
+
+@pytest.fixture(scope="module", name="bundle")
+def rpi4_onnx_bundle(digits_static, tmp_path_factory) -> Path:
+    """An int8 ONNX bundle for rpi4 (aarch64): its requirements.txt holds numpy and onnxruntime pins."""
+    from edgekit.bundle.build import build_bundle
+    from edgekit.export.api import export
+
+    root = tmp_path_factory.mktemp("round2-bundle")
+    exported, _ = export(digits_static, root / "int8", formats=("onnx",), target="rpi4")
+    return build_bundle(exported, "rpi4", root / "rpi4", archive=False)
+
+
+def lstat_tree(folder: Path) -> dict[str, tuple]:
+    """Every entry under ``folder`` by lstat (a FIFO is never opened): kind and content/identity."""
+    state = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = Path(root, name)
+            info = os.lstat(path)
+            rel = str(path.relative_to(folder))
+            if stat.S_ISLNK(info.st_mode):
+                state[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(info.st_mode):
+                state[rel] = ("dir",)
+            elif stat.S_ISREG(info.st_mode):
+                state[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mode)
+            else:
+                state[rel] = ("special", stat.S_IFMT(info.st_mode), info.st_ino, info.st_rdev)
+    return state
+
+
+def rehash_sums(folder: Path) -> None:
+    """Rewrite SHA256SUMS over the folder's regular files, as an attacker who edits a bundle does."""
+    lines = []
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = Path(root, name)
+            rel = path.relative_to(folder).as_posix()
+            if rel != "SHA256SUMS" and stat.S_ISREG(os.lstat(path).st_mode):
+                lines.append((rel.split("/"), f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n"))
+    (folder / "SHA256SUMS").write_text("".join(line for _, line in sorted(lines)))
 
 
 def child_pids() -> set[int]:

@@ -388,20 +388,6 @@ def test_a_checkpoints_metadata_is_read_with_the_same_bounds(digits_checkpoint, 
 # -- a full disk ----------------------------------------------------------------------------------
 
 
-@pytest.fixture()
-def small_disk(tmp_path):
-    """A 600 KiB tmpfs (needs root and mount rights; skipped elsewhere), as tests/test_output_safety.py makes it."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
 # How much of the 600 KiB is taken before the run: each fill makes a different writer hit the
 # full disk (ONNX Runtime's quantizer reading a cut float export, the TorchScript exporter's C++
 # writer, torch.jit.save's zip writer, which used to abort the whole process).

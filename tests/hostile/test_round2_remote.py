@@ -20,7 +20,6 @@ Runs that could hang on the code before the fix run as a subprocess with a hard 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -34,7 +33,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from corpus.hostile import assert_one_line_error, child_pids
+from corpus.hostile import (
+    assert_one_line_error,
+    child_pids,
+    lstat_tree,
+    rehash_sums,
+    rpi4_onnx_bundle,  # noqa: F401 - the bundle fixture
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sshd_fixture import _wait_ready, procs_with, sshd, start_sshd  # noqa: F401 - sshd is a pytest fixture
@@ -50,47 +55,6 @@ HUNG_LIMIT_S = 90.0  # a run that has not ended by then hung (the code before th
 
 
 # ---------------------------------------------------------------- helpers
-
-
-@pytest.fixture(scope="module")
-def bundle(digits_static, tmp_path_factory) -> Path:
-    from edgekit.bundle.build import build_bundle
-    from edgekit.export.api import export
-
-    root = tmp_path_factory.mktemp("round2-remote")
-    exported, _ = export(digits_static, root / "int8", formats=("onnx",), target="rpi4")
-    return build_bundle(exported, "rpi4", root / "rpi4", archive=False)
-
-
-def tree(folder: Path) -> dict[str, tuple]:
-    """Every entry under ``folder`` by lstat (a FIFO is never opened): kind and content/identity."""
-    state = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = Path(root, name)
-            info = os.lstat(path)
-            rel = str(path.relative_to(folder))
-            if stat.S_ISLNK(info.st_mode):
-                state[rel] = ("link", os.readlink(path))
-            elif stat.S_ISDIR(info.st_mode):
-                state[rel] = ("dir",)
-            elif stat.S_ISREG(info.st_mode):
-                state[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mode)
-            else:
-                state[rel] = ("special", stat.S_IFMT(info.st_mode), info.st_ino, info.st_rdev)
-    return state
-
-
-def rehash(folder: Path) -> None:
-    """Rewrite SHA256SUMS over the folder's regular files, as an attacker who edits a bundle does."""
-    lines = []
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = Path(root, name)
-            rel = path.relative_to(folder).as_posix()
-            if rel != "SHA256SUMS" and stat.S_ISREG(os.lstat(path).st_mode):
-                lines.append((rel.split("/"), f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n"))
-    (folder / "SHA256SUMS").write_text("".join(line for _, line in sorted(lines)))
 
 
 def logins(server) -> int:
@@ -162,13 +126,13 @@ def test_hostile_ssh_option_values_are_refused_before_ssh_starts(option, sshd, b
     work, marker, board = tmp_path / "work", tmp_path / "PWNED", tmp_path / "board"
     plant(work, marker)
     monkeypatch.chdir(work)
-    before_work, before_bundle, before_logins, before_children = tree(work), tree(bundle), logins(sshd), child_pids()
+    before_work, before_bundle, before_logins, before_children = lstat_tree(work), lstat_tree(bundle), logins(sshd), child_pids()
     result = runner.invoke(app, ["bench", str(bundle), *sshd.cli_args(), "--ssh-option", option,
                                  "--remote-dir", str(board), "--remote-python", sys.executable, *FAST_CLI, "-q"])
     assert not marker.exists(), "the planted script ran"
     assert_one_line_error(result, 2, "--ssh-option ")
     assert logins(sshd) == before_logins and not board.exists()  # no ssh was started
-    assert tree(work) == before_work and tree(bundle) == before_bundle
+    assert lstat_tree(work) == before_work and lstat_tree(bundle) == before_bundle
     assert settle_children(before_children) == set()
 
 
@@ -296,13 +260,13 @@ def test_special_files_in_a_bundle_are_refused_before_any_transfer(kind, sshd, b
     shutil.copytree(bundle, hostile)
     what = SPECIALS[kind](hostile)
     board = tmp_path / "board"
-    before_tree, before_logins, before_children = tree(tmp_path / "dist"), logins(sshd), child_pids()
+    before_tree, before_logins, before_children = lstat_tree(tmp_path / "dist"), logins(sshd), child_pids()
     result = edgekit(["bench", str(hostile), *sshd.cli_args(), "--remote-dir", str(board),
                       "--remote-python", sys.executable, "--timeout", "30", *FAST_CLI, "-q"], cwd=tmp_path)
     assert_one_line_error(result, 2, what)
     assert "a bundle holds plain files" in result.stderr
     assert logins(sshd) == before_logins and not board.exists()  # nothing was sent, nothing started there
-    assert tree(tmp_path / "dist") == before_tree
+    assert lstat_tree(tmp_path / "dist") == before_tree
     assert settle_children(before_children) == set()
 
 
@@ -361,7 +325,7 @@ STALLS = {"probe": "edgekit:no-tool", "copy": ".incoming."}
 def test_timeout_bounds_the_probe_and_the_copy_too(step, stalling_sshd, bundle, tmp_path):
     (stalling_sshd.folder / "hang-on").write_text(STALLS[step])
     board = tmp_path / "board"
-    before_bundle, before_children = tree(bundle), child_pids()
+    before_bundle, before_children = lstat_tree(bundle), child_pids()
     try:
         result = edgekit(["bench", str(bundle), *stalling_sshd.cli_args(), "--remote-dir", str(board),
                           "--remote-python", sys.executable, "--timeout", "3", *FAST_CLI, "-q"], cwd=tmp_path)
@@ -372,7 +336,7 @@ def test_timeout_bounds_the_probe_and_the_copy_too(step, stalling_sshd, bundle, 
     assert_one_line_error(result, 1, "did not finish within 3 s")
     # python's start and edgekit's imports come on top of the 3 s; the code before waited 70 s / 30 min
     assert result.seconds < 40, result.seconds
-    assert tree(bundle) == before_bundle
+    assert lstat_tree(bundle) == before_bundle
     if board.exists():  # nothing half-copied under a bundle's name
         assert not [p for p in board.iterdir() if not p.name.startswith(".")], list(board.iterdir())
     assert settle_children(before_children) == set()
@@ -416,12 +380,12 @@ def test_hostile_bundle_files_are_refused_before_connecting(case, sshd, bundle, 
     hostile = tmp_path / "dist" / "rpi4"
     shutil.copytree(bundle, hostile)
     edit(hostile)
-    rehash(hostile)  # consistent with its SHA256SUMS: only reading it can tell
+    rehash_sums(hostile)  # consistent with its SHA256SUMS: only reading it can tell
     board = tmp_path / "board"
-    before_tree, before_logins, before_children = tree(tmp_path / "dist"), logins(sshd), child_pids()
+    before_tree, before_logins, before_children = lstat_tree(tmp_path / "dist"), logins(sshd), child_pids()
     result = runner.invoke(app, ["bench", str(hostile), *sshd.cli_args(), "--remote-dir", str(board),
                                  "--remote-python", sys.executable, *FAST_CLI, "-q"])
     assert_one_line_error(result, 2, message)
     assert logins(sshd) == before_logins and not board.exists()
-    assert tree(tmp_path / "dist") == before_tree
+    assert lstat_tree(tmp_path / "dist") == before_tree
     assert settle_children(before_children) == set()

@@ -16,7 +16,6 @@ are run here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,7 +26,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from corpus.hostile import assert_one_line_error, child_pids
+from corpus.hostile import (
+    assert_one_line_error,
+    child_pids,
+    lstat_tree,
+    rehash_sums,
+    rpi4_onnx_bundle,  # noqa: F401 - the bundle fixture
+)
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
@@ -35,46 +40,6 @@ from edgekit.errors import InputFileError
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def bundle(digits_static, tmp_path_factory) -> Path:
-    """An int8 ONNX bundle for rpi4 (aarch64): its requirements.txt holds numpy and onnxruntime pins."""
-    from edgekit.bundle.build import build_bundle
-    from edgekit.export.api import export
-
-    root = tmp_path_factory.mktemp("round2-verify")
-    exported, _ = export(digits_static, root / "int8", formats=("onnx",), target="rpi4")
-    return build_bundle(exported, "rpi4", root / "rpi4", archive=False)
-
-
-def tree(folder: Path) -> dict[str, tuple]:
-    """Every entry under ``folder`` by lstat (a FIFO is never opened)."""
-    state = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = Path(root, name)
-            info = os.lstat(path)
-            rel = str(path.relative_to(folder))
-            if stat.S_ISDIR(info.st_mode):
-                state[rel] = ("dir",)
-            elif stat.S_ISREG(info.st_mode):
-                state[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mode)
-            else:
-                state[rel] = ("other", stat.S_IFMT(info.st_mode), info.st_ino)
-    return state
-
-
-def rehash(folder: Path) -> None:
-    """Rewrite SHA256SUMS over the regular files, as an attacker who edits a bundle does."""
-    lines = []
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = Path(root, name)
-            rel = path.relative_to(folder).as_posix()
-            if rel != "SHA256SUMS" and stat.S_ISREG(os.lstat(path).st_mode):
-                lines.append((rel.split("/"), f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n"))
-    (folder / "SHA256SUMS").write_text("".join(line for _, line in sorted(lines)))
 
 
 def hostile_copy(bundle: Path, tmp_path: Path) -> Path:
@@ -86,16 +51,16 @@ def hostile_copy(bundle: Path, tmp_path: Path) -> Path:
 def with_requirements_line(folder: Path, line: str) -> None:
     path = folder / "requirements.txt"
     path.write_bytes(path.read_bytes() + line.encode("latin-1"))
-    rehash(folder)
+    rehash_sums(folder)
 
 
 def verify_refuses(args: list[str], folder: Path, message: str) -> None:
     """``edgekit ARGS`` ends in one ``Error:`` line with ``message``, exit 2, ``folder`` unchanged."""
-    before, children = tree(folder), child_pids()
+    before, children = lstat_tree(folder), child_pids()
     result = runner.invoke(app, args)
     assert "bundle OK" not in result.stdout
     assert_one_line_error(result, 2, message)
-    assert tree(folder) == before
+    assert lstat_tree(folder) == before
     assert child_pids() - children == set()
 
 
@@ -211,7 +176,7 @@ def test_verify_refuses_bundle_json_tokens_with_a_trailing_newline(case, bundle,
     info = json.loads((copy / "bundle.json").read_text())
     info.update(changes)
     (copy / "bundle.json").write_text(json.dumps(info))
-    rehash(copy)
+    rehash_sums(copy)
     verify_refuses(["verify", str(copy)], tmp_path / "dist", key)
 
 
@@ -288,12 +253,12 @@ def test_ensure_venv_refuses_pip_options_before_touching_the_rootfs(tmp_path):
     (rootfs / "tmp").mkdir(parents=True)
     launcher = Launcher(rootfs=rootfs, unshare=Path(shutil.which("unshare") or "/usr/bin/unshare"), mode="interpreter",
                         qemu_cpu="cortex-a72", interpreter="/usr/bin/qemu-aarch64-static")
-    before = tree(rootfs)
+    before = lstat_tree(rootfs)
     for text in ("numpy==2.4.6\n--index-url=https://evil.example/simple\n", "-f /tmp/evil\nnumpy==2.4.6\n",
                  "numpy==2.4.6 \\\n--trusted-host evil.example\n"):
         with pytest.raises(InputFileError):
             ensure_venv(launcher, text, [], "3.11", timeout_s=60, progress=lambda line: None)
-        assert tree(rootfs) == before
+        assert lstat_tree(rootfs) == before
 
 
 # ---------------------------------------------------------------- 3. "$" before a trailing newline, across edgekit
