@@ -53,6 +53,8 @@ __all__ = [
     "bench",
     "export",
     "gate",
+    "generate",
+    "import_gguf",
     "load_manifest",
     "load_target",
     "method_names",
@@ -107,3 +109,24 @@ def quantize(
         fields.update(source_options)
     return quantize_api.quantize(source, method, out, target, max_drop=max_drop, progress=progress, force=force,
                                  with_report=with_report, **fields)
+
+
+def generate(artifact: str | Path, prompt: str, *, max_tokens: int = 100, temperature: float = 0.8, top_k: int = 20,
+             top_p: float | None = None, seed: int | None = None, stop: tuple[str, ...] = (), chat: bool | None = None,
+             system: str | None = None, fmt: str | None = None, threads: int | None = None, device: str = "cpu",
+             on_text: Callable[[str], None] | None = None, context: int | None = None):
+    """Continue ``prompt`` (a chat model: answer it) with the language model in ``artifact``, as
+    ``edgekit generate`` does; returns ``edgekit.models.generation.Generated``. ``on_text(piece)``
+    receives the text as it is made (streaming); ``artifact`` may be ``gguf:PATH``/``gguf:NAME``."""
+    from edgekit.models.generation import generate_text
+
+    return generate_text(artifact, prompt, max_tokens, temperature, top_k, seed, device, fmt, threads, top_p=top_p,
+                         stop=tuple(stop), chat=chat, system=system, on_text=on_text, context=context)
+
+
+def import_gguf(source: str | Path, out: str | Path, *, context: int | None = None,
+                force: bool = False) -> tuple[Path, Manifest]:
+    """``edgekit import gguf:...``: a Llama-family GGUF file as a checkpoint artifact at ``out``."""
+    from edgekit.sources.gguf_import import import_gguf as run
+
+    return run(source, out, context, force)

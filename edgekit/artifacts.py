@@ -18,7 +18,8 @@ from edgekit.outputs import safe_text
 MANIFEST_NAME = "manifest.json"
 # Files an artifact carries beside its models, which later stages read (and what they are):
 # every one present is listed with its checksum in the manifest's ``extra_files``.
-CARRIED_FILES = {"reference.npz": "reference data", "tokenizer.json": "tokenizer"}
+CARRIED_FILES = {"reference.npz": "reference data", "tokenizer.json": "tokenizer",
+                 "chat_template.jinja": "chat template"}  # a pretrained LLM's (edgekit.sources.gguf_import)
 MANIFEST_SCHEMA = "edgekit.manifest"
 MANIFEST_VERSION = 1
 KINDS = ("checkpoint", "quantized", "export")

@@ -19,6 +19,10 @@ def describe(path: str | Path, verify: bool = False) -> dict:
 
     ``verify``: also check every model file against its recorded size and SHA-256.
     """
+    from edgekit.sources.gguf_import import is_gguf_source
+
+    if is_gguf_source(path) or str(path).endswith(".gguf"):
+        return gguf_summary(path)
     path = Path(path)
     if not path.exists():
         raise InputFileError(f"artifact not found: {path}")
@@ -73,7 +77,54 @@ def manifest_summary(folder: Path, manifest) -> dict:
         "inputs": [spec.to_dict() for spec in manifest.inputs],
         "outputs": list(manifest.outputs),
         "provenance": {"created": manifest.created, "versions": manifest.versions, "parent": manifest.parent},
+        "language_model": _language_model(folder, manifest),
     }
+
+
+def _language_model(folder: Path, manifest) -> dict | None:
+    """What a pretrained language model is (a llama imported from GGUF): None for other models."""
+    source = manifest.model.get("source") if isinstance(manifest.model.get("source"), dict) else None
+    if manifest.model.get("name") != "llama":
+        return None
+    config = manifest.model.get("config") or {}
+    tokenizer = manifest.model.get("tokenizer") if isinstance(manifest.model.get("tokenizer"), dict) else {}
+    return _llm_facts(config, source or {}, bool(tokenizer.get("chat_template")) or (Path(folder) / "chat_template.jinja").is_file())
+
+
+def _llm_facts(config: dict, source: dict, chat: bool) -> dict:
+    return {
+        "architecture": source.get("architecture", "llama"),
+        "parameters": source.get("parameters"),
+        "layers": config.get("n_layers"),
+        "heads": config.get("n_heads"),
+        "kv_heads": config.get("n_kv_heads"),
+        "dim": config.get("dim"),
+        "context": config.get("max_len"),
+        "model_context": source.get("context_length"),
+        "vocabulary": config.get("vocab_size"),
+        "gguf": {k: source.get(k) for k in ("file", "name", "bytes", "sha256", "quant_types")} if source else None,
+        "chat_template": chat,
+    }
+
+
+def gguf_summary(path) -> dict:
+    """``edgekit info`` on a ``.gguf`` file (or ``gguf:NAME``): what the header says, validated,
+    without dequantizing anything."""
+    from edgekit.sources.gguf_file import llama_config, read_gguf
+    from edgekit.sources.gguf_import import gguf_path
+
+    gguf = read_gguf(gguf_path(path))
+    try:
+        config, context = llama_config(gguf)
+        source = {"architecture": gguf.architecture, "parameters": gguf.parameters(), "context_length": context,
+                  "file": gguf.path.name, "name": gguf.metadata.get("general.name"), "bytes": gguf.size,
+                  "sha256": None, "quant_types": gguf.quant_types()}
+        facts = _llm_facts({**config, "max_len": context}, source,
+                           isinstance(gguf.metadata.get("tokenizer.chat_template"), str))
+        return {"schema": SUMMARY_SCHEMA, "schema_version": SUMMARY_VERSION, "type": "gguf", "path": str(gguf.path),
+                "version": gguf.version, "tensors": len(gguf.tensors), "language_model": facts}
+    finally:
+        gguf.close()
 
 
 def _artifact(path: Path, verify: bool) -> dict:

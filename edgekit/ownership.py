@@ -29,9 +29,9 @@ MANIFEST_NAME = "manifest.json"
 REFERENCE_NAME = "reference.npz"
 #: What each artifact kind writes beside the model files its manifest lists.
 ARTIFACT_EXTRAS = {
-    "checkpoint": ("checkpoint.pt", "last.pt", "metrics.jsonl", "tokenizer.json", "profile"),
-    "quantized": (REFERENCE_NAME, "tokenizer.json"),  # a language model's vocabulary (lm_runtime.carry_tokenizer)
-    "export": (REFERENCE_NAME, "tokenizer.json"),
+    "checkpoint": ("checkpoint.pt", "last.pt", "metrics.jsonl", "tokenizer.json", "chat_template.jinja", "profile"),
+    "quantized": (REFERENCE_NAME, "tokenizer.json", "chat_template.jinja"),  # a language model's (lm_runtime.carry_tokenizer)
+    "export": (REFERENCE_NAME, "tokenizer.json", "chat_template.jinja"),
 }
 #: The entries of a pipeline run folder (each sub-folder is an artifact checked as its kind, each
 #: report proven by its content: ``_pipeline_tree``).

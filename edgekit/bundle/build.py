@@ -71,6 +71,12 @@ def build_bundle(
         raise UsageError(f"unknown runtime {runtime!r}; choose from: {', '.join(native.RUNTIMES)}")
     progress = progress or (lambda message: None)
     folder, manifest = load_manifest(export_dir)
+    from edgekit.llm.cached import is_cached_family
+
+    if is_cached_family(manifest):
+        raise UsageError(f"{folder} holds a language model imported from GGUF: bundles of its programs are not built "
+                         "yet (the native runtime has no llama::custom_sdpa / llama::update_cache kernels; see the "
+                         "README's small language models section)")
     if manifest.kind != "export":
         raise UsageError(f"{folder} is a {manifest.kind} artifact; export it first (edgekit export {folder})")
     tgt = target if isinstance(target, Target) else load_target(target or manifest.target or "rpi4")

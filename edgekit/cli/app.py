@@ -9,8 +9,8 @@ import typer
 from typer.core import TyperGroup
 
 from edgekit import __version__
-from edgekit.cli import (bench, bundle, cache, export, gate, generate, info, loadtest, pipeline, quantize, serve, targets,
-                         train, verify)
+from edgekit.cli import (bench, bundle, cache, export, gate, generate, import_, info, loadtest, pipeline, quantize, serve,
+                         targets, train, verify)
 
 
 # click's base exception, wherever this typer gets click from (it may vendor its own copy).
@@ -87,7 +87,8 @@ def _restore_env(saved: dict) -> None:
 # warnings module; keep them out of users' faces unless they ask for debug output.
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-for module in (pipeline, train, generate, quantize, export, bundle, verify, bench, serve, loadtest, gate, info, targets, cache):
+for module in (pipeline, train, import_, generate, quantize, export, bundle, verify, bench, serve, loadtest, gate, info, targets,
+               cache):
     module.register(app)
 
 

@@ -44,6 +44,8 @@ def bench_command(
     remote_python: str | None = typer.Option(None, "--remote-python", help="With --host: python on the board with numpy + the runtime (default python3)."),
     timeout: float | None = typer.Option(None, "--timeout", help="With --host: limit in seconds for the whole remote run, from connecting through the copy to the runner's end (default 600)."),
     force: bool = typer.Option(False, "--force", help="With --host: go on when the model is estimated not to fit the board's RAM."),
+    prompt_tokens: int = typer.Option(128, "--prompt-tokens", help="Language models: prompt length fed at once (prefill, time to first token)."),
+    new_tokens: int = typer.Option(128, "--new-tokens", help="Language models: tokens generated greedily after it (decode tokens/s)."),
 ) -> None:
     """Benchmark models on this machine, or on a board over SSH with --host: latency percentiles, load time, peak memory.
 
@@ -74,6 +76,17 @@ def bench_command(
             batch=batch, shapes=shapes or None, input_file=input_file,
             on_line=None if quiet else lambda line: typer.echo(line, err=True),
         )
+    elif llms := _language_models(artifacts, shapes, input_file, reference):
+        from edgekit.llm.bench import bench_llms
+        from edgekit.targets import load_target
+        from edgekit.threads import resolve_threads
+
+        chosen_threads, notes = resolve_threads(threads, load_target(target) if target else None)
+        err = console(stderr=True)
+        for note in notes:
+            err.print(f"note: {note}", markup=False)
+        say = (lambda line: err.print(f"  {line}", markup=False)) if not quiet and progress_enabled() else None
+        results = bench_llms(llms, chosen_threads, prompt_tokens, new_tokens, processes, progress=say, target=target)
     else:  # --- end remote ---
         names = [_short(p) for p in artifacts]
         with _progress(names, enabled=not quiet and progress_enabled()) as report:
@@ -91,7 +104,11 @@ def bench_command(
 
         write_html(html_out, results, title="edgekit bench",
                    subtitle=", ".join(_labels(results)) + (f" for {target}" if target else ""))
-    if not quiet:
+    if not quiet and results and "llm" in results[0].settings:
+        from edgekit.cli.llm_program import render_bench
+
+        console().print(render_bench(results))
+    elif not quiet:
         out = console()
         out.print(render_table(results))
         for line in _footer(results):
@@ -100,6 +117,17 @@ def bench_command(
 
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench_command)
+
+
+def _language_models(artifacts, shapes, input_file, reference) -> list:
+    """The language-model artifacts to bench with prompts and tokens/s ([] when the paths are other models)."""
+    from edgekit.errors import UsageError
+    from edgekit.llm.bench import llm_models
+
+    llms = llm_models(artifacts)
+    if llms and (shapes or input_file is not None or reference):
+        raise UsageError("--shape, --input and --reference do not apply to language models (--prompt-tokens, --new-tokens do)")
+    return llms
 
 
 #: What an existing report file must be for bench to replace it (edgekit.outputs.check_report_paths).

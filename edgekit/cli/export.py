@@ -51,9 +51,29 @@ def export_command(
     force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
     as_json: JsonFlag = False,
 ) -> None:
-    """Export and verify: each file is reloaded and compared with the float model at two batch sizes."""
+    """Export and verify: each file is reloaded and compared with the float model at two batch sizes.
+
+    A language model imported from GGUF exports to one ExecuTorch program with its KV cache
+    (--format executorch, the default for it), its perplexity measured against the checkpoint's."""
+    from edgekit.cli import llm_program
     from edgekit.cli.quantize import render_files
     from edgekit.export.api import export
+
+    if llm_program.is_llm_artifact(source):
+        from edgekit.errors import UsageError
+
+        if formats not in (None, "executorch"):
+            raise UsageError("a language model imported from GGUF exports to --format executorch only "
+                             "(a .pte program with its KV cache)")
+        llm_program.refuse_int8_options({
+            "--opset": opset, "--onnx-exporter": onnx_exporter if onnx_exporter != "auto" else None,
+            "--torchscript-mode": torchscript_mode if torchscript_mode != "trace" else None, "--optimize": optimize,
+            "--external-data": external_data, "--input-shape": input_shape, "--input-dtype": input_dtype,
+            "--dynamic-axes": dynamic_axes, "--input-range": input_range, "--state-dict": state_dict,
+            "--random-init": random_init}, "a language model's .pte program")
+        llm_program.write(source, out, "fp32", "export", group_size=32, eval_tokens=None, eval_text=None, threads=None,
+                          force=force, as_json=as_json, target=target)
+        return
 
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     folder, manifest = export(

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, handles_errors
-from edgekit.cli.options import (ConfigOpt, MaxDropOpt, MaxErrorRateOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt,
+from edgekit.cli.options import (ConfigOpt, MaxDropOpt, MaxErrorRateOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt, MaxTtftOpt, MinDecodeOpt,
                                  TargetOpt)
 
 HELP = (
@@ -43,6 +43,8 @@ def gate(
     max_peak_rss_mb: MaxRssOpt = None,
     max_accuracy_drop: MaxDropOpt = None,
     max_error_rate: MaxErrorRateOpt = None,
+    max_ttft_ms: MaxTtftOpt = None,
+    min_decode_tps: MinDecodeOpt = None,
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Bench result of the reference build (e.g. main)."),
     max_regression: Optional[str] = typer.Option(
         None, "--max-regression", help="Allowed p50 slow-down against --baseline: 10% or 0.10."
@@ -75,6 +77,8 @@ def gate(
         "max_peak_rss_mb": max_peak_rss_mb,
         "max_accuracy_drop": max_accuracy_drop,
         "max_error_rate": max_error_rate,
+        "max_ttft_ms": max_ttft_ms,
+        "min_decode_tps": min_decode_tps,
     }
     if (baseline is None) != (max_regression is None):
         raise UsageError(

@@ -29,6 +29,8 @@ def info_command(
 
 
 def render(s: dict) -> list[str]:
+    if s.get("type") == "gguf":
+        return [f"{s['path']}: GGUF version {s['version']} file, {s['tensors']} tensors", *_render_llm(s["language_model"])]
     what = f"bundle ({s['kind']} artifact inside)" if s.get("type") == "bundle" else f"{s['kind']} artifact"
     lines = [f"{s['path']}: {what} of {s['model']}" + (f" for {s['target']}" if s.get("target") else "")]
     if s.get("task"):
@@ -42,6 +44,8 @@ def render(s: dict) -> list[str]:
         calibration = recipe.get("calibration") or {}
         if calibration.get("source"):
             lines.append(f"calibration: {calibration['source']}, {calibration.get('samples', '?')} samples")
+    if s.get("language_model"):
+        lines += _render_llm(s["language_model"])
     lines.append(f"files ({_size(s['total_bytes'])} in all):")
     for f in s["files"]:
         lines.append(f"  {f['path']}  {f['format']} {f['precision']}  {_size(f['bytes'])}  {_quality(f)}")
@@ -70,6 +74,21 @@ def render(s: dict) -> list[str]:
         lines.append(f"made from: {parent.get('kind')} {parent['path']}")
     if s.get("verified"):
         lines.append("checksums: every model file matches its manifest")
+    return lines
+
+
+def _render_llm(m: dict) -> list[str]:
+    params = f"{m['parameters'] / 1e6:.1f} M parameters, " if m.get("parameters") else ""
+    own = f" (the model's own: {m['model_context']:,})" if m.get("model_context") and m["model_context"] != m.get("context") else ""
+    lines = [f"language model: {m.get('architecture')}, {params}{m.get('layers')} layers, {m.get('heads')} heads "
+             f"({m.get('kv_heads')} key/value), width {m.get('dim')}, vocabulary {m.get('vocabulary'):,}, "
+             f"context {m.get('context'):,} tokens{own}",
+             f"chat template: {'yes' if m.get('chat_template') else 'none'}"]
+    gguf = m.get("gguf") or {}
+    if gguf:
+        types = ", ".join(f"{k} x{v}" for k, v in (gguf.get("quant_types") or {}).items())
+        lines.append(f"from GGUF {gguf.get('file')} ({_size(gguf.get('bytes'))}; tensor types {types})"
+                     + (f", sha256 {gguf['sha256'][:12]}" if gguf.get("sha256") else ""))
     return lines
 
 

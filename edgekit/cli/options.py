@@ -73,6 +73,14 @@ MaxRssOpt = Annotated[
     Optional[str], typer.Option("--max-peak-rss-mb", "--max-rss-mb", metavar="SIZE",
                                 help="Peak RSS budget, e.g. 768, 768MB, 1GiB (bare number: MB)."),
 ]
+MaxTtftOpt = Annotated[
+    Optional[str], typer.Option("--max-ttft-ms", metavar="TIME",
+                                help="Language models: time-to-first-token budget, e.g. 800, 0.8s (bare number: ms)."),
+]
+MinDecodeOpt = Annotated[
+    Optional[str], typer.Option("--min-decode-tps", metavar="RATE",
+                                help="Language models: decode rate floor, e.g. 20 or 20tok/s (bare number: tokens/s)."),
+]
 MaxDropOpt = Annotated[
     Optional[str], typer.Option("--max-accuracy-drop", metavar="DROP",
                                 help="Accuracy drop budget: 1.0 or 1pt = percentage points; "

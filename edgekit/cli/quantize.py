@@ -28,7 +28,7 @@ def quantize_command(
         ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:FOLDER "
                                     "(a save_pretrained folder: config.json + model.safetensors)."
     ),
-    method: str = typer.Option("static", "--method", help="dynamic | static | qat."),
+    method: str = typer.Option("static", "--method", help="dynamic | static | qat; for a language model imported from GGUF: int4 | int8-weight."),
     out: Path = typer.Option(..., "--out", "-o", help="Output artifact folder."),
     target: TargetOpt = "rpi4",
     calib: Optional[Path] = typer.Option(
@@ -72,6 +72,9 @@ def quantize_command(
     input_range: InputRangeOpt = None,
     state_dict: StateDictOpt = None,
     random_init: RandomInitOpt = False,
+    group_size: int = typer.Option(32, "--group-size", help="--method int4: weights per int4 scale (a power of two >= 16 dividing the model's widths)."),
+    eval_tokens: Optional[int] = typer.Option(None, "--eval-tokens", help="Language models: held-out tokens the perplexity is measured on (default 1024; 0: none)."),
+    eval_text: Optional[Path] = typer.Option(None, "--eval-text", help="Language models: the held-out text (default: the long description shipped in torch's METADATA)."),
     force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
     as_json: JsonFlag = False,
 ) -> None:
@@ -83,7 +86,29 @@ def quantize_command(
     line, tokenized with the model's tokenizer (an hf: folder's, or --tokenizer), token_type_ids 0.
     Without --calib a zoo model uses the set edgekit ships.
     """
+    from edgekit.cli import llm_program
     from edgekit.errors import UsageError
+    from edgekit.llm.artifact import METHODS, is_llm_method
+
+    if is_llm_method(method) or llm_program.is_llm_artifact(source):
+        if not is_llm_method(method):
+            raise UsageError(f"{source} is a language model imported from GGUF: use --method {' or '.join(METHODS)}")
+        llm_program.refuse_int8_options({
+            "--calib": calib, "--calib-preprocess": calib_preprocess, "--tokenizer": tokenizer, "--format": formats,
+            "--calibrate-method": calibrate_method, "--percentile": percentile, "--calib-bins": calib_bins,
+            "--calib-batch-size": calib_batch_size, "--calib-max-samples": calib_max_samples,
+            "--no-calib-cache": no_calib_cache, "--activation-type": activation_type, "--weight-type": weight_type,
+            "--per-channel/--per-tensor": per_channel, "--reduce-range": reduce_range, "--op-types": op_types,
+            "--exclude": exclude, "--max-drop": max_drop, "--auto": auto, "--fusion": fusion, "--smooth": smooth,
+            "--report": report, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
+            "--input-dtype": input_dtype, "--dynamic-axes": dynamic_axes, "--input-range": input_range,
+            "--state-dict": state_dict, "--random-init": random_init,
+        }, f"--method {method} (a language model's .pte program)")
+        llm_program.write(source, out, METHODS[method], "quantized", group_size=group_size, eval_tokens=eval_tokens,
+                          eval_text=eval_text, threads=None, force=force, as_json=as_json, target=target)
+        return
+    if eval_tokens is not None or eval_text is not None or group_size != 32:
+        raise UsageError("--group-size, --eval-tokens and --eval-text apply to language models imported from GGUF")
 
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None

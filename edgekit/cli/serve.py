@@ -31,7 +31,9 @@ def serve_command(
     cpus_per_replica: float = typer.Option(1.0, "--cpus-per-replica", help="With --ray: CPUs Ray reserves per replica."),
     address: Optional[str] = typer.Option(None, "--address", help="With --ray: an existing Ray cluster (e.g. HEAD:6379 or auto); default: a local instance."),
 ) -> None:
-    """Serve a model over HTTP: /v1/predict (micro-batched), /v1/generate (language models, SSE), /metrics.
+    """Serve a model over HTTP: /v1/predict (micro-batched), /v1/generate (language models, SSE), /metrics;
+    a pretrained LLM (edgekit import gguf:...) also answers the OpenAI-compatible /v1/chat/completions
+    and /v1/models (one generation at a time: requests queue).
 
     Binds 127.0.0.1 unless told otherwise. SIGTERM stops accepting, finishes accepted requests, exits 0.
     """

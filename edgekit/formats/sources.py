@@ -71,6 +71,11 @@ def resolve_source(
 ) -> ModelSource:
     text = str(source)
     spec_args = (input_shapes, input_dtypes, dynamic_axes, input_ranges)
+    if text.startswith("gguf:") or text.endswith(".gguf") and Path(text).is_file():
+        from edgekit.outputs import safe_text
+
+        raise UsageError(f"import a GGUF model first: edgekit import {'' if text.startswith('gguf:') else 'gguf:'}"
+                         f"{safe_text(text)[:200]} --out DIR, then use DIR (a checkpoint artifact)")
     if text.startswith("hf:"):
         return _hf_source(text[3:], state_dict, spec_args, bool(random_init))
     if random_init:

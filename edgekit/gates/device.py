@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from edgekit.bench.result import BenchResult
     from edgekit.targets import Target
 
-LATENCY_METRICS = ("p50", "p99")
+LATENCY_METRICS = ("p50", "p99", "ttft", "decode_tps")  # timings: held only where measured on the board
 EMULATED_REASON = "measured under emulation (QEMU): its timings are not the board's latency"
 LOCAL_LATENCY_FLAG = "--local-latency"
 _CORE = re.compile(r"cortex-[a-z]\d+", re.I)

@@ -124,6 +124,19 @@ def _error_rate_measure(result: "BenchResult") -> tuple[float | None, str, str]:
     return rate * 100.0, "", context
 
 
+def _llm_measure(result: "BenchResult", metric: str) -> tuple[float | None, str, str]:
+    """(median time to first token in ms or decode tokens/s, skip reason, context): LLM results only."""
+    llm = result.settings.get("llm") if isinstance(result.settings, Mapping) else None
+    if not isinstance(llm, Mapping):
+        return None, "not a language-model result (no prompt/decode figures)", ""
+    figure = llm.get("ttft_ms" if metric == "ttft" else "decode_tps")
+    value = figure.get("median") if isinstance(figure, Mapping) else None
+    if value is None:
+        return math.nan, f"the result's {metric} figure is malformed", ""
+    processes = llm.get("processes")
+    return value, "", f"median of {processes} processes" if isinstance(processes, int) else ""
+
+
 def check_budget(name: str, result: "BenchResult", budget: Budget, local_latency: bool = False) -> Check:
     """Compare one result with one budget (``local_latency``: hold a result measured off the
     board to its target's latency budgets too)."""
@@ -133,6 +146,8 @@ def check_budget(name: str, result: "BenchResult", budget: Budget, local_latency
         measured, problem, context = _accuracy_measure(result, budget.unit)
     elif budget.metric == "error_rate":
         measured, problem, context = _error_rate_measure(result)
+    elif budget.metric in ("ttft", "decode_tps"):
+        measured, problem, context = _llm_measure(result, budget.metric)
     else:
         measured = {
             "size": lambda: result.size_mb,
@@ -159,6 +174,12 @@ def check_budget(name: str, result: "BenchResult", budget: Budget, local_latency
     measured = float(measured)
     shown = fmt_value(measured, budget.unit)
     suffix = f" ({context})" if context else ""
+    if budget.spec.minimum:
+        if measured >= budget.limit * (1 - REL_TOL):
+            return make(PASS, f"{label} {shown} ≥ {limit_text}{suffix}", value=measured)
+        short = budget.limit - measured
+        return make(FAIL, f"{label} {shown} < {limit_text} (by {fmt_value(short, budget.unit)}, "
+                          f"{short / budget.limit * 100:.1f}% under){suffix}", value=measured)
     if _within(measured, budget.limit):
         return make(PASS, f"{label} {shown} ≤ {limit_text}{suffix}", value=measured)
     over = measured - budget.limit

@@ -59,7 +59,7 @@ def _brief(check: Check) -> str:
     if check.measured is None or check.limit is None:
         return f"{check.label} {check.detail or 'failed'}"
     limit = fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
-    return f"{check.label} {fmt_measured(check)} > {limit}"
+    return f"{check.label} {fmt_measured(check)} {'<' if check.metric == 'decode_tps' else '>'} {limit}"
 
 
 # -- terminal ---------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ def fmt_value(value: float | None, unit: str, signed: bool = False) -> str:
 def fmt_limit(check: Check) -> str:
     if check.limit is None:
         return "—"
-    return "≤ " + fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
+    floor = check.metric == "decode_tps"  # a rate budget is a floor (gates.units: Metric.minimum)
+    return ("≥ " if floor else "≤ ") + fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
 
 
 def fmt_measured(check: Check) -> str:

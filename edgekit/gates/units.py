@@ -36,6 +36,7 @@ _TIME_UNITS = {
     "s": ("ms", 1000.0),
 }
 _RATE_UNITS = {"%": ("%", 1.0)}  # a share of requests, in percent
+_TOKEN_RATE_UNITS = {"tok/s": ("tok/s", 1.0), "tokens/s": ("tok/s", 1.0), "tps": ("tok/s", 1.0)}
 _ACCURACY_UNITS = {
     "pt": ("pt", 1.0),
     "pts": ("pt", 1.0),
@@ -54,6 +55,7 @@ class Metric:
     unit: str  # the unit of a bare number
     units: Mapping[str, tuple[str, float]]  # lower-case spelling -> (canonical unit, factor)
     allow_zero: bool = False  # a zero limit is meaningful (no accuracy drop at all) or not (0 ms)
+    minimum: bool = False  # the limit is a floor (a rate that must stay above it), not a ceiling
 
     @property
     def spellings(self) -> str:
@@ -74,6 +76,9 @@ METRICS: dict[str, Metric] = {
         Metric("peak_rss", "max_peak_rss_mb", "peak RSS", "MB", _SIZE_UNITS),
         Metric("accuracy_drop", "max_accuracy_drop", "accuracy drop", "pt", _ACCURACY_UNITS, allow_zero=True),
         Metric("error_rate", "max_error_rate", "error rate", "%", _RATE_UNITS, allow_zero=True),
+        # language models (``edgekit bench`` on an LLM artifact: settings["llm"])
+        Metric("ttft", "max_ttft_ms", "time to first token", "ms", _TIME_UNITS),
+        Metric("decode_tps", "min_decode_tps", "decode rate", "tok/s", _TOKEN_RATE_UNITS, minimum=True),
     )
 }
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS.values()}

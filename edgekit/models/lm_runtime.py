@@ -172,3 +172,70 @@ def carry_tokenizer(parent: dict | None, dest: Path) -> None:
         check_carried(folder, Manifest.from_dict(read_json(folder / MANIFEST_NAME, "manifest"), str(folder / MANIFEST_NAME)),
                       TOKENIZER_FILE)
         shutil.copyfile(source, dest / TOKENIZER_FILE)
+
+
+@dataclass(frozen=True)
+class LLMText:
+    """The text side of a pretrained language model: its tokenizer (Hugging Face ``tokenizers``),
+    chat template, special tokens and the ids that end a reply."""
+
+    tokenizer: Any
+    template: str | None
+    bos: str | None
+    eos: str | None
+    bos_id: int | None
+    add_bos: bool
+    stop_ids: tuple[int, ...]
+
+
+def llm_text(tokenizer, template: str | None, info: dict) -> LLMText:
+    """``LLMText`` from a tokenizer, template and the manifest's ``model.tokenizer`` record."""
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def token_id(key):
+        value = info.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab:
+            raise InputFileError(f"the model's {key} {value!r} is not a token id of its tokenizer")
+        return value
+
+    bos_id, eos_id = token_id("bos_id"), token_id("eos_id")
+    stops = tuple(sorted({i for i in (eos_id, token_id("eot_id"), token_id("eom_id")) if i is not None}))
+    return LLMText(tokenizer, template, tokenizer.id_to_token(bos_id) if bos_id is not None else None,
+                   tokenizer.id_to_token(eos_id) if eos_id is not None else None, bos_id, bool(info.get("add_bos")), stops)
+
+
+def load_llm_text(folder: Path, manifest) -> LLMText:
+    """The tokenizer and chat template of a pretrained model's artifact: in the artifact, or in the
+    parent it was made from (trusted while the parent's manifest has the checksum the child recorded)."""
+    from edgekit.artifacts import MANIFEST_NAME, Manifest, check_carried
+    from edgekit.fileio import read_regular, sha256_file
+    from edgekit.models.chat import load_template
+
+    info = manifest.model.get("tokenizer") if isinstance(manifest.model.get("tokenizer"), dict) else {}
+    for _ in range(_MAX_PARENT_HOPS + 1):
+        path = folder / TOKENIZER_FILE
+        if path.is_file():
+            check_carried(folder, manifest, TOKENIZER_FILE)
+            from tokenizers import Tokenizer
+
+            data = read_regular(path, 64 << 20)
+            if data is None:
+                raise InputFileError(f"{path} is not a regular file of at most 64 MiB")
+            try:
+                tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+            except Exception as exc:  # noqa: BLE001 - tokenizers raises its own Exception type
+                raise InputFileError(f"{path} is not a Hugging Face tokenizer: {str(exc).splitlines()[0][:200]}") from None
+            return llm_text(tokenizer, load_template(folder, manifest), info)
+        parent = manifest.parent or {}
+        where = Path(str(parent.get("path", ""))) if parent.get("path") else None
+        if where is None or not (where / MANIFEST_NAME).is_file() \
+                or sha256_file(where / MANIFEST_NAME) != parent.get("manifest_sha256"):
+            break
+        folder = where
+        from edgekit.fileio import read_json
+
+        manifest = Manifest.from_dict(read_json(where / MANIFEST_NAME, "manifest"), str(where / MANIFEST_NAME))
+    raise InputFileError(f"no {TOKENIZER_FILE} for this language model in the artifact or the checkpoint it was "
+                         "made from; import the model again (edgekit import gguf:...)")

@@ -4,6 +4,8 @@
                         (``Accept: application/x-npz`` answers with an .npz)
     POST /v1/generate   language models: {"prompt", "max_tokens", "temperature", "top_k", "seed",
                         "stream"}; with "stream": true, server-sent events, one per token
+    POST /v1/chat/completions, GET /v1/models   pretrained LLMs with a KV cache (OpenAI's shapes,
+                        ``llm_routes``; they also take /v1/generate)
     GET  /v1/model      the manifest summary
     GET  /healthz       alive;   GET /readyz   model loaded and warmed up
     GET  /metrics       Prometheus text
@@ -81,7 +83,8 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
     async def model_info():
         return {**model.summary, "batching": {"dynamic_batch_axis": can_batch, "max_batch": batcher.max_batch,
                                               "max_wait_ms": settings.max_wait_ms, "queue_size": settings.queue_size},
-                "generate": getattr(model, "generator", None) is not None}
+                "generate": getattr(model, "generator", None) is not None or getattr(model, "llm", None) is not None,
+                **({"generation": model.llm.status()} if getattr(model, "llm", None) is not None else {})}
 
     @app.get("/metrics")
     async def prometheus():
@@ -90,6 +93,9 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
     async def predict(scope, receive, send) -> int:
         """POST /v1/predict as a plain ASGI handler (the hot path: no routing, no Request/Response
         objects); answers and returns the status. Guard calls it for every POST to /v1/predict."""
+        if not getattr(model, "predicts", True):  # a language model served as text
+            return await answer(send, 404, json_bytes({"error": "this model is a language model; use /v1/generate "
+                                                                "or /v1/chat/completions"}))
         content_type, accept, declared = "", "", None
         for key, value in scope["headers"]:
             if key == b"content-type":
@@ -125,6 +131,12 @@ def create_app(model, settings: ServeSettings = ServeSettings(), warmup_feed: di
     limits = (settings.max_headers, settings.max_header_bytes)
     app.add_middleware(Guard, api_key=settings.api_key, metrics=metrics, predict=predict, limits=limits)
     app.hot = Guard(None, api_key=settings.api_key, metrics=metrics, predict=predict, limits=limits)
+
+    if getattr(model, "llm", None) is not None:  # a pretrained LLM with a KV cache: chat completions, /v1/generate
+        from .llm_routes import add_llm_routes
+
+        add_llm_routes(app, model.llm, settings, batcher, state, first_line=first_line, overloaded=overloaded,
+                       read_body=read_body)
 
     @app.post("/v1/generate")
     async def generate(request: Request):
@@ -179,7 +191,8 @@ class ServeApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-ROUTES = ("/v1/predict", "/v1/generate", "/v1/model", "/healthz", "/readyz", "/metrics")
+ROUTES = ("/v1/predict", "/v1/generate", "/v1/chat/completions", "/v1/models", "/v1/model", "/healthz", "/readyz",
+          "/metrics")
 
 
 class Guard:

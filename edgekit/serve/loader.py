@@ -19,6 +19,12 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
     file that crashes its runtime takes down a child process, not the server."""
 
     folder, manifest, entry = served_entry(path, fmt)
+    from edgekit.llm.cached import is_cached_family
+
+    if is_cached_family(manifest):  # a pretrained LLM (edgekit import gguf:...): text through its KV cache
+        from edgekit.serve.llm import ServedLLM
+
+        return ServedLLM(folder, manifest, entry, threads)
     if entry.format == CHECKPOINT:
         model = CheckpointModel(folder, manifest, entry, threads)
     else:

@@ -1,0 +1,132 @@
+"""A language model that keeps its KV cache between calls, from any artifact that holds one.
+
+``generate``, ``serve`` and ``bench`` run a Llama-family model through one interface whatever
+the file: the checkpoint (edgekit's torch module, ``edgekit.models.llama``) or an ExecuTorch
+program exported with its cache (``edgekit.llm.program``). ``feed(ids, start)`` runs ``ids`` at
+positions ``start, start+1, ...`` (a prompt's prefill, or one decode token) and returns the
+next token's float32 logits; what was fed at earlier positions stays in the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from edgekit.errors import UsageError
+
+LLAMA = "llama"  # the zoo name of the model family that runs with a cache
+
+
+@dataclass
+class CachedLM:
+    """``feed(ids, start) -> logits`` (1-D float32 torch tensor of the token after ``ids``);
+    ``feed_all`` the logits of every position fed."""
+
+    feed_fn: Callable[[list[int], int], Any]  # -> (T, vocab) float32 logits of every fed position
+    reset_fn: Callable[[], None]
+    context: int  # cache positions: prompt + new tokens never exceed it
+    format: str
+    precision: str
+    path: Path
+    max_feed: int  # the most ids one call takes (a program's planned prefill length)
+
+    def feed(self, ids: list[int], start: int):
+        return self.feed_all(ids, start)[-1]
+
+    def feed_all(self, ids: list[int], start: int):
+        """Like ``feed``, but the (T, vocab) logits of every fed position (perplexity needs them)."""
+        import torch
+
+        if not ids:
+            raise UsageError("nothing to feed the language model (no tokens)")
+        if start < 0 or start + len(ids) > self.context:
+            raise UsageError(f"{start + len(ids)} tokens do not fit this model's context of {self.context} tokens")
+        parts = [self.feed_fn(ids[at:at + self.max_feed], start + at)  # past the planned length: in slices
+                 for at in range(0, len(ids), self.max_feed)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def reset(self) -> None:
+        self.reset_fn()
+
+
+def is_cached_family(manifest) -> bool:
+    return manifest.model.get("name") == LLAMA
+
+
+def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "fp32") -> CachedLM:
+    """A ``edgekit.models.llama.Llama`` module (eval mode) as a ``CachedLM``."""
+    import torch
+
+    where = next(model.parameters()).device
+
+    def feed(ids: list[int], start: int):
+        with torch.inference_mode():
+            tokens = torch.tensor([ids], dtype=torch.long, device=where)
+            positions = torch.arange(start, start + len(ids), dtype=torch.long, device=where)
+            return model.step(tokens, positions)[0].float().cpu()
+
+    return CachedLM(feed, model.reset_cache, int(model.max_len), fmt, precision, path, int(model.max_len))
+
+
+def program_cached(path: Path, details: dict, threads: int | None = None) -> CachedLM:
+    """An ExecuTorch program written by ``edgekit.llm.program`` as a ``CachedLM``: its ``forward``
+    is ``(tokens (1, T), input_pos (T,)) -> logits (1, T, vocab)`` and its cache is program state."""
+    import torch
+
+    from edgekit.formats import executorch
+
+    context = int(details["context"])
+    max_feed = int(details.get("max_prefill", context))
+    loaded: dict = {}
+
+    def load():
+        from edgekit.llm.program import load_runtime_kernels
+
+        if threads:
+            torch.set_num_threads(threads)
+        load_runtime_kernels()  # the program calls ExecuTorch's LLM kernels besides XNNPACK
+        loaded["method"] = executorch.load_method(path)
+
+    def feed(ids: list[int], start: int):
+        tokens = torch.tensor([ids], dtype=torch.long)
+        positions = torch.arange(start, start + len(ids), dtype=torch.long)
+        return loaded["method"].execute((tokens, positions))[0][0].float()
+
+    def reset():
+        """Nothing to clear: a conversation fed from position 0 overwrites the cache as it goes, and
+        the program's attention (``llama::custom_sdpa``, causal from ``start``) never reads a
+        position past the last one fed, so what an earlier, longer one left there is unseen."""
+
+    load()
+    return CachedLM(feed, reset, context, executorch.FORMAT.name, str(details.get("precision", "fp32")), path, max_feed)
+
+
+def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | None = None,
+                device: str = "cpu") -> CachedLM:
+    """The artifact's cached language model: its ``.pte`` program or, by default when the artifact
+    has one, its checkpoint."""
+    from edgekit.artifacts import CHECKPOINT
+
+    if not is_cached_family(manifest):
+        raise UsageError(f"{folder} holds {manifest.model.get('name')}, not a model that runs with a KV cache")
+    have = manifest.formats()
+    fmt = fmt or (CHECKPOINT if CHECKPOINT in have else "executorch" if "executorch" in have else None)
+    if fmt not in have or fmt not in (CHECKPOINT, "executorch"):
+        raise UsageError(f"{folder} has no {fmt or 'checkpoint or executorch'} file for a cached language model "
+                         f"(it has: {', '.join(have) or 'none'})")
+    entry = manifest.file(fmt)
+    path = folder / entry.path
+    if fmt == "executorch":
+        if device not in ("cpu", "auto"):
+            raise UsageError(f"executorch programs run on the CPU here, not {device!r}")
+        return program_cached(path, entry.details, threads)
+    import torch
+
+    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.train.distributed import select_device
+
+    if threads:
+        torch.set_num_threads(threads)
+    model = load_model_from_artifact(folder, manifest).to(select_device(device)).eval()
+    return torch_cached(model, path, CHECKPOINT, entry.precision)

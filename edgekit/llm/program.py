@@ -1,0 +1,189 @@
+"""A Llama-family model as an ExecuTorch program with its KV cache inside: fp32, int8 or int4.
+
+The program's ``forward(tokens (1, T), input_pos (T,))`` is ``Llama.step``: T up to
+``max_prefill`` for the prompt, then 1 per new token; each layer's cache is a mutable buffer of
+the program, updated and attended to by ExecuTorch's LLM kernels (``llama::update_cache``,
+``llama::custom_sdpa``), the linears delegated to XNNPACK.
+
+Precisions (torchao ``quantize_`` on the module before ``torch.export``):
+
+- ``int8``: every linear, the LM head included, int8 weights per output channel, activations in
+  float (weight-only: XNNPACK's f32 x qc8w kernels);
+- ``int4``: every linear int4 weights in groups of ``group_size`` along the input, activations
+  quantized to int8 per token at run time (torchao's "8da4w", XNNPACK's qd8 x qb4w kernels);
+- both: the token embedding int8 per row (``quantized_decomposed::embedding_byte``), so the
+  table the head no longer shares is not kept in float; norms and rotary tables stay float.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.errors import UsageError
+
+PRECISIONS = ("fp32", "int8", "int4")
+DEFAULT_GROUP_SIZE = 32
+MAX_PREFILL = 128  # prompt tokens one call takes; longer prompts go in slices (edgekit.llm.cached)
+
+
+# The shared libraries of the executorch wheel that hold its LLM kernels (llama::update_cache,
+# llama::custom_sdpa) and quantized kernels (quantized_decomposed::embedding_byte): loading one
+# registers both its torch ops and its ExecuTorch kernels in this process.
+KERNEL_LIBRARIES = (("executorch.extension.llm.custom_ops", "custom_ops_aot_lib"),
+                    ("executorch.kernels.quantized", "quantized_ops_aot_lib"))
+_LOADED: list = []
+
+
+def load_runtime_kernels() -> None:
+    """What running a program needs besides XNNPACK: the two kernel libraries, loaded by path (their
+    Python packages would import the whole export toolchain)."""
+    if _LOADED:
+        return
+    import importlib.util
+
+    import torch
+
+    from edgekit.errors import EdgekitError
+    from edgekit.formats.executorch import native
+
+    native()  # the runtime first: the libraries register into it
+    for package, stem in KERNEL_LIBRARIES:
+        spec = importlib.util.find_spec(package)
+        found = [lib for place in (spec.submodule_search_locations or []) if spec
+                 for lib in sorted(Path(place).glob(f"lib{stem}.*")) if lib.suffix in (".so", ".dylib", ".dll")]
+        if not found:
+            raise EdgekitError(f"the executorch package has no {stem} library (needed by language-model programs)")
+        torch.ops.load_library(str(found[0]))
+    _LOADED.append(True)
+
+
+def load_kernels() -> None:
+    """``load_runtime_kernels`` plus the export-time ops (``quantized_decomposed`` meta kernels)."""
+    from edgekit.formats.executorch import quiet_imports
+
+    quiet_imports()
+    load_runtime_kernels()
+    import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401 - quantized_decomposed ops
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 - the llama ops' meta kernels
+
+
+def check_settings(precision: str, group_size: int, dim: int, hidden_dim: int) -> None:
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown LLM precision {precision!r}; choose one of: {', '.join(PRECISIONS)}")
+    if precision == "int4":
+        if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 16 \
+                or group_size & (group_size - 1):
+            raise UsageError(f"--group-size must be a power of two >= 16, got {group_size!r}")
+        for width in (dim, hidden_dim):
+            if width % group_size:
+                raise UsageError(f"--group-size {group_size} does not divide the model's width {width}")
+
+
+class Int8Embedding:
+    """Builds the int8-per-row replacement of an ``nn.Embedding`` (a torch module, made lazily so
+    this module imports without torch)."""
+
+    @staticmethod
+    def replace(embedding):
+        import torch
+        from torch import nn
+
+        class QuantizedEmbedding(nn.Module):
+            def __init__(self, weight):
+                super().__init__()
+                scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+                self.register_buffer("weight", torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8))
+                self.register_buffer("scales", scale.float())
+
+            def forward(self, ids):
+                return torch.ops.quantized_decomposed.embedding_byte(self.weight, self.scales, None, -127, 127, ids)
+
+        return QuantizedEmbedding(embedding.weight.detach().float())
+
+
+def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
+    """Quantize ``model`` (an ``edgekit.models.llama.Llama``) in place for export; what was done."""
+    import torch
+
+    if precision == "fp32":
+        return {"precision": "fp32", "weights": "float32 (the source's values)"}
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if model.output.weight is model.tok_embeddings.weight:  # tied: the head gets its own quantized copy
+        model.output.weight = torch.nn.Parameter(model.tok_embeddings.weight.detach().clone())
+    if precision == "int8":
+        config = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+        linears = "int8 weights per output channel, float activations (weight-only)"
+    else:
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+        linears = (f"int4 weights in groups of {group_size} (symmetric), int8 activations per token at run time "
+                   "(torchao 8da4w)")
+    quantize_(model, config, filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear))
+    model.tok_embeddings = Int8Embedding.replace(model.tok_embeddings)
+    return {
+        "precision": precision,
+        "linears": linears,
+        "lm_head": "quantized like the linears (untied from the embedding)",
+        "embedding": "int8 per row (symmetric)",
+        "float": ["RMSNorm weights", "rotary tables", "KV cache", "attention scores and softmax"],
+        **({"group_size": group_size} if precision == "int4" else {}),
+        "api": "torchao quantize_",
+    }
+
+
+def export_program(model, precision: str, path: Path, provenance: dict, group_size: int = DEFAULT_GROUP_SIZE,
+                   max_prefill: int = MAX_PREFILL, progress=None) -> dict:
+    """Quantize (in place), export and lower ``model`` to ``path``; the file's details for the manifest."""
+    import json
+
+    import torch
+
+    from edgekit.errors import EdgekitError, first_line
+    from edgekit.fileio import atomic_path
+    from edgekit.formats import executorch
+    from edgekit.models.llama import CachedStep
+
+    say = progress or (lambda message: None)
+    check_settings(precision, group_size, model.tok_embeddings.embedding_dim,
+                   model.layers[0].feed_forward.w1.out_features)
+    load_kernels()
+    max_prefill = max(1, min(max_prefill, model.max_len))
+    model.eval()
+    say(f"quantizing ({precision})")
+    recipe = quantize_module(model, precision, group_size)
+    model.fused_kernels = True
+    model.reset_cache()
+    length = torch.export.Dim("tokens", min=1, max=max_prefill)
+    examples = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
+    say("torch.export")
+    try:
+        with torch.no_grad():
+            program = torch.export.export(CachedStep(model), examples, dynamic_shapes=({1: length}, {0: length}),
+                                          strict=False)
+    except Exception as exc:  # noqa: BLE001 - torch.export raises many types
+        raise EdgekitError(f"torch.export cannot capture the language model: {first_line(exc, 300)}") from None
+    finally:
+        model.fused_kernels = False
+    details = {"variant": f"{precision}-executorch", "delegate": "xnnpack", "api": "torch.export",
+               "kv_cache": "static, inside the program", "context": int(model.max_len), "max_prefill": max_prefill,
+               "quantization": recipe, "precision": precision}
+    say("lowering to XNNPACK (minutes for a 100M-parameter model)")
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    try:
+        edge = to_edge_transform_and_lower(
+            program, partitioner=[XnnpackPartitioner()],
+            constant_methods={executorch.PROVENANCE_METHOD: json.dumps({**provenance, **details}, sort_keys=True)},
+        )
+        details["delegated_subgraphs"] = sum(
+            1 for node in edge.exported_program().graph_module.graph.nodes
+            if node.op == "call_function" and "executorch_call_delegate" in str(node.target))
+        say("writing the program")
+        buffer = edge.to_executorch().buffer
+    except Exception as exc:  # noqa: BLE001 - the lowering passes raise many types
+        raise EdgekitError(f"cannot lower the language model to ExecuTorch/XNNPACK: {first_line(exc, 300)}") from None
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(buffer)
+    return details

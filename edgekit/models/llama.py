@@ -1,0 +1,229 @@
+"""A Llama-family decoder (RMSNorm, rotary positions, grouped-query attention, SwiGLU) with a
+static KV cache, for pretrained language models imported from GGUF files (``edgekit.sources.gguf``).
+
+Two ways to run it:
+
+- ``model(tokens)``: (N, T) ids -> (N, T, vocab) logits, every position recomputed, no cache;
+  what training, evaluation and perplexity use, and what every other zoo language model does.
+- ``model.step(tokens, input_pos)``: (1, T) ids at positions ``input_pos`` (T,) -> (1, T, vocab)
+  logits, reading and writing the KV cache. Each layer's cache is two buffers of fixed size (1,
+  max_len, kv_heads, head_dim) and the position is a tensor, so the same call is a prefill (T =
+  the prompt) or a decode step (T = 1) and ``torch.export`` captures it once with a dynamic T and
+  the buffers as mutable state (what an ExecuTorch program with a KV cache needs).
+
+Rotary embedding rotates adjacent pairs (x[2i], x[2i+1]), the layout GGUF files store the query
+and key weights in (llama.cpp's converter permutes Hugging Face's half-split layout into it), so
+GGUF weights load as they are.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgekit.artifacts import InputSpec
+from edgekit.models.checks import expect_tokens
+from edgekit.models.registry import ModelSpec, register_model
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def rotary_tables(max_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of every (position, pair), (max_len, head_dim // 2), in float32."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def rotate_pairs(x, cos, sin):
+    """x (N, T, H, D) rotated pairwise by the (T, D/2) angles."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # one angle per position, for every head
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Grouped-query attention; ``cached`` keeps this layer's keys and values in its own cache
+    buffers, (1, max_len, kv_heads, head_dim), the layout ExecuTorch's LLM kernels take."""
+
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
+        self.wk = nn.Linear(dim, n_kv_heads * head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_kv_heads * head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
+        self.register_buffer("k_cache", torch.zeros(1, max_len, n_kv_heads, head_dim), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(1, max_len, n_kv_heads, head_dim), persistent=False)
+
+    def _project(self, x, cos, sin):
+        """q, k, v as (N, T, heads, head_dim), q and k rotated."""
+        n, t, _ = x.shape
+        q = self.wq(x).view(n, t, self.n_heads, self.head_dim)
+        k = self.wk(x).view(n, t, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(n, t, self.n_kv_heads, self.head_dim)
+        return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin), v
+
+    def _attend(self, q, k, v, mask):
+        """(N, T, H, D) queries over (N, S, KV, D) keys and values; ``mask`` (T, S), True = seen."""
+        groups = self.n_heads // self.n_kv_heads
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        n, _, t, _ = out.shape
+        return out.transpose(1, 2).reshape(n, t, self.n_heads * self.head_dim)
+
+    def forward(self, x, cos, sin, causal):
+        q, k, v = self._project(x, cos, sin)
+        return self.wo(self._attend(q, k, v, causal))
+
+    def cached(self, x, cos, sin, input_pos, mask, start):
+        """Write this call's keys and values at ``input_pos`` of the cache and attend to it.
+
+        ``start`` (an int, or a SymInt under export) selects ExecuTorch's fused cache update and
+        causal attention kernels (``llama::update_cache``, ``llama::custom_sdpa``); None, plain
+        torch ops with ``mask``."""
+        q, k, v = self._project(x, cos, sin)
+        n, t = x.shape[:2]
+        if start is None:
+            self.k_cache.index_copy_(1, input_pos, k.to(self.k_cache.dtype))
+            self.v_cache.index_copy_(1, input_pos, v.to(self.v_cache.dtype))
+            out = self._attend(q, self.k_cache, self.v_cache, mask)
+        else:
+            torch.ops.llama.update_cache(k, self.k_cache, start)
+            torch.ops.llama.update_cache(v, self.v_cache, start)
+            out = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, start, None, 0, True)
+            out = out.reshape(n, t, self.n_heads * self.head_dim)
+        return self.wo(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden_dim, bias=False)  # gate
+        self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
+        self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, n_heads, n_kv_heads, head_dim, hidden_dim, norm_eps, max_len):
+        super().__init__()
+        self.attention_norm = RMSNorm(dim, norm_eps)
+        self.attention = Attention(dim, n_heads, n_kv_heads, head_dim, max_len)
+        self.ffn_norm = RMSNorm(dim, norm_eps)
+        self.feed_forward = FeedForward(dim, hidden_dim)
+
+
+class Llama(nn.Module):
+    """(N, T) int64 token ids -> (N, T, vocab) next-token logits; ``step`` for the cached path."""
+
+    name = "llama"
+
+    def __init__(self, vocab_size: int = 256, dim: int = 64, n_layers: int = 2, n_heads: int = 4,
+                 n_kv_heads: int = 2, hidden_dim: int = 128, head_dim: int = 0, rope_theta: float = 10000.0,
+                 norm_eps: float = 1e-5, max_len: int = 256, tie_embeddings: bool = True):
+        super().__init__()
+        if n_heads % max(n_kv_heads, 1) or n_kv_heads < 1:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        head_dim = head_dim or dim // n_heads
+        if head_dim % 2:
+            raise ValueError(f"head_dim ({head_dim}) must be even for rotary positions")
+        self.vocab_size, self.max_len, self.n_layers = vocab_size, max_len, n_layers
+        self.tok_embeddings = nn.Embedding(vocab_size, dim)
+        self.layers = nn.ModuleList(Block(dim, n_heads, n_kv_heads, head_dim, hidden_dim, norm_eps, max_len)
+                                    for _ in range(n_layers))
+        self.norm = RMSNorm(dim, norm_eps)
+        self.output = nn.Linear(dim, vocab_size, bias=False)
+        if tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        cos, sin = rotary_tables(max_len, head_dim, rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.fused_kernels = False  # set by the .pte export (edgekit.llm.program): ExecuTorch's LLM kernels
+
+    def forward(self, tokens):
+        expect_tokens(self.name, tokens, self.vocab_size, self.max_len)
+        t = tokens.shape[1]
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = x + layer.attention(layer.attention_norm(x), cos, sin, causal)
+            x = x + layer.feed_forward(layer.ffn_norm(x))
+        return self.output(self.norm(x))
+
+    def step(self, tokens, input_pos):
+        """(1, T) ids at the consecutive positions ``input_pos`` (T,) int64 -> (1, T, vocab) logits,
+        through the cache.
+
+        Keys past the last position are never read, so what a longer earlier conversation left in
+        the cache there does not leak into this one.
+        """
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        start = mask = None
+        if self.fused_kernels:
+            start = input_pos[0].item()
+            torch._check_is_size(start)
+            torch._check(start + tokens.shape[1] <= self.max_len)
+        else:
+            positions = torch.arange(self.max_len, device=tokens.device)
+            mask = positions.unsqueeze(0) <= input_pos.unsqueeze(1)  # (T, max_len)
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = x + layer.attention.cached(layer.attention_norm(x), cos, sin, input_pos, mask, start)
+            x = x + layer.feed_forward(layer.ffn_norm(x))
+        return self.output(self.norm(x))
+
+    def reset_cache(self) -> None:
+        for layer in self.layers:
+            layer.attention.k_cache.zero_()
+            layer.attention.v_cache.zero_()
+
+
+class CachedStep(nn.Module):
+    """``forward(tokens, input_pos)`` = ``model.step``: the module ``torch.export`` captures for a
+    program that keeps its KV cache between calls."""
+
+    def __init__(self, model: Llama):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, input_pos):
+        return self.model.step(tokens, input_pos)
+
+
+def _token_input(cfg) -> tuple[InputSpec, ...]:
+    return (InputSpec("tokens", (None, None), "int64", {0: "batch", 1: "sequence"}),)
+
+
+register_model(
+    ModelSpec(
+        name="llama",
+        factory=Llama,
+        default_config={"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                        "hidden_dim": 128, "head_dim": 0, "rope_theta": 10000.0, "norm_eps": 1e-5,
+                        "max_len": 256, "tie_embeddings": True},
+        input_spec=_token_input,
+        outputs=("logits",),
+        task={"type": "language-modeling", "dataset": "pydoc-text", "metric": "next_token_accuracy"},
+        description="Llama-family decoder (GQA, RoPE, SwiGLU) with a static KV cache; pretrained ones come from GGUF files",
+        onnx_exporter="dynamo",
+    )
+)

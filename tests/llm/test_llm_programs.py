@@ -1,0 +1,208 @@
+"""A language model imported from GGUF as ExecuTorch programs with the KV cache inside (issue 22):
+export (fp32) and quantize (int4), generate through the program, bench and gate its figures.
+
+A tiny random Llama keeps it fast (the 135 M model takes minutes to lower; benchmarks/llm_edgekit.py
+measures that one). References: the float checkpoint's own torch module, run through its cache
+and without it (the plain causal forward), and hand-computed statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_tiny_gguf
+from corpus.hostile import assert_one_line_error, leftovers
+from edgekit.cli.app import app
+
+pytest.importorskip("executorch")
+runner = CliRunner()
+PROMPT = [5, 17, 42, 99, 3, 250, 7, 64]
+
+
+def _cli(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_llm(tmp_path_factory):
+    """(checkpoint artifact, fp32 program artifact, int4 program artifact) of one tiny random Llama."""
+    root = tmp_path_factory.mktemp("llm")
+    gguf = write_tiny_gguf(root / "tiny.gguf", seed=3)
+    _cli("import", f"gguf:{gguf}", "--out", root / "ckpt", "--context", 256)
+    _cli("export", root / "ckpt", "--out", root / "fp32")
+    _cli("quantize", root / "ckpt", "--method", "int4", "--group-size", 32, "--out", root / "int4", "--eval-tokens", 200)
+    return root / "ckpt", root / "fp32", root / "int4"
+
+
+def _open(folder, fmt):
+    from edgekit.artifacts import load_manifest
+    from edgekit.llm.cached import open_cached
+
+    folder, manifest = load_manifest(folder)
+    return open_cached(folder, manifest, fmt, threads=1)
+
+
+def _float_module(ckpt):
+    from edgekit.artifacts import load_manifest
+    from edgekit.formats.checkpoint import load_model_from_artifact
+
+    folder, manifest = load_manifest(ckpt)
+    return load_model_from_artifact(folder, manifest)
+
+
+def test_the_fp32_program_is_the_float_model_through_its_cache(tiny_llm):
+    """Prefill then 12 one-token steps through the program's own cache: logits equal the float
+    module's plain causal forward over the whole sequence (no cache) at every step."""
+    import torch
+
+    ckpt, fp32, _ = tiny_llm
+    program = _open(fp32, "executorch")
+    model = _float_module(ckpt)
+    ids = list(PROMPT)
+    got = program.feed(ids, 0)
+    for _ in range(12):
+        with torch.no_grad():
+            want = model(torch.tensor([ids]))[0, -1]
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+        ids.append(int(got.argmax()))
+        got = program.feed(ids[-1:], len(ids) - 1)
+
+
+def test_a_new_conversation_does_not_see_the_last_one(tiny_llm):
+    """After a longer exchange, a reset and a shorter prompt give the same logits as a fresh load."""
+    import torch
+
+    _, fp32, _ = tiny_llm
+    program = _open(fp32, "executorch")
+    program.feed(list(range(1, 60)), 0)
+    program.reset()
+    again = program.feed(PROMPT, 0)
+    fresh = _open(fp32, "executorch").feed(PROMPT, 0)
+    assert torch.equal(again, fresh)
+
+
+def test_the_int4_manifest_records_what_was_quantized_and_its_quality(tiny_llm):
+    ckpt, _, int4 = tiny_llm
+    manifest = json.loads((int4 / "manifest.json").read_text())
+    entry = manifest["files"][0]
+    assert entry["format"] == "executorch" and entry["precision"] == "int4"
+    recipe = entry["details"]["quantization"]
+    assert recipe["group_size"] == 32 and "8da4w" in recipe["linears"]
+    assert recipe["embedding"].startswith("int8 per row") and "untied" in recipe["lm_head"]
+    assert entry["details"]["context"] == 256 and entry["details"]["kv_cache"].startswith("static")
+    quality = entry["details"]["quality"]
+    assert quality["scored_tokens"] == 199  # 200 held-out tokens, every one but the first
+    assert quality["perplexity_growth"] == pytest.approx(quality["perplexity"] / quality["float_perplexity"] - 1,
+                                                         abs=1e-4)
+    assert quality["recommended"] == (quality["perplexity_growth"] <= 0.10)
+    assert {e["path"] for e in manifest["extra_files"]} == {"tokenizer.json", "chat_template.jinja"}
+    assert manifest["parent"]["path"] == str(ckpt.resolve())
+    # the int4 file is smaller than the fp32 one (weights 4-bit, embedding and head 8/4-bit)
+    fp32_bytes = json.loads((tiny_llm[1] / "manifest.json").read_text())["files"][0]["bytes"]
+    assert entry["bytes"] < 0.6 * fp32_bytes
+
+
+def test_the_recorded_perplexity_is_the_programs_own(tiny_llm):
+    """Recomputed here by hand from the program's logits (log-softmax in float64), same windows."""
+    import torch
+
+    from edgekit.artifacts import load_manifest
+    from edgekit.llm.quality import heldout_text
+    from edgekit.models.lm_runtime import load_llm_text
+
+    _, _, int4 = tiny_llm
+    folder, manifest = load_manifest(int4)
+    ids = load_llm_text(folder, manifest).tokenizer.encode(heldout_text()[0], add_special_tokens=False).ids[:200]
+    program = _open(int4, "executorch")
+    logits = program.feed_all(ids, 0).double()  # one window: 200 tokens fit the 256-token context
+    nll = -torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(ids[1:])[:, None]).sum()
+    assert manifest.files[0].details["quality"]["perplexity"] == pytest.approx(math.exp(float(nll) / 199), rel=1e-3)
+
+
+def test_generate_runs_the_int4_program(tiny_llm):
+    """Greedy ids from `edgekit generate` on the int4 artifact are the program's own argmax chain."""
+    _, _, int4 = tiny_llm
+    result = _cli("generate", int4, "hello", "--raw", "--temperature", 0, "--max-tokens", 6, "--threads", 1)
+    assert "6 tokens" in result.output and "ended by max_tokens" in result.output
+
+
+def test_bench_and_gate_read_the_llm_figures(tiny_llm, tmp_path):
+    _, fp32, int4 = tiny_llm
+    doc = tmp_path / "bench.json"
+    _cli("bench", int4, fp32, "--processes", 2, "--prompt-tokens", 16, "--new-tokens", 9, "--threads", 1,
+         "--json", doc)
+    results = json.loads(doc.read_text())["results"]
+    assert [r["model"]["variant"] for r in results] == ["int4-executorch", "fp32-executorch"]
+    for r in results:
+        llm = r["settings"]["llm"]
+        assert llm["processes"] == 2 and llm["prompt_tokens"] == 16 and llm["new_tokens"] == 9
+        for key in ("decode_tps", "prefill_tps", "ttft_ms", "peak_rss_mb"):
+            assert llm[key]["min"] <= llm[key]["median"] <= llm[key]["max"]
+        assert r["timing"]["runs"] == 8  # 9 new tokens: the first from the prompt, 8 one-token steps
+        assert r["memory"]["peak_rss"] == pytest.approx(llm["peak_rss_mb"]["median"])
+        assert r["model"]["bytes"] == (fp32 if r["model"]["precision"] == "fp32" else int4).joinpath("model.pte").stat().st_size
+    slowest = min(r["settings"]["llm"]["decode_tps"]["median"] for r in results)
+    passed = runner.invoke(app, ["gate", str(doc), "--min-decode-tps", f"{slowest * 0.5:.3f}", "--max-ttft-ms", "60s"])
+    assert passed.exit_code == 0, passed.output
+    fastest = max(r["settings"]["llm"]["decode_tps"]["median"] for r in results)
+    failed = runner.invoke(app, ["gate", str(doc), "--min-decode-tps", f"{fastest * 2:.3f}tok/s"])
+    assert failed.exit_code == 3 and "decode rate" in failed.output and " < " in failed.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "int4", "--group-size", "24"], "--group-size must be a power of two >= 16"),
+    (["--method", "int4", "--group-size", "128"], "--group-size 128 does not divide the model's width 64"),
+    (["--method", "int4", "--eval-tokens", "-3"], "--eval-tokens must be between 0"),
+    (["--method", "static"], "use --method int8-weight or int4"),
+    (["--method", "int4", "--calib", "x"], "--calib do(es) not apply to --method int4"),
+])
+def test_bad_llm_quantize_requests_are_one_line(tiny_llm, tmp_path, args, message):
+    ckpt = tiny_llm[0]
+    result = runner.invoke(app, ["quantize", str(ckpt), "--out", str(tmp_path / "q"), *args])
+    assert_one_line_error(result, 2, message)
+    assert leftovers(tmp_path, "q") == []
+
+
+def test_an_llm_method_on_another_model_is_one_line(digits_checkpoint, tmp_path):
+    result = runner.invoke(app, ["quantize", str(digits_checkpoint), "--method", "int4", "--out", str(tmp_path / "q")])
+    assert_one_line_error(result, 2, "is for language models imported from GGUF")
+
+
+def test_bench_prompt_past_the_context_is_one_line(tiny_llm):
+    result = runner.invoke(app, ["bench", str(tiny_llm[2]), "--prompt-tokens", "200", "--new-tokens", "100"])
+    assert_one_line_error(result, 2, "do not fit")
+
+
+def test_the_step_statistics_are_the_median_processes(tiny_llm):
+    """p50 of the result is the median of the per-step times the worker reported (hand-computed)."""
+    from edgekit.llm.bench import _result, llm_models
+
+    model = llm_models([tiny_llm[2]])[0]
+    steps = [1.0, 3.0, 2.0, 10.0, 4.0]
+    runs = [{"decode_tps": tps, "prefill_tps": 100.0, "ttft_ms": 5.0, "cold_ttft_ms": 9.0, "load_s": 0.1,
+             "peak_rss_mb": 200.0 + tps, "rss_before_mb": 20.0, "context": 256, "step_ms": steps}
+            for tps in (30.0, 10.0, 20.0)]
+    result = _result(model, runs, 1, 16, 6, None)
+    assert result.timing.p50 == statistics.median(steps) == 3.0
+    assert result.settings["llm"]["decode_tps"] == {"median": 20.0, "min": 10.0, "max": 30.0}
+    assert result.memory.peak_rss == 220.0
+
+
+def test_a_program_artifact_is_not_exported_again(tiny_llm, tmp_path):
+    result = runner.invoke(app, ["export", str(tiny_llm[2]), "--out", str(tmp_path / "e")])
+    assert_one_line_error(result, 2, "already holds a language model's executorch program")
+    assert leftovers(tmp_path, "e") == []
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_bundles_of_llm_programs_are_refused_in_one_line(tiny_llm, tmp_path, which):
+    result = runner.invoke(app, ["bundle", str(tiny_llm[which]), "--target", "rpi5", "--out", str(tmp_path / "b")])
+    assert_one_line_error(result, 2, "bundles of its programs are not built yet")
+    assert leftovers(tmp_path, "b") == []
