@@ -15,7 +15,7 @@ Make the artifacts first (minutes each: the lowering of a 30-layer model is slow
 
     edgekit import gguf:smollm2-135m --out smol --context 512
     edgekit quantize smol --method int4 --out smol-int4
-    edgekit quantize smol --method int8-weight --out smol-int8
+    edgekit quantize smol --method int8 --out smol-int8
     edgekit export smol --out smol-fp32
 
 then (llama.cpp's venv: see benchmarks/llm_llamacpp.py):

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from edgekit.cli.common import console, echo_json
 
 
 def is_llm_artifact(source) -> bool:
-    """``source`` is an artifact folder (or its manifest) holding a model that runs with a KV cache."""
-    from edgekit.artifacts import MANIFEST_NAME
-    from edgekit.fileio import read_json
+    from edgekit.llm.cached import is_llm_artifact as check
 
-    path = Path(str(source))
-    manifest = path if path.name == MANIFEST_NAME else path / MANIFEST_NAME
-    if not manifest.is_file():
-        return False
-    try:
-        data = read_json(manifest, "manifest")
-    except Exception:  # noqa: BLE001 - a broken manifest is the normal route's error to report
-        return False
-    from edgekit.llm.cached import LLAMA
-
-    return isinstance(data, dict) and isinstance(data.get("model"), dict) and data["model"].get("name") == LLAMA
+    return check(source)
 
 
 def refuse_int8_options(given: dict, route: str) -> None:

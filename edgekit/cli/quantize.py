@@ -28,7 +28,7 @@ def quantize_command(
         ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:FOLDER "
                                     "(a save_pretrained folder: config.json + model.safetensors)."
     ),
-    method: str = typer.Option("static", "--method", help="dynamic | static | qat; for a language model imported from GGUF: int4 | int8-weight."),
+    method: str = typer.Option("static", "--method", help="dynamic | static | qat; for a language model imported from GGUF: int4 | int8."),
     out: Path = typer.Option(..., "--out", "-o", help="Output artifact folder."),
     target: TargetOpt = "rpi4",
     calib: Optional[Path] = typer.Option(

@@ -1,4 +1,4 @@
-"""``edgekit quantize DIR --method int4|int8-weight`` and ``edgekit export DIR --format
+"""``edgekit quantize DIR --method int4|int8`` and ``edgekit export DIR --format
 executorch`` for a language model imported from GGUF: an artifact holding one ``.pte`` program
 with its KV cache (``edgekit.llm.program``), the tokenizer and chat template carried over, and
 the program's quality measured against the float checkpoint it came from (``edgekit.llm.quality``).
@@ -15,9 +15,7 @@ from pathlib import Path
 
 from edgekit.errors import UsageError
 
-METHODS = {"int8-weight": "int8", "int4": "int4"}  # --method -> program precision
-METHOD_HELP = ("int4: int4 weights in groups (--group-size, default 32) with int8 dynamic activations (torchao 8da4w); "
-               "int8-weight: int8 weights per channel, float activations")
+METHODS = {"int8": "int8", "int4": "int4"}  # --method -> program precision
 CARRIED = ("tokenizer.json", "chat_template.jinja")
 PROGRAM_FILE = "model.pte"
 

@@ -58,11 +58,13 @@ def llm_models(paths, fmt: str | None = None) -> list[LLMModel]:
     from edgekit.artifacts import load_manifest
     from edgekit.llm.cached import is_cached_family
 
+    from edgekit.llm.cached import is_llm_artifact
+
     found = []
     for path in paths:
         path = Path(path)
         folder = path if path.is_dir() else path.parent
-        if not (folder / "manifest.json").is_file():
+        if not is_llm_artifact(folder):  # other models keep the runner's own path, checks and messages
             return []
         folder, manifest = load_manifest(folder)
         if not is_cached_family(manifest):

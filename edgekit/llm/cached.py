@@ -54,6 +54,24 @@ def is_cached_family(manifest) -> bool:
     return manifest.model.get("name") == LLAMA
 
 
+def is_llm_artifact(source) -> bool:
+    """``source`` is an artifact folder (or its manifest) of a model that runs with a KV cache.
+
+    Read without verifying anything: a broken or hostile manifest is the normal route's to report."""
+    from edgekit.artifacts import MANIFEST_NAME
+    from edgekit.fileio import read_json
+
+    path = Path(str(source))
+    manifest = path if path.name == MANIFEST_NAME else path / MANIFEST_NAME
+    try:
+        if not manifest.is_file() or manifest.is_symlink():
+            return False
+        data = read_json(manifest, "manifest")
+    except Exception:  # noqa: BLE001 - see above
+        return False
+    return isinstance(data, dict) and isinstance(data.get("model"), dict) and data["model"].get("name") == LLAMA
+
+
 def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "fp32") -> CachedLM:
     """A ``edgekit.models.llama.Llama`` module (eval mode) as a ``CachedLM``."""
     import torch

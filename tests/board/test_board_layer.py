@@ -17,7 +17,8 @@ RUNTIME_MODULES = ("onnxruntime", "executorch.extension", "executorch.runtime")
 # export-time tools that inspect or write programs (never the scripts that run a model).
 ALLOWED = {"edgekit/board/runtimes", "edgekit/formats/executorch.py", "edgekit/formats/onnx_export.py",
            "edgekit/formats/torchscript_backend.py", "edgekit/quantize", "edgekit/onnx_files.py",
-           "edgekit/bench/reference.py", "edgekit/models", "edgekit/train"}
+           "edgekit/bench/reference.py", "edgekit/models", "edgekit/train",
+           "edgekit/llm/program.py"}  # writes LLM programs: imports the LLM ops' export-time (meta) kernels
 
 
 def _loads_a_runtime(tree: ast.AST) -> list[str]:

@@ -160,7 +160,7 @@ def test_bench_and_gate_read_the_llm_figures(tiny_llm, tmp_path):
     (["--method", "int4", "--group-size", "24"], "--group-size must be a power of two >= 16"),
     (["--method", "int4", "--group-size", "128"], "--group-size 128 does not divide the model's width 64"),
     (["--method", "int4", "--eval-tokens", "-3"], "--eval-tokens must be between 0"),
-    (["--method", "static"], "use --method int8-weight or int4"),
+    (["--method", "static"], "use --method int8 or int4"),
     (["--method", "int4", "--calib", "x"], "--calib do(es) not apply to --method int4"),
 ])
 def test_bad_llm_quantize_requests_are_one_line(tiny_llm, tmp_path, args, message):
