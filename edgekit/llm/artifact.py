@@ -50,6 +50,7 @@ def write_program(source, out, precision: str, *, kind: str, group_size: int = 3
     from edgekit.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
     from edgekit.formats.checkpoint import load_model_from_artifact
     from edgekit.llm import program, quality
+    from edgekit.llm.cached import program_format
     from edgekit.outputs import commit_dir
 
     eval_tokens = quality.DEFAULT_EVAL_TOKENS if eval_tokens is None else eval_tokens
@@ -77,7 +78,7 @@ def write_program(source, out, precision: str, *, kind: str, group_size: int = 3
         if text is not None:
             say(f"measuring perplexity on {eval_tokens} held-out tokens")
             details["quality"] = _quality(folder, manifest, work / PROGRAM_FILE, details, text, eval_tokens, threads)
-        entry = describe_file(work, PROGRAM_FILE, "executorch", precision=precision, details=details)
+        entry = describe_file(work, PROGRAM_FILE, program_format(), precision=precision, details=details)
         result = Manifest(
             kind=kind,
             model=manifest.model,

@@ -58,7 +58,7 @@ def llm_models(paths, fmt: str | None = None) -> list[LLMModel]:
     from edgekit.artifacts import load_manifest
     from edgekit.llm.cached import is_cached_family
 
-    from edgekit.llm.cached import is_llm_artifact
+    from edgekit.llm.cached import is_llm_artifact, program_format
 
     found = []
     for path in paths:
@@ -72,7 +72,8 @@ def llm_models(paths, fmt: str | None = None) -> list[LLMModel]:
         if path.is_file():
             chosen = next((e.format for e in manifest.files if (folder / e.path).resolve() == path.resolve()), None)
         else:
-            chosen = fmt or ("executorch" if "executorch" in manifest.formats() else "checkpoint")
+            program = program_format()
+            chosen = fmt or (program if program in manifest.formats() else "checkpoint")
         if chosen not in manifest.formats():
             raise UsageError(f"{folder} has no {chosen} file (it has: {', '.join(manifest.formats())})")
         found.append(LLMModel(folder, manifest, chosen))
@@ -152,7 +153,7 @@ def _result(model: LLMModel, runs: list[dict], threads: int, prompt_tokens: int,
     return BenchResult(
         model=ModelInfo(str(model.folder / entry.path), model.format, entry.bytes, entry.sha256, entry.precision,
                         model.label),
-        runtime={"name": "executorch" if model.format == "executorch" else "torch", "threads": threads},
+        runtime={"name": "torch" if model.format == "checkpoint" else model.format, "threads": threads},
         input_shapes={"tokens": [1, prompt_tokens]},
         settings={"llm": figures, "processes": len(runs)},
         timing=timing,

@@ -18,6 +18,13 @@ from edgekit.errors import UsageError
 LLAMA = "llama"  # the zoo name of the model family that runs with a cache
 
 
+def program_format() -> str:
+    """The format table's name for the programs that carry a KV cache (ExecuTorch's)."""
+    from edgekit.formats.executorch import FORMAT
+
+    return FORMAT.name
+
+
 @dataclass
 class CachedLM:
     """``feed(ids, start) -> logits`` (1-D float32 torch tensor of the token after ``ids``);
@@ -129,13 +136,14 @@ def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | N
     if not is_cached_family(manifest):
         raise UsageError(f"{folder} holds {manifest.model.get('name')}, not a model that runs with a KV cache")
     have = manifest.formats()
-    fmt = fmt or (CHECKPOINT if CHECKPOINT in have else "executorch" if "executorch" in have else None)
-    if fmt not in have or fmt not in (CHECKPOINT, "executorch"):
+    program = program_format()
+    fmt = fmt or (CHECKPOINT if CHECKPOINT in have else program if program in have else None)
+    if fmt not in have or fmt not in (CHECKPOINT, program):
         raise UsageError(f"{folder} has no {fmt or 'checkpoint or executorch'} file for a cached language model "
                          f"(it has: {', '.join(have) or 'none'})")
     entry = manifest.file(fmt)
     path = folder / entry.path
-    if fmt == "executorch":
+    if fmt == program:
         if device not in ("cpu", "auto"):
             raise UsageError(f"executorch programs run on the CPU here, not {device!r}")
         return program_cached(path, entry.details, threads)
