@@ -322,6 +322,16 @@ CASES = [
     ("info-manifest-deep", ["info", "{manifest_deep}"], 2, "nested"),
     ("info-manifest-truncated", ["info", "{manifest_truncated}"], 2, "not valid JSON"),
     ("cache-unknown-part", ["cache", "bogus"], 2, "unknown cache part"),
+    # ---- import (a pretrained file as a checkpoint artifact)
+    ("import-other-source", ["import", "hf:{tmp}", "--out", "{out}"], 2, "takes gguf:PATH or gguf:NAME"),
+    ("import-missing", ["import", "gguf:{tmp}/nope.gguf", "--out", "{out}"], 2, "GGUF file not found"),
+    ("import-unknown-name", ["import", "gguf:nosuchmodel", "--out", "{out}"], 2, "packaged models: smollm2-135m"),
+    ("import-random-bytes", ["import", "gguf:{random_gguf}", "--out", "{out}"], 2, "not a GGUF file"),
+    ("import-truncated-header", ["import", "gguf:{truncated_gguf}", "--out", "{out}"], 2, "too short for a GGUF file"),
+    ("import-context-zero", ["import", "gguf:smollm2-135m", "--out", "{out}", "--context", "0"], 2,
+     "--context must be a positive number"),
+    ("import-context-huge", ["import", "gguf:smollm2-135m", "--out", "{out}", "--context", "99999999"], 2,
+     "the model's own context length"),
     # ---- terminal output is safe: control characters are escaped in the one Error: line
     ("export-escape-in-path", ["export", "{escape_path}", "--out", "{out}"], 2, "\\x1b]0;pwned"),
 ]

@@ -406,6 +406,8 @@ def _escape_path(w):
 BUILDERS = {
     "random_onnx": lambda w: w.random_bytes("random.onnx"),
     "random_pt": lambda w: w.random_bytes("random.pt"),
+    "random_gguf": lambda w: w.random_bytes("random.gguf"),
+    "truncated_gguf": lambda w: (w.path("short.gguf").write_bytes(b"GGUF\x03\x00\x00\x00"), w.path("short.gguf"))[1],
     "empty_onnx": lambda w: (w.path("empty.onnx").write_bytes(b""), w.path("empty.onnx"))[1],
     "truncated_onnx": _onnx_truncated,
     "broken_onnx": _onnx_broken_graph,
