@@ -14,7 +14,8 @@ perplexity, and the ratios against llama.cpp Q4_1 from this same run.
 Make the artifacts first (minutes each: the lowering of a 30-layer model is slow):
 
     edgekit import gguf:smollm2-135m --out smol --context 512
-    edgekit quantize smol --method int4 --out smol-int4
+    edgekit quantize smol --method int4 --out smol-int4                 # portable kernels: runs on edgekit-run too
+    edgekit quantize smol --method int4 --kernels llm --out smol-int4-llm   # the fused host-only kernels
     edgekit quantize smol --method int8 --out smol-int8
     edgekit export smol --out smol-fp32
 

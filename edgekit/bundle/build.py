@@ -73,11 +73,13 @@ def build_bundle(
     folder, manifest = load_manifest(export_dir)
     from edgekit.llm.cached import is_cached_family
 
-    if is_cached_family(manifest):
-        raise UsageError(f"{folder} holds a language model imported from GGUF: bundles of its programs are not built "
-                         "yet (the native runtime has no llama::custom_sdpa / llama::update_cache kernels; see the "
-                         "README's small language models section)")
-    if manifest.kind != "export":
+    is_llm = is_cached_family(manifest)
+    if is_llm:  # its program runs on edgekit-run only: the board's Python runtimes have no token loop
+        if manifest.kind not in ("export", "quantized") or not manifest.formats():
+            raise UsageError(f"{folder} is a language-model {manifest.kind}; export or quantize it first "
+                             f"(edgekit quantize {folder} --method int4)")
+        runtime = "native"
+    elif manifest.kind != "export":
         raise UsageError(f"{folder} is a {manifest.kind} artifact; export it first (edgekit export {folder})")
     tgt = target if isinstance(target, Target) else load_target(target or manifest.target or "rpi4")
     entry = _pick(manifest, fmt, native_only=runtime == "native")
@@ -85,8 +87,12 @@ def build_bundle(
         native.check_native(entry.format, tgt)
         if wheels:
             raise UsageError("--wheels applies to Python bundles; a native bundle installs nothing on the board")
+    if is_llm:
+        from edgekit.bundle import llm
+
+        llm.check_program(folder, entry)
     reference = folder / layout.REFERENCE
-    if not reference.is_file():
+    if not is_llm and not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
     mismatches = check_target(folder, manifest, entry, tgt, force)
     too_big = check_model_fits(tgt, entry.total_bytes, entry.format, f"{folder / entry.path}", force,
@@ -95,6 +101,7 @@ def build_bundle(
         mismatches = [*mismatches, too_big]
     spec = formats.get(entry.format)
     spec.ops().check_file(folder / entry.path)  # a file the runtime cannot load is the export's fault: say so now
+    llm_data = llm.check_data(folder, manifest, entry, progress) if is_llm else None
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mtime = _epoch(created)
     model_name = spec.file_name
@@ -108,7 +115,7 @@ def build_bundle(
         staged_archive = temp_sibling(archive_path) if archive else None
         try:
             _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
-                   staged_archive, archive_path, progress)
+                   staged_archive, archive_path, progress, llm_data, force)
         finally:
             if staged_archive is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -117,7 +124,7 @@ def build_bundle(
 
 
 def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
-           staged_archive, archive_path, progress) -> None:
+           staged_archive, archive_path, progress, llm_data=None, force=False) -> None:
     """Build the bundle folder and its archive under temporary names, then commit them: the old
     archive goes first (it no longer matches), the folder swaps in, the new archive is renamed
     in right after (two renames apart). A kill at any moment never leaves an archive that
@@ -139,16 +146,21 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
             details["variant"] = f"{details['variant']}-native"
         bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files, details=details),))
         write_json(work / layout.MANIFEST, bundled.to_dict())
-        shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
-        if pins is None:
+        if llm_data is not None:
+            info = _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, created, progress, llm_data,
+                              force, out.name)
+        elif pins is None:
+            shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
             extra = native.add_native(work, model_name, tgt, entry.precision, progress)
             info = _bundle_info(folder, manifest, entry, tgt, None, model_name, [], mismatches, created)
             info.update(extra)
             info["host_check"] = native.host_check(work, model_name, entry.format, tgt)
         else:
+            shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
             info = _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created)
-        readme = native_readme_text if pins is None else readme_text
-        write_text(work / layout.README, readme(info, out.name, tgt.description))
+        if llm_data is None:
+            readme = native_readme_text if pins is None else readme_text
+            write_text(work / layout.README, readme(info, out.name, tgt.description))
         info["bytes_on_disk"] = native.bundle_size(work)  # without bundle.json and SHA256SUMS themselves
         write_json(work / layout.BUNDLE_JSON, info)
         write_checksums(work)
@@ -156,6 +168,28 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
             write_archive(work, staged_archive, out.name, mtime=mtime)
         with contextlib.suppress(FileNotFoundError):
             archive_path.unlink()  # the previous archive (ours: _check_archive proved it)
+
+
+def _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, created, progress, llm_data, force,
+               bundle_name) -> dict:
+    """A language model's native files and README (``edgekit.bundle.llm``); bundle.json's content."""
+    from edgekit.bundle import llm
+    from edgekit.limits import ResourceLimitError
+
+    llm.write_reference(work / layout.REFERENCE, llm_data)
+    extra = native.add_native(work, model_name, tgt, entry.precision, progress,
+                              script=llm.run_script(model_name, tgt, llm_data))
+    host = llm.host_run(work, model_name, llm_data, progress)
+    too_big = llm.memory_mismatch(tgt, host.get("peak_rss_mb"))
+    if too_big and not force:
+        raise ResourceLimitError(f"{too_big}; pass --force to bundle it anyway")
+    info = _bundle_info(folder, manifest, entry, tgt, None, model_name, [], [*mismatches, *([too_big] if too_big else [])],
+                        created)
+    info.update(extra)
+    info["llm"] = llm_data
+    info["host_check"] = host
+    write_text(work / layout.README, llm.readme_text(info, bundle_name, tgt.description))
+    return info
 
 
 def _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created) -> dict:

@@ -44,9 +44,10 @@ def check_native(fmt: str, target: Target) -> None:
                          f"{' and '.join(CROSS)} only (a 32-bit OS has no aarch64 build; use a 64-bit OS)")
 
 
-def add_native(work: Path, model_name: str, target: Target, precision: str, progress: Progress) -> dict:
-    """Put the runner, its libraries, run.sh and the notices into the bundle being built; what
-    bundle.json records about them."""
+def add_native(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
+               script: str | None = None) -> dict:
+    """Put the runner, its libraries, run.sh (``script``, else the output check's) and the notices into
+    the bundle being built; what bundle.json records about them."""
     from edgekit.native.build import build_runner
     from edgekit.native.libraries import needed_libraries, notices_text
 
@@ -57,7 +58,7 @@ def add_native(work: Path, model_name: str, target: Target, precision: str, prog
     (work / LIB_DIR).mkdir()
     for name in libraries:
         shutil.copyfile(runner.library(name), work / LIB_DIR / name)
-    (work / RUN_SCRIPT).write_text(run_script(model_name, target, precision), encoding="utf-8")
+    (work / RUN_SCRIPT).write_text(script or run_script(model_name, target, precision), encoding="utf-8")
     os.chmod(work / RUN_SCRIPT, 0o755)
     (work / NOTICES).write_text(notices_text(runner, libraries), encoding="utf-8")
     return {

@@ -17,7 +17,7 @@ def bundle_command(
     target: TargetOpt = None,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder (default: dist/TARGET); the .tar.gz is written beside it."),
     fmt: Optional[str] = typer.Option(None, "--format", help="onnx | torchscript | executorch: the one model to bundle (default: onnx when the export has it; executorch with --runtime native)."),
-    runtime: str = typer.Option("python", "--runtime", help="python: the board installs numpy + the model's runtime with pip; native: edgekit-run, a C++ runner cross-compiled for the target's CPU (ExecuTorch .pte only; no Python on the board; needs the cross compiler, apt-get install crossbuild-essential-arm64)."),
+    runtime: str = typer.Option("python", "--runtime", help="python: the board installs numpy + the model's runtime with pip; native: edgekit-run, a C++ runner cross-compiled for the target's CPU (ExecuTorch .pte only; no Python on the board; needs the cross compiler, apt-get install crossbuild-essential-arm64). A language model imported from GGUF is always bundled native."),
     wheels: bool = typer.Option(False, "--wheels", help="Download into wheels/ every wheel the board installs, for an offline board (needs network here): binary wheels of each manylinux tag the board's glibc accepts, and pure-Python ones; serve.py's too."),
     platform: Optional[str] = typer.Option(None, "--platform", help="The newest wheel platform tag the board accepts (default: the target's; manylinux_2_28_aarch64, glibc 2.28, for the Raspberry Pi targets); --wheels also takes the older tags that glibc runs, down to manylinux2014."),
     python_version: str = typer.Option("3.11", "--python-version", help="The board's Python version, for --wheels."),
@@ -73,7 +73,14 @@ def summary(info: dict, folder: Path, archive: Path) -> list[str]:
         lines.append(f"runtime: {runtime['name']}=={runtime['version']} for {info['python_platform']}, "
                      f"Python {info['python_version']}")
     check = info.get("host_check") or {}
-    if check:
+    llm = info.get("llm")
+    if llm:
+        same = "the same ids" if check.get("tokens_equal") else "DIFFERENT ids"
+        rss = check.get("peak_rss_mb")
+        lines.append(f"check: {len(llm['prompt_ids'])}-token prompt {llm['prompt']!r} -> {llm['max_new_tokens']} greedy ids "
+                     f"{llm['expected_text']!r}; edgekit-run on this host gives {same}"
+                     + (f", peak RSS {rss:.0f} MiB (the board has {info['ram_mb']} MB)" if rss is not None else ""))
+    elif check:
         top1 = check.get("top1_agreement")
         lines.append(
             f"host output check vs the float model: cosine {check['cosine']:.5f}, max |diff| {check['max_abs']:.4g}"

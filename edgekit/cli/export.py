@@ -13,6 +13,7 @@ from edgekit.cli.options import (
     InputDtypeOpt,
     InputRangeOpt,
     InputShapeOpt,
+    LLMKernelsOpt,
     JsonFlag,
     RandomInitOpt,
     StateDictOpt,
@@ -48,6 +49,7 @@ def export_command(
     input_range: InputRangeOpt = None,
     state_dict: StateDictOpt = None,
     random_init: RandomInitOpt = False,
+    kernels: LLMKernelsOpt = None,
     force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
     as_json: JsonFlag = False,
 ) -> None:
@@ -72,8 +74,12 @@ def export_command(
             "--dynamic-axes": dynamic_axes, "--input-range": input_range, "--state-dict": state_dict,
             "--random-init": random_init}, "a language model's .pte program")
         llm_program.write(source, out, "fp32", "export", group_size=32, eval_tokens=None, eval_text=None, threads=None,
-                          force=force, as_json=as_json, target=target)
+                          force=force, as_json=as_json, target=target, kernels=kernels)
         return
+    if kernels is not None:
+        from edgekit.errors import UsageError
+
+        raise UsageError("--kernels applies to language models imported from GGUF")
 
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     folder, manifest = export(

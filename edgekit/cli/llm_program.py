@@ -21,7 +21,7 @@ def refuse_int8_options(given: dict, route: str) -> None:
 
 
 def write(source, out, precision: str, kind: str, *, group_size: int, eval_tokens, eval_text, threads, force,
-          as_json: bool, target: str | None) -> None:
+          as_json: bool, target: str | None, kernels: str | None = None) -> None:
     from edgekit.cli.common import progress_enabled
     from edgekit.info import manifest_summary
     from edgekit.llm.artifact import write_program
@@ -29,7 +29,8 @@ def write(source, out, precision: str, kind: str, *, group_size: int, eval_token
     err = console(stderr=True)
     say = (lambda message: err.print(f"  {message}", markup=False)) if progress_enabled() else None
     folder, manifest = write_program(source, out, precision, kind=kind, group_size=group_size, eval_tokens=eval_tokens,
-                                     eval_text=eval_text, threads=threads, force=force, progress=say, target=target)
+                                     eval_text=eval_text, threads=threads, force=force, progress=say, target=target,
+                                     kernels=kernels)
     if as_json:
         echo_json(manifest_summary(folder, manifest))
         return

@@ -22,6 +22,10 @@ ModelOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (same seed, same weights on CPU).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout (no table).")]
+LLMKernelsOpt = Annotated[Optional[str], typer.Option(
+    "--kernels", help="Language models: how the .pte updates and reads its KV cache. portable (default): "
+                      "ExecuTorch's standard operators, which edgekit-run has (bundles run on the board without "
+                      "Python); llm: ExecuTorch's fused LLM kernels, faster, but only its Python package has them.")]
 
 # Models from outside the zoo (package.module:factory, hf:CONFIG): how to build their example inputs.
 InputShapeOpt = Annotated[

@@ -14,6 +14,7 @@ from edgekit.cli.options import (
     InputDtypeOpt,
     InputRangeOpt,
     InputShapeOpt,
+    LLMKernelsOpt,
     JsonFlag,
     RandomInitOpt,
     StateDictOpt,
@@ -75,6 +76,7 @@ def quantize_command(
     group_size: int = typer.Option(32, "--group-size", help="--method int4: weights per int4 scale (a power of two >= 16 dividing the model's widths)."),
     eval_tokens: Optional[int] = typer.Option(None, "--eval-tokens", help="Language models: held-out tokens the perplexity is measured on (default 1024; 0: none)."),
     eval_text: Optional[Path] = typer.Option(None, "--eval-text", help="Language models: the held-out text (default: the long description shipped in torch's METADATA)."),
+    kernels: LLMKernelsOpt = None,
     force: bool = typer.Option(False, "--force", help="Replace --out even when it holds files edgekit did not write (they are deleted)."),
     as_json: JsonFlag = False,
 ) -> None:
@@ -105,10 +107,12 @@ def quantize_command(
             "--state-dict": state_dict, "--random-init": random_init,
         }, f"--method {method} (a language model's .pte program)")
         llm_program.write(source, out, METHODS[method], "quantized", group_size=group_size, eval_tokens=eval_tokens,
-                          eval_text=eval_text, threads=None, force=force, as_json=as_json, target=target)
+                          eval_text=eval_text, threads=None, force=force, as_json=as_json, target=target,
+                          kernels=kernels)
         return
-    if eval_tokens is not None or eval_text is not None or group_size != 32:
-        raise UsageError("--group-size, --eval-tokens and --eval-text apply to language models imported from GGUF")
+    if eval_tokens is not None or eval_text is not None or group_size != 32 or kernels is not None:
+        raise UsageError("--group-size, --kernels, --eval-tokens and --eval-text apply to language models imported "
+                         "from GGUF")
 
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None

@@ -104,6 +104,16 @@ def render_table(report):
     from rich.table import Table
 
     model = report.model
+    if "expected_tokens" in report.emulation:  # a language model's bundle: its greedy ids
+        table = Table(title=f"edgekit verify --emulate: {model['path']} ({model['precision']} language model) for "
+                            f"{report.target}", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+        for header in ("greedy ids", "emulated board", "host", "result"):
+            table.add_column(header, no_wrap=False)
+        check = report.batches[0]
+        table.add_row(str(len(report.emulation["expected_tokens"])), ",".join(map(str, report.emulation["tokens"])),
+                      ",".join(map(str, report.emulation["expected_tokens"])),
+                      "ok" if check.passed else f"FAIL: {check.reason}")
+        return table
     table = Table(title=f"edgekit verify --emulate: {model['path']} ({model['precision']} {model['format']}) for {report.target}",
                   box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     headers = ["batch", "max abs\nvs host", "bound", "cosine\nvs host", "top-1\nvs host",
@@ -136,7 +146,12 @@ def footer(report) -> list[str]:
         f"host:     {host.get('machine')}, Python {host.get('python')}, {host_runtime.get('name')} {host_runtime.get('version')}",
         f"tolerance: {report.tolerance.describe()}",
     ]
-    if native:
+    if native and "expected_tokens" in emu:
+        figures = emu.get("generate") or {}
+        tps = figures.get("decode_tokens_per_s")
+        lines.append("tokens: " + ("the same greedy ids as this host's" if report.passed else "NOT this host's ids")
+                     + (f"; decode under QEMU {tps:.1f} tokens/s (not the device's speed)" if tps else ""))
+    elif native:
         exact = "bit-identical to" if emu.get("bit_identical") else "within tolerance of"
         lines.append(f"outputs: {exact} this host's")
         entry = emu.get("entry_point")

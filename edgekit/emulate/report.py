@@ -30,6 +30,7 @@ class Tolerance:
     atol: float = DEFAULT_ATOL
     min_top1: float = 1.0
     min_cosine: float | None = None
+    rule: str = ""  # a rule of another kind (a language model's tokens), said as it is
 
     @classmethod
     def for_precision(cls, precision: str, atol: float = DEFAULT_ATOL) -> "Tolerance":
@@ -42,6 +43,8 @@ class Tolerance:
         return max(self.atol, INT8_RANGE_FRACTION * spread)
 
     def describe(self) -> str:
+        if self.rule:
+            return self.rule
         if self.precision == "int8":
             return (f"max abs <= max({self.atol:g}, {INT8_RANGE_FRACTION:.0%} of the host output's range), "
                     f"cosine >= {self.min_cosine:g}, top-1 agreement {self.min_top1:.0%}")

@@ -102,6 +102,11 @@ def verify_emulated(
 
         if index_url is not None:
             raise UsageError("--index-url applies to Python bundles; a native bundle installs nothing")
+        if "llm" in bundle.info:  # a language model: its greedy ids, not outputs on reference inputs
+            from edgekit.emulate.llm import verify_llm
+
+            return verify_llm(bundle, cache_dir=cache, release=release, timeout_s=timeout_s, progress=progress,
+                              notes=notes)
         return verify_native(bundle, cache_dir=cache, release=release, timeout_s=timeout_s, atol=atol, bench=bench,
                              progress=progress, notes=notes)
 

@@ -177,11 +177,14 @@ def export_program(model, examples: tuple, inputs):
     raise UsageError(f"torch.export cannot capture the model for ExecuTorch: {first_line(error, 300)}") from None
 
 
-def lower(program, path: Path, provenance: dict) -> int:
-    """Lower an exported program to XNNPACK, write it to ``path``; the number of delegated subgraphs."""
+def lower(program, path: Path, provenance: dict, in_place_buffers: bool = False) -> int:
+    """Lower an exported program to XNNPACK, write it to ``path``; the number of delegated subgraphs.
+
+    ``in_place_buffers``: writes into a mutable buffer (a KV cache's ``index_put``) update it in
+    place instead of copying the whole buffer back on every call."""
     quiet_imports()
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     from edgekit.errors import EdgekitError
     from edgekit.fileio import atomic_path
@@ -192,7 +195,7 @@ def lower(program, path: Path, provenance: dict) -> int:
             constant_methods={PROVENANCE_METHOD: json.dumps(provenance, sort_keys=True)},
         )
         delegated = _count_delegates(edge.exported_program().graph_module)
-        buffer = edge.to_executorch().buffer
+        buffer = edge.to_executorch(ExecutorchBackendConfig(run_reinplace_pass=in_place_buffers)).buffer
     except Exception as exc:  # noqa: BLE001 - the lowering passes raise many types
         raise EdgekitError(f"cannot lower the model to ExecuTorch/XNNPACK: {first_line(exc, 300)}") from None
     with atomic_path(path) as tmp:

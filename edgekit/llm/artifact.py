@@ -45,7 +45,7 @@ def check_eval_tokens(tokens: int) -> None:
 
 def write_program(source, out, precision: str, *, kind: str, group_size: int = 32, eval_tokens: int | None = None,
                   eval_text: Path | None = None, threads: int | None = None, force: bool = False, progress=None,
-                  target: str | None = None):
+                  target: str | None = None, kernels: str | None = None):
     """Write the artifact; returns ``(folder, manifest)``."""
     from edgekit.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
     from edgekit.formats.checkpoint import load_model_from_artifact
@@ -58,6 +58,8 @@ def write_program(source, out, precision: str, *, kind: str, group_size: int = 3
     folder, manifest = _source(source)
     config = manifest.model.get("config", {})
     program.check_settings(precision, group_size, int(config.get("dim", 0)), int(config.get("hidden_dim", 0)))
+    kernels = kernels or program.DEFAULT_KERNELS
+    program.check_kernels(kernels)
     for name in CARRIED:
         check_carried(folder, manifest, name)
     text = quality.heldout_text(eval_text) if eval_tokens else None  # a bad --eval-text fails before any work
@@ -70,7 +72,7 @@ def write_program(source, out, precision: str, *, kind: str, group_size: int = 3
         model = load_model_from_artifact(folder, manifest)
         provenance = {"source": manifest.model.get("source", {}).get("file"), "parent_kind": manifest.kind}
         details = program.export_program(model, precision, work / PROGRAM_FILE, provenance, group_size=group_size,
-                                         progress=say)
+                                         kernels=kernels, progress=say)
         del model
         for name in CARRIED:
             if (folder / name).is_file():

@@ -2,19 +2,24 @@
 
 The program's ``forward(tokens (1, T), input_pos (T,))`` is ``Llama.step``: T up to
 ``max_prefill`` for the prompt, then 1 per new token; each layer's cache is a mutable buffer of
-the program, updated and attended to by ExecuTorch's LLM kernels (``llama::update_cache``,
-``llama::custom_sdpa``), the linears delegated to XNNPACK.
+the program, the linears delegated to XNNPACK. The cache is updated and attended to either with
+ExecuTorch's standard operators (``kernels="portable"``: an in-place ``index_put`` and attention
+over the positions fed so far; ``edgekit-run`` runs it on a board, no Python) or with its fused LLM
+kernels (``kernels="llm"``: ``llama::update_cache``, ``llama::custom_sdpa``; only the ``executorch``
+Python package has them).
 
 Precisions (torchao ``quantize_`` on the module before ``torch.export``):
 
-- ``int8``: every linear, the LM head included, int8 weights per output channel, activations
-  quantized to int8 per token at run time ("8da8w", XNNPACK's qd8 x qc8w kernels). Weight-only
-  int8 (float activations) is not kept int8 by the XNNPACK lowering: its dequantized weights are
-  folded back into float constants (a SmolLM2-135M program came out at 541.7 MB, fp32's 621.7 MB);
-- ``int4``: every linear int4 weights in groups of ``group_size`` along the input, activations
-  quantized to int8 per token at run time (torchao's "8da4w", XNNPACK's qd8 x qb4w kernels);
-- both: the token embedding int8 per row (``quantized_decomposed::embedding_byte``), so the
-  table the head no longer shares is not kept in float; norms and rotary tables stay float.
+- ``int8``: every linear, int8 weights per output channel, activations quantized to int8 per token
+  at run time ("8da8w", XNNPACK's qd8 x qc8w kernels). Weight-only int8 (float activations) is not
+  kept int8 by the XNNPACK lowering: its dequantized weights are folded back into float constants
+  (a SmolLM2-135M program came out at 541.7 MB, fp32's 621.7 MB);
+- ``int4``: every linear but the LM head int4 weights in groups of ``group_size`` along the input,
+  activations quantized to int8 per token at run time (torchao's "8da4w", XNNPACK's qd8 x qb4w
+  kernels); linears still on their GGUF's 4-bit grid keep its codes exactly (``grid_int4``);
+- both: the LM head int8 (8da8w: an int4 head cost SmolLM2 17 points of perplexity), untied from
+  the token embedding, which is int8 per row (``quantized_decomposed::embedding_byte``); norms and
+  rotary tables stay float.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ from edgekit.errors import UsageError
 PRECISIONS = ("fp32", "int8", "int4")
 DEFAULT_GROUP_SIZE = 32
 MAX_PREFILL = 128  # prompt tokens one call takes; longer prompts go in slices (edgekit.llm.cached)
+# How the cache is updated and attended to: "portable", with ExecuTorch's standard operators (the
+# native runner, edgekit-run, has their kernels: a board runs the program without Python); "llm",
+# with ExecuTorch's fused LLM kernels, which only its Python package carries (host only).
+KERNELS = ("portable", "llm")
+DEFAULT_KERNELS = "portable"
 
 
 # The shared libraries of the executorch wheel that hold its LLM kernels (llama::update_cache,
@@ -114,19 +124,29 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
 
     if model.output.weight is model.tok_embeddings.weight:  # tied: the head gets its own quantized copy
         model.output.weight = torch.nn.Parameter(model.tok_embeddings.weight.detach().clone())
+    from edgekit.llm.grid_int4 import MARK, replace_grid_linears
+
+    int8 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    body = lambda module, fqn: isinstance(module, torch.nn.Linear) and fqn != "output" and not getattr(module, MARK, False)
+    kept = 0
     if precision == "int8":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+        quantize_(model, int8, filter_fn=body)
         linears = "int8 weights per output channel (symmetric), int8 activations per token at run time (torchao 8da8w)"
     else:
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+        kept = replace_grid_linears(model) if group_size == 32 else 0
+        int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+        quantize_(model, int4, filter_fn=body)
         linears = (f"int4 weights in groups of {group_size} (symmetric), int8 activations per token at run time "
                    "(torchao 8da4w)")
-    quantize_(model, config, filter_fn=lambda module, fqn: isinstance(module, torch.nn.Linear))
+    quantize_(model, int8, filter_fn=lambda module, fqn: fqn == "output" and isinstance(module, torch.nn.Linear))
     model.tok_embeddings = Int8Embedding.replace(model.tok_embeddings)
     return {
         "precision": precision,
         "linears": linears,
-        "lm_head": "quantized like the linears (untied from the embedding)",
+        **({"gguf_4bit_blocks_kept": kept, "gguf_4bit_blocks": "linears on the source's 4-bit grid (Q4_1) keep its "
+            "codes and scales exactly: d*(q-8) in int4 plus an int8 linear over each 32-block's input sum (the m + 8d term)"}
+           if kept else {}),
+        "lm_head": "int8 weights per output channel, int8 activations per token (8da8w; untied from the embedding)",
         "embedding": "int8 per row (symmetric)",
         "float": ["RMSNorm weights", "rotary tables", "KV cache", "attention scores and softmax"],
         **({"group_size": group_size} if precision == "int4" else {}),
@@ -134,8 +154,13 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
     }
 
 
+def check_kernels(kernels: str) -> None:
+    if kernels not in KERNELS:
+        raise UsageError(f"unknown --kernels {kernels!r}; choose one of: {', '.join(KERNELS)}")
+
+
 def export_program(model, precision: str, path: Path, provenance: dict, group_size: int = DEFAULT_GROUP_SIZE,
-                   max_prefill: int = MAX_PREFILL, progress=None) -> dict:
+                   max_prefill: int = MAX_PREFILL, kernels: str = DEFAULT_KERNELS, progress=None) -> dict:
     """Quantize (in place), export and lower ``model`` to ``path``; the file's details for the manifest."""
     import torch
 
@@ -146,13 +171,13 @@ def export_program(model, precision: str, path: Path, provenance: dict, group_si
     say = progress or (lambda message: None)
     check_settings(precision, group_size, model.tok_embeddings.embedding_dim,
                    model.layers[0].feed_forward.w1.out_features)
+    check_kernels(kernels)
     load_kernels()
     max_prefill = max(1, min(max_prefill, model.max_len))
     model.eval()
     say(f"quantizing ({precision})")
     recipe = quantize_module(model, precision, group_size)
-    model.fused_kernels = True
-    model.reset_cache()
+    model.use_fused_kernels(kernels == "llm")
     length = torch.export.Dim("tokens", min=1, max=max_prefill)
     examples = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
     say("torch.export")
@@ -163,10 +188,11 @@ def export_program(model, precision: str, path: Path, provenance: dict, group_si
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types
         raise EdgekitError(f"torch.export cannot capture the language model: {first_line(exc, 300)}") from None
     finally:
-        model.fused_kernels = False
+        model.use_fused_kernels(False)
     details = {"variant": f"{precision}-executorch", "delegate": "xnnpack", "api": "torch.export",
                "kv_cache": "static, inside the program", "context": int(model.max_len), "max_prefill": max_prefill,
-               "quantization": recipe, "precision": precision}
+               "quantization": recipe, "precision": precision, "kernels": kernels}
     say("lowering to XNNPACK (minutes for a 100M-parameter model)")
-    details["delegated_subgraphs"] = executorch.lower(program, path, {**provenance, **details})
+    details["delegated_subgraphs"] = executorch.lower(program, path, {**provenance, **details},
+                                                      in_place_buffers=kernels == "portable")
     return details

@@ -302,14 +302,9 @@ def _stream(tokens, decode, stop_strings, on_text):
     return ids, stream.text, stream.stopped
 
 
-def generate_llm(text_side, open_lm, context: int | None, prompt: str, max_tokens: int, temperature: float,
-                 top_k: int, top_p: float, seed: int | None, chat: bool | None, system: str | None,
-                 stop: tuple[str, ...], on_text, threads: int | None, notes, where: str) -> Generated:
-    """``generate_text`` for a model with a KV cache (a pretrained Llama): chat template, stop ids
-    and strings, streaming. ``text_side``: ``lm_runtime.LLMText``; ``open_lm()``: the ``CachedLM``,
-    loaded only once the prompt is known to fit ``context``."""
-    import time
-
+def encode_prompt(text_side, prompt: str, chat: bool | None, system: str | None, where: str) -> list[int]:
+    """The ids a pretrained model is fed for ``prompt``: through its chat template (the default when
+    it has one; ``chat`` False: the text as it is, after BOS where the model adds one)."""
     from edgekit.models.chat import build_messages, render_chat
 
     use_chat = text_side.template is not None if chat is None else chat
@@ -326,6 +321,19 @@ def generate_llm(text_side, open_lm, context: int | None, prompt: str, max_token
             + text_side.tokenizer.encode(prompt, add_special_tokens=False).ids
     if not prompt_ids:
         raise UsageError("the prompt is empty; give at least one character")
+    return [int(i) for i in prompt_ids]
+
+
+def generate_llm(text_side, open_lm, context: int | None, prompt: str, max_tokens: int, temperature: float,
+                 top_k: int, top_p: float, seed: int | None, chat: bool | None, system: str | None,
+                 stop: tuple[str, ...], on_text, threads: int | None, notes, where: str) -> Generated:
+    """``generate_text`` for a model with a KV cache (a pretrained Llama): chat template, stop ids
+    and strings, streaming. ``text_side``: ``lm_runtime.LLMText``; ``open_lm()``: the ``CachedLM``,
+    loaded only once the prompt is known to fit ``context``."""
+    import time
+
+    use_chat = text_side.template is not None if chat is None else chat
+    prompt_ids = encode_prompt(text_side, prompt, use_chat, system, where)
     if context:
         check_fits(len(prompt_ids), max_tokens, context)  # before the model is loaded
     lm = open_lm()

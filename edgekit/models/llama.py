@@ -18,6 +18,8 @@ GGUF weights load as they are.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -56,17 +58,26 @@ def rotate_pairs(x, cos, sin):
 
 class Attention(nn.Module):
     """Grouped-query attention; ``cached`` keeps this layer's keys and values in its own cache
-    buffers, (1, max_len, kv_heads, head_dim), the layout ExecuTorch's LLM kernels take."""
+    buffers: (1, kv_heads, max_len, head_dim), where a head's keys so far are one contiguous block
+    (plain torch ops), or with ``fused`` (1, max_len, kv_heads, head_dim), the layout ExecuTorch's
+    LLM kernels take."""
 
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim, self.max_len = n_heads, n_kv_heads, head_dim, max_len
         self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
         self.wk = nn.Linear(dim, n_kv_heads * head_dim, bias=False)
         self.wv = nn.Linear(dim, n_kv_heads * head_dim, bias=False)
         self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
-        self.register_buffer("k_cache", torch.zeros(1, max_len, n_kv_heads, head_dim), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(1, max_len, n_kv_heads, head_dim), persistent=False)
+        self.make_cache(fused=False)
+
+    def make_cache(self, fused: bool) -> None:
+        """Fresh (zero) cache buffers in the layout of the fused kernels or of plain torch ops."""
+        shape = (1, self.max_len, self.n_kv_heads, self.head_dim) if fused else \
+            (1, self.n_kv_heads, self.max_len, self.head_dim)
+        device = self.wq.weight.device
+        self.register_buffer("k_cache", torch.zeros(shape, device=device), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, device=device), persistent=False)
 
     def _project(self, x, cos, sin):
         """q, k, v as (N, T, heads, head_dim), q and k rotated."""
@@ -77,19 +88,25 @@ class Attention(nn.Module):
         return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin), v
 
     def _attend(self, q, k, v, mask):
-        """(N, T, H, D) queries over (N, S, KV, D) keys and values; ``mask`` (T, S), True = seen."""
+        """(N, T, H, D) queries over (N, KV, S, D) keys and values; ``mask`` (T, S), True = seen."""
+        # One attention per position in a group of query heads that share a key head: the keys and
+        # values (the cache, on the cached path) are never copied per head, and no dimension that
+        # varies under export is ever split.
         groups = self.n_heads // self.n_kv_heads
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        n, _, t, _ = out.shape
-        return out.transpose(1, 2).reshape(n, t, self.n_heads * self.head_dim)
+        n, t = q.shape[:2]
+        q = q.view(n, t, self.n_kv_heads, groups, self.head_dim)
+        hidden = ~mask
+        keys = k.transpose(2, 3)
+        outs = []
+        for g in range(groups):
+            scores = torch.matmul(q[:, :, :, g].transpose(1, 2), keys) * (1.0 / math.sqrt(self.head_dim))
+            outs.append(torch.matmul(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1), v))
+        out = torch.stack(outs, dim=3)  # (N, KV, T, groups, D)
+        return out.permute(0, 2, 1, 3, 4).reshape(n, t, self.n_heads * self.head_dim)
 
     def forward(self, x, cos, sin, causal):
         q, k, v = self._project(x, cos, sin)
-        return self.wo(self._attend(q, k, v, causal))
+        return self.wo(self._attend(q, k.transpose(1, 2), v.transpose(1, 2), causal))
 
     def cached(self, x, cos, sin, input_pos, mask, start):
         """Write this call's keys and values at ``input_pos`` of the cache and attend to it.
@@ -100,8 +117,8 @@ class Attention(nn.Module):
         q, k, v = self._project(x, cos, sin)
         n, t = x.shape[:2]
         if start is None:
-            self.k_cache.index_copy_(1, input_pos, k.to(self.k_cache.dtype))
-            self.v_cache.index_copy_(1, input_pos, v.to(self.v_cache.dtype))
+            self.k_cache.index_copy_(2, input_pos, k.transpose(1, 2).to(self.k_cache.dtype))
+            self.v_cache.index_copy_(2, input_pos, v.transpose(1, 2).to(self.v_cache.dtype))
             out = self._attend(q, self.k_cache, self.v_cache, mask)
         else:
             torch.ops.llama.update_cache(k, self.k_cache, start)
@@ -195,6 +212,13 @@ class Llama(nn.Module):
         for layer in self.layers:
             layer.attention.k_cache.zero_()
             layer.attention.v_cache.zero_()
+
+    def use_fused_kernels(self, fused: bool) -> None:
+        """Switch between ExecuTorch's fused LLM kernels (for export) and plain torch ops; the
+        caches start empty in the layout the choice needs."""
+        self.fused_kernels = fused
+        for layer in self.layers:
+            layer.attention.make_cache(fused)
 
 
 class CachedStep(nn.Module):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 
 import pytest
@@ -36,7 +37,7 @@ def tiny_llm(tmp_path_factory):
     root = tmp_path_factory.mktemp("llm")
     gguf = write_tiny_gguf(root / "tiny.gguf", seed=3)
     _cli("import", f"gguf:{gguf}", "--out", root / "ckpt", "--context", 256)
-    _cli("export", root / "ckpt", "--out", root / "fp32")
+    _cli("export", root / "ckpt", "--out", root / "fp32", "--kernels", "llm")  # ExecuTorch's fused LLM kernels
     _cli("quantize", root / "ckpt", "--method", "int4", "--group-size", 32, "--out", root / "int4", "--eval-tokens", 200)
     return root / "ckpt", root / "fp32", root / "int4"
 
@@ -201,8 +202,145 @@ def test_a_program_artifact_is_not_exported_again(tiny_llm, tmp_path):
     assert leftovers(tmp_path, "e") == []
 
 
-@pytest.mark.parametrize("which", [1, 2])
-def test_bundles_of_llm_programs_are_refused_in_one_line(tiny_llm, tmp_path, which):
-    result = runner.invoke(app, ["bundle", str(tiny_llm[which]), "--target", "rpi5", "--out", str(tmp_path / "b")])
-    assert_one_line_error(result, 2, "bundles of its programs are not built yet")
+def test_a_program_with_the_fused_kernels_is_not_bundled(tiny_llm, tmp_path):
+    result = runner.invoke(app, ["bundle", str(tiny_llm[1]), "--target", "rpi4", "--out", str(tmp_path / "b")])
+    assert_one_line_error(result, 2, "again with --kernels portable")
     assert leftovers(tmp_path, "b") == []
+
+
+# ---- on the board: edgekit-run generate, bundles, verify --emulate (the int4 program uses portable kernels)
+
+def _host_runner():
+    from edgekit.native.build import build_runner
+    from edgekit.native.toolchain import host_arch
+
+    return build_runner(host_arch())
+
+
+def _run_native(*args):
+    import subprocess
+
+    return subprocess.run([str(_host_runner().binary), *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def _greedy(lm, prompt, n):
+    from edgekit.models.generation import generate_cached
+
+    return list(generate_cached(lm, prompt, n, stop_ids=()))
+
+
+def test_the_native_runner_decodes_the_python_runtimes_tokens(tiny_llm):
+    """``edgekit-run generate`` (C++, no Python) on the int4 program: the same greedy ids as the
+    ExecuTorch Python runtime on the same program, a prompt longer than one prefill slice included."""
+    int4 = tiny_llm[2]
+    details = json.loads((int4 / "manifest.json").read_text())["files"][0]["details"]
+    assert details["kernels"] == "portable"
+    prompt = PROMPT * 20  # 160 ids: two prefill calls of at most 128
+    want = _greedy(_open(int4, "executorch"), prompt, 24)
+    done = _run_native("generate", int4 / "model.pte", "--prompt-ids", ",".join(map(str, prompt)), "--context", 256,
+                       "--max-new-tokens", 24)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["tokens"] == want and doc["prompt_tokens"] == 160
+    assert doc["peak_rss_mb"] > 0 and doc["decode_tokens_per_s"] > 0
+
+
+def test_the_portable_fp32_program_decodes_what_the_float_checkpoint_decodes(tiny_llm, tmp_path):
+    """The float model exported with portable kernels decodes what the float checkpoint decodes."""
+    _cli("export", tiny_llm[0], "--out", tmp_path / "fp32p")
+    model = _float_module(tiny_llm[0]).eval()
+    from edgekit.llm.cached import torch_cached
+
+    want = _greedy(torch_cached(model, tiny_llm[0], "checkpoint"), PROMPT, 16)
+    done = _run_native("generate", tmp_path / "fp32p" / "model.pte", "--prompt-ids", ",".join(map(str, PROMPT)),
+                       "--context", 256, "--max-new-tokens", 16, "--expect-ids", ",".join(map(str, want)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("PASS: the first 16 greedy tokens")
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--context", "256"], 2, "--prompt-ids is required"),
+    (["--prompt-ids", "1,2", "--context", "0"], 2, "--context must be between 1"),
+    (["--prompt-ids", "1,99999", "--context", "256"], 2, "outside the program's vocabulary"),
+    (["--prompt-ids", "1,2;touch x", "--context", "256"], 2, "invalid int value"),
+    (["--prompt-ids", ",".join(["1"] * 250), "--context", "256", "--max-new-tokens", "16"], 2, "do not fit the context"),
+    (["--prompt-ids", "1,2", "--context", "256", "--expect-ids", "7,7,7", "--max-new-tokens", "2"], 2, "--expect-ids must hold"),
+])
+def test_bad_generate_arguments_are_one_line(tiny_llm, args, code, message):
+    done = _run_native("generate", tiny_llm[2] / "model.pte", *args)
+    assert done.returncode == code and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], done.stderr
+
+
+@pytest.fixture(scope="module")
+def llm_bundle(tiny_llm, tmp_path_factory):
+    out = tmp_path_factory.mktemp("llm-bundle") / "rpi4"
+    _cli("bundle", tiny_llm[2], "--target", "rpi4", "--out", out)
+    return out
+
+
+def test_an_llm_bundle_carries_the_hosts_greedy_ids(tiny_llm, llm_bundle):
+    import numpy as np
+
+    from edgekit.models.generation import encode_prompt
+    from edgekit.models.lm_runtime import load_llm_text
+    from edgekit.artifacts import load_manifest
+
+    info = json.loads((llm_bundle / "bundle.json").read_text())
+    folder, manifest = load_manifest(tiny_llm[2])
+    prompt = encode_prompt(load_llm_text(folder, manifest), info["llm"]["prompt"], None, None, "test")
+    assert info["llm"]["prompt_ids"] == prompt  # through the chat template
+    assert info["llm"]["expected_ids"] == _greedy(_open(tiny_llm[2], "executorch"), prompt, 16)
+    assert info["host_check"]["tokens_equal"] and info["host_check"]["tokens"] == info["llm"]["expected_ids"]
+    assert info["runtime"]["name"] == "executorch-native" and info["native"]["arch"] == "aarch64"
+    with np.load(llm_bundle / "reference.npz") as data:
+        assert data["expected_ids"].tolist() == info["llm"]["expected_ids"]
+    script = (llm_bundle / "run.sh").read_text()
+    assert "--expect-ids " + ",".join(map(str, info["llm"]["expected_ids"])) in script
+    assert not any(name.endswith(".py") for name in os.listdir(llm_bundle))  # nothing for a Python on the board
+
+
+def test_verify_emulate_decodes_the_hosts_tokens_on_aarch64(llm_bundle, tmp_path):
+    report = tmp_path / "verify.json"
+    result = runner.invoke(app, ["verify", str(llm_bundle), "--emulate", "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(report.read_text())
+    expected = json.loads((llm_bundle / "bundle.json").read_text())["llm"]["expected_ids"]
+    assert doc["passed"] and doc["emulation"]["machine"] == "aarch64"
+    assert doc["emulation"]["tokens"] == expected
+    entry = doc["emulation"]["entry_point"]
+    if entry is not None:  # as root with the cached rootfs (CI): run.sh check in a root without Python
+        assert entry["ok"] and entry["verdict"].startswith("PASS") and not entry["python_in_root"]
+
+
+def test_an_llm_bundle_whose_ids_were_changed_fails_verify(llm_bundle, tmp_path):
+    from corpus.hostile import rehash_sums
+
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(llm_bundle, bad, symlinks=True)
+    info = json.loads((bad / "bundle.json").read_text())
+    info["llm"]["expected_ids"][3] = (info["llm"]["expected_ids"][3] + 1) % 256
+    (bad / "bundle.json").write_text(json.dumps(info))
+    rehash_sums(bad)
+    result = runner.invoke(app, ["verify", str(bad), "--emulate"])
+    assert result.exit_code == 1 and "greedy token 3 differs" in result.output
+
+
+@pytest.mark.parametrize("value", [["1", "2"], [1, -2], "1,2;touch pwned", [True], []])
+def test_an_llm_bundle_with_hostile_ids_is_one_line(llm_bundle, tmp_path, value):
+    from corpus.hostile import rehash_sums
+
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(llm_bundle, bad, symlinks=True)
+    info = json.loads((bad / "bundle.json").read_text())
+    info["llm"]["prompt_ids"] = value
+    (bad / "bundle.json").write_text(json.dumps(info))
+    rehash_sums(bad)
+    result = runner.invoke(app, ["verify", str(bad), "--emulate"])
+    assert_one_line_error(result, 2, "llm.prompt_ids must be a list of 1 to")
+    assert not (tmp_path / "pwned").exists()

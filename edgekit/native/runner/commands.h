@@ -21,6 +21,7 @@ int bench_command(const std::vector<std::string>& argv);
 int check_command(const std::vector<std::string>& argv);
 int probe_command(const std::vector<std::string>& argv);
 int info_command(const std::vector<std::string>& argv);
+int generate_command(const std::vector<std::string>& argv);
 
 // Our output on the original stdout (flushed); false when it cannot be written (a closed pipe).
 bool emit(const std::string& text);

@@ -4,6 +4,7 @@
 //   edgekit-run check [options]             a bundle's output check (check_outputs.py's document)
 //   edgekit-run probe MODEL REF.npz OUT.npz the outputs on a reference's inputs (probe.py)
 //   edgekit-run info MODEL.pte              methods, inputs/outputs, backends, planned memory
+//   edgekit-run generate MODEL.pte [options] greedy token ids from a language-model program
 //
 // Errors are one line "Error: ..." on stderr: exit 2 for a usage error or a bad input file, 1 for
 // a model that failed to load or run (or a failed check), 0 ok.
@@ -38,6 +39,8 @@ const char* kHelp =
     "                               check_outputs.py; default: bundle.json here)\n"
     "  probe MODEL REF.npz OUT.npz  write its outputs on REF's inputs to OUT.npz\n"
     "  info MODEL.pte               methods, inputs, backends, planned memory\n"
+    "  generate MODEL.pte --prompt-ids IDS --context N\n"
+    "                               greedy token ids from a language-model program\n"
     "\n"
     "  edgekit-run COMMAND --help   the options of a command\n"
     "  edgekit-run --version        versions of edgekit-run and ExecuTorch\n"
@@ -64,7 +67,7 @@ int fail(const std::string& message, int code) {
 }
 
 int dispatch(const std::vector<std::string>& args) {
-  if (args.empty()) throw UsageError("a command is required (bench, check, probe or info); see edgekit-run --help");
+  if (args.empty()) throw UsageError("a command is required (bench, check, probe, info or generate); see edgekit-run --help");
   const std::string& command = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (command == "-h" || command == "--help" || command == "help") {
@@ -79,7 +82,8 @@ int dispatch(const std::vector<std::string>& args) {
   if (command == "check") return check_command(rest);
   if (command == "probe") return probe_command(rest);
   if (command == "info") return info_command(rest);
-  throw UsageError("unknown command " + py_repr(head_chars(command, 80)) + "; expected bench, check, probe or info");
+  if (command == "generate") return generate_command(rest);
+  throw UsageError("unknown command " + py_repr(head_chars(command, 80)) + "; expected bench, check, probe, info or generate");
 }
 
 }  // namespace

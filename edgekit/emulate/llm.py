@@ -1,0 +1,87 @@
+"""``verify --emulate`` for a language model's native bundle: ``edgekit-run generate`` under QEMU.
+
+The board's first greedy ids for the bundle's check prompt must be this host's (bundle.json's
+``llm.expected_ids``, from the host's ExecuTorch runtime when the bundle was built). As for any
+native bundle: ``qemu-aarch64 -cpu <the target's core>``, the libraries from an arm64 userland,
+and, as root with the cached rootfs, the bundle's own ``run.sh check`` in a root without Python.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from edgekit.emulate import EmulationError
+from edgekit.emulate.report import BatchCheck, EmulationReport, Tolerance, bundle_fields
+from edgekit.errors import EdgekitError
+
+Progress = Callable[[str], None]
+RULE = "the emulated board's greedy ids equal the host's, every one"
+
+
+def verify_llm(bundle, *, cache_dir: Path, release: str, timeout_s: float, progress: Progress,
+               notes: list[str]) -> EmulationReport:
+    from edgekit.bundle import llm, native
+    from edgekit.bundle.layout import BUNDLE_JSON
+    from edgekit.emulate import host, rootfs
+    from edgekit.emulate.native import _entry_point, _last, _sysroot, pinned_cpu
+    from edgekit.emulate.process import run_captured
+
+    started = time.monotonic()
+    check = llm.read_check(bundle.info, str(bundle.path / BUNDLE_JSON))
+    runner = bundle.path / native.RUNNER
+    if not runner.is_file():
+        raise EmulationError(f"{bundle.path} is a native bundle without {native.RUNNER}; rebuild it")
+    tools_qemu = shutil.which(host.QEMU_STATIC)
+    if tools_qemu is None:
+        raise EmulationError(f"{host.QEMU_STATIC} not found on PATH; install it: {host.INSTALL_HINT}")
+    qemu = Path(tools_qemu)
+    cpu = pinned_cpu(bundle.info["native"].get("cpu"), host.qemu_cpus(qemu))
+    cached = rootfs.find_rootfs(cache_dir, release) if cache_dir.is_dir() else None
+    sysroot = _sysroot(cached)
+    prefix = [str(qemu), "-cpu", host.checked_cpu(cpu), "-L", str(sysroot)]
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+    progress(f"decoding {check['max_new_tokens']} tokens with {native.RUNNER} under emulation ({cpu})")
+    argv = [*prefix, str(runner), *llm.generate_argv(str(bundle.model), check, 1)]
+    done = run_captured(argv, what=f"{native.RUNNER} generate under emulation", timeout_s=timeout_s, env=env)
+    if done.returncode not in (0, 1):
+        raise EdgekitError(f"running {bundle.model.name} under emulation failed: {_last(done)}")
+    try:
+        doc = llm.read_generate(done.stdout)
+    except EdgekitError:
+        raise EdgekitError(f"running {bundle.model.name} under emulation failed: {_last(done)}") from None
+    got, want = [int(i) for i in doc["tokens"]], check["expected_ids"]
+    same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    passed = same == len(want)
+    verdict = BatchCheck(
+        batch=1, emulated_vs_host={"matching_tokens": float(same), "tokens": float(len(want))},
+        emulated_vs_float={}, host_vs_float={}, bound=0.0, passed=passed,
+        reason="" if passed else f"greedy token {same} differs ({got[same] if same < len(got) else 'none'} vs the "
+                                 f"host's {want[same]}); {same} of {len(want)} equal")
+    entry = _entry_point(bundle, cached, cpu, timeout_s, progress, notes) if cached is not None else None
+    if cached is None:
+        notes.append(f"no cached Debian rootfs in {cache_dir}: run.sh was not run in a Python-free root "
+                     "(benchmarks/emulated_verify.sh builds one)")
+    host_check = bundle.info.get("host_check") if isinstance(bundle.info.get("host_check"), dict) else {}
+    return EmulationReport(
+        **bundle_fields(bundle),
+        emulation={
+            "launcher": "qemu-user", "qemu": host.qemu_version(qemu), "qemu_cpu": cpu, "runtime": doc.get("runtime"),
+            "machine": doc.get("machine"), "python": None, "numpy": None, "threads": 1, "sysroot": str(sysroot),
+            "debian_release": release if cached is not None else None,
+            "rootfs": str(cached.path) if cached is not None else None, "venv": None, "bit_identical": passed,
+            "entry_point": entry, "tokens": got, "expected_tokens": want,
+            "generate": {key: doc.get(key) for key in ("ttft_ms", "decode_tokens_per_s", "peak_rss_mb")},
+        },
+        host={"machine": host_check.get("machine"), "python": None, "numpy": None,
+              "runtime": {"name": "executorch", "version": bundle.info["native"].get("executorch_version")},
+              "threads": 1},
+        tolerance=Tolerance(bundle.precision, 0.0, 1.0, None, RULE),
+        batches=(verdict,),
+        bench=None,
+        seconds={"emulated_run": round(done.seconds, 2), "total": round(time.monotonic() - started, 2)},
+        notes=tuple(notes),
+    )

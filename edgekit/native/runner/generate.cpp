@@ -1,0 +1,200 @@
+// edgekit-run generate: greedy tokens from a language-model program that keeps its KV cache inside
+// (edgekit's LLM .pte: forward(tokens (1, T) int64, input_pos (T,) int64) -> (1, T, vocab) logits).
+//
+// Token ids in, token ids out: the tokenizer stays with the caller (the host's edgekit, or a
+// bundle's check). The prompt goes in slices of the program's planned prefill length, then one
+// token per call; timing, time to first token and the peak RSS come back as one JSON document.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "errors.h"
+#include "files.h"
+#include "host_facts.h"
+#include "json.h"
+#include "manifest.h"
+#include "program.h"
+#include "text.h"
+#include "timing.h"
+
+namespace edgekit {
+
+namespace {
+
+constexpr int64_t kMaxTokens = 1 << 20;
+
+std::vector<int64_t> parse_ids(const std::string& option, const std::string& text, int64_t vocab) {
+  std::vector<int64_t> ids;
+  for (const auto& piece : split(text, ',')) {
+    if (piece.empty()) continue;
+    int64_t id = parse_int(option, piece);
+    if (id < 0 || (vocab > 0 && id >= vocab)) {
+      throw UsageError(format("%s: token id %lld is outside the program's vocabulary (0..%lld)", option.c_str(),
+                              static_cast<long long>(id), static_cast<long long>(vocab - 1)));
+    }
+    ids.push_back(id);
+    if (static_cast<int64_t>(ids.size()) > kMaxTokens) throw UsageError(option + ": too many token ids");
+  }
+  return ids;
+}
+
+Array int64_array(const std::vector<int64_t>& values, std::vector<int64_t> shape) {
+  Array a;
+  a.dtype = DType::Int64;
+  a.shape = std::move(shape);
+  a.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+  return a;
+}
+
+// The argmax of the last position's logits in a (1, T, vocab) float32 output.
+int64_t last_argmax(const Array& logits) {
+  if (logits.shape.size() != 3 || logits.shape[0] != 1 || logits.shape[2] < 1) {
+    throw RunError("the program's output is " + shape_text(logits.shape) + ", not (1, T, vocab) logits");
+  }
+  int64_t vocab = logits.shape[2], rows = logits.shape[1];
+  if (rows < 1 || logits.data.size() != static_cast<size_t>(rows * vocab) * 4) {
+    throw RunError("the program's logits have no data for their shape");
+  }
+  const char* row = logits.data.data() + static_cast<size_t>((rows - 1) * vocab) * 4;
+  int64_t best = 0;
+  float best_value = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    float v;
+    std::memcpy(&v, row + 4 * i, 4);
+    if (v != v) throw RunError("the program's logits hold NaN");
+    if (i == 0 || v > best_value) best = i, best_value = v;
+  }
+  return best;
+}
+
+}  // namespace
+
+int generate_command(const std::vector<std::string>& argv) {
+  ArgParser parser("edgekit-run generate", {"model"});
+  parser.add({"--prompt-ids", true, false, {}, "ID,ID,...", "the prompt's token ids (the tokenizer's output)"});
+  parser.add({"--max-new-tokens", true, false, {}, "N", "greedy tokens to generate (default 16)"});
+  parser.add({"--context", true, false, {}, "N", "the program's KV-cache length: prompt + new tokens fit in it"});
+  parser.add({"--stop-ids", true, false, {}, "ID,ID", "token ids that end the reply (not counted as new tokens)"});
+  parser.add({"--threads", true, false, {}, "N", "XNNPACK threads (default 1)"});
+  parser.add({"--expect-ids", true, false, {}, "ID,ID,...",
+              "the ids the reply must begin with: a PASS: or FAIL: line after the JSON, exit 1 on FAIL"});
+  ParsedArgs parsed = parser.parse(argv);
+  if (parsed.help) {
+    emit(parser.usage());
+    return kExitOk;
+  }
+  const std::string& model = parsed.positionals[0];
+  if (!parsed.has("--prompt-ids")) throw UsageError("--prompt-ids is required (the prompt's token ids)");
+  if (!parsed.has("--context")) throw UsageError("--context is required (the program's KV-cache length, from its manifest)");
+  int64_t threads = parsed.has("--threads") ? parse_int("--threads", parsed.last("--threads")) : 1;
+  if (threads < 1 || threads > 1024) {
+    throw UsageError(format("--threads must be between 1 and 1024, got %lld", static_cast<long long>(threads)));
+  }
+  int64_t max_new = parsed.has("--max-new-tokens") ? parse_int("--max-new-tokens", parsed.last("--max-new-tokens")) : 16;
+  int64_t context = parse_int("--context", parsed.last("--context"));
+  if (context < 1 || context > kMaxTokens) {
+    throw UsageError(format("--context must be between 1 and %lld, got %lld", static_cast<long long>(kMaxTokens),
+                            static_cast<long long>(context)));
+  }
+  if (max_new < 1 || max_new > context) {
+    throw UsageError(format("--max-new-tokens must be between 1 and the context (%lld), got %lld",
+                            static_cast<long long>(context), static_cast<long long>(max_new)));
+  }
+  if (!is_file(model)) throw UsageError("model file not found: " + model);
+  detect_format(model, Json(), "executorch");
+
+  const RuntimeSetup& setup = init_runtime(threads);
+  Model program(model);
+  const auto& inputs = program.inputs();
+  const auto& outputs = program.outputs();
+  bool shaped = inputs.size() == 2 && inputs[0].is_tensor() && inputs[1].is_tensor() && inputs[0].known &&
+                inputs[1].known && inputs[0].dtype == DType::Int64 && inputs[1].dtype == DType::Int64 &&
+                inputs[0].sizes.size() == 2 && inputs[1].sizes.size() == 1 && !outputs.empty() &&
+                outputs[0].sizes.size() == 3;
+  if (!shaped) {
+    throw UsageError(basename_of(model) + " is not a language-model program with its cache inside "
+                     "(forward(tokens (1, T) int64, input_pos (T,) int64) -> (1, T, vocab) logits)");
+  }
+  int64_t max_prefill = std::max<int64_t>(1, inputs[0].sizes[1]);
+  int64_t vocab = outputs[0].sizes[2];
+  std::vector<int64_t> prompt = parse_ids("--prompt-ids", parsed.last("--prompt-ids"), vocab);
+  std::vector<int64_t> stops = parsed.has("--stop-ids") ? parse_ids("--stop-ids", parsed.last("--stop-ids"), vocab)
+                                                       : std::vector<int64_t>{};
+  std::vector<int64_t> expected = parsed.has("--expect-ids") ? parse_ids("--expect-ids", parsed.last("--expect-ids"), vocab)
+                                                             : std::vector<int64_t>{};
+  if (parsed.has("--expect-ids") && (expected.empty() || static_cast<int64_t>(expected.size()) > max_new)) {
+    throw UsageError("--expect-ids must hold between 1 and --max-new-tokens ids");
+  }
+  if (prompt.empty()) throw UsageError("--prompt-ids holds no token id");
+  if (static_cast<int64_t>(prompt.size()) + max_new > context) {
+    throw UsageError(format("the prompt (%zu tokens) and --max-new-tokens %lld do not fit the context of %lld tokens",
+                            prompt.size(), static_cast<long long>(max_new), static_cast<long long>(context)));
+  }
+
+  auto run = [&](const std::vector<int64_t>& ids, int64_t start) {
+    std::vector<int64_t> positions(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) positions[i] = start + static_cast<int64_t>(i);
+    Array tokens = int64_array(ids, {1, static_cast<int64_t>(ids.size())});
+    Array pos = int64_array(positions, {static_cast<int64_t>(ids.size())});
+    return last_argmax(program.predict({&tokens, &pos}));
+  };
+
+  int64_t t0 = now_ns();
+  int64_t next = 0;
+  for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(max_prefill)) {
+    size_t stop = std::min(prompt.size(), start + static_cast<size_t>(max_prefill));
+    next = run(std::vector<int64_t>(prompt.begin() + start, prompt.begin() + stop), static_cast<int64_t>(start));
+  }
+  int64_t t_first = now_ns();
+  std::vector<int64_t> generated;
+  bool stopped = false;
+  int64_t position = static_cast<int64_t>(prompt.size());
+  while (true) {
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      stopped = true;
+      break;
+    }
+    generated.push_back(next);
+    if (static_cast<int64_t>(generated.size()) >= max_new) break;
+    next = run({next}, position++);
+  }
+  int64_t t_end = now_ns();
+
+  double prefill_s = static_cast<double>(t_first - t0) / 1e9;
+  double decode_s = static_cast<double>(t_end - t_first) / 1e9;
+  int64_t decode_calls = static_cast<int64_t>(generated.size()) - 1 + (stopped ? 1 : 0);
+  Json ids = Json::array();
+  for (int64_t id : generated) ids.push(static_cast<long long>(id));
+  Json runtime = Json::object()
+                     .set("name", kRuntimeName)
+                     .set("version", EDGEKIT_EXECUTORCH_VERSION)
+                     .set("threads", setup.threads > 0 ? Json(static_cast<long long>(setup.threads)) : Json());
+  auto rss = peak_rss_mb();
+  Json result = Json::object()
+                    .set("tokens", ids)
+                    .set("prompt_tokens", static_cast<long long>(prompt.size()))
+                    .set("stopped", stopped)
+                    .set("ttft_ms", prefill_s * 1e3)
+                    .set("prefill_tokens_per_s", prefill_s > 0 ? Json(static_cast<double>(prompt.size()) / prefill_s) : Json())
+                    .set("decode_tokens_per_s",
+                         decode_calls > 0 && decode_s > 0 ? Json(static_cast<double>(decode_calls) / decode_s) : Json())
+                    .set("peak_rss_mb", rss ? Json(*rss) : Json())
+                    .set("machine", machine())
+                    .set("runtime", runtime);
+  if (!emit(result.dump() + "\n")) throw RunError("stdout was closed");
+  if (expected.empty()) return kExitOk;
+  size_t same = 0;
+  while (same < expected.size() && same < generated.size() && generated[same] == expected[same]) ++same;
+  bool pass = same == expected.size();
+  std::string verdict = pass ? format("PASS: the first %zu greedy tokens are the expected ones\n", expected.size())
+                             : format("FAIL: %zu of the first %zu greedy tokens are the expected ones; token %zu differs\n",
+                                      same, expected.size(), same);
+  if (!emit(verdict)) throw RunError("stdout was closed");
+  return pass ? kExitOk : kExitFailed;
+}
+
+}  // namespace edgekit
