@@ -12,7 +12,6 @@ produce the same ids. Beside the layout of every native bundle (``edgekit.bundle
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from edgekit.errors import EdgekitError, UsageError
@@ -20,7 +19,6 @@ from edgekit.errors import EdgekitError, UsageError
 CHECK_PROMPT = "What is the capital of France?"
 CHECK_TOKENS = 16
 BENCH_TOKENS = 128
-RUN_TIMEOUT_S = 900.0
 
 
 def check_program(folder: Path, entry) -> None:
@@ -78,40 +76,31 @@ def generate_argv(model: str, llm: dict, threads: int | str, max_new: int | None
 
 
 def run_script(model_name: str, target, llm: dict) -> str:
-    from edgekit.bundle.native import RUNNER
+    from edgekit.bundle.native import entry_script
 
-    def line(argv):
+    def args(argv):
         return " ".join(f'"$here/{a}"' if a == model_name else a for a in argv)
 
-    check = line(generate_argv(model_name, llm, target.threads))
     bench_tokens = min(BENCH_TOKENS, llm["context"] - len(llm["prompt_ids"]))
-    bench = line(generate_argv(model_name, llm, target.threads, bench_tokens))
-    return f'''#!/bin/sh
-# edgekit native bundle for {target.name}: the language model {model_name} run by edgekit-run (no Python).
-#   ./run.sh              check: the first {llm["max_new_tokens"]} greedy tokens of the check prompt are the host's
-#                         (JSON, then PASS: or FAIL:, exit 0 or 1)
-#   ./run.sh bench        decode {bench_tokens} tokens: prefill and decode tokens/s, time to first token, peak RSS (JSON)
-#   ./run.sh generate --prompt-ids IDS --context {llm["context"]} [--max-new-tokens N] [--stop-ids IDS]
-#                         greedy token ids for your own prompt (tokenize it on the host)
-#   ./run.sh info         the program's inputs, outputs, backends and planned memory
-#   ./run.sh verify       sha256sum -c SHA256SUMS, then check
-set -eu
-here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
-command=${{1:-check}}
-[ "$#" -gt 0 ] && shift
-case "$command" in
-  check) exec "$here/{RUNNER}" {check} "$@" ;;
-  bench) exec "$here/{RUNNER}" {bench} "$@" ;;
-  generate) exec "$here/{RUNNER}" generate "$here/{model_name}" "$@" ;;
-  info) exec "$here/{RUNNER}" info "$here/{model_name}" ;;
-  verify) (cd "$here" && sha256sum -c --quiet SHA256SUMS) && exec "$0" check "$@" ;;
-  *) echo "Error: unknown command $command; use check, bench, generate, info or verify" >&2; exit 2 ;;
-esac
-'''
+    return entry_script(
+        f"the language model {model_name} run by edgekit-run (no Python)", target.name,
+        [f"./run.sh              check: the first {llm['max_new_tokens']} greedy tokens of the check prompt are the host's",
+         "                      (JSON, then PASS: or FAIL:, exit 0 or 1)",
+         f"./run.sh bench        decode {bench_tokens} tokens: prefill and decode tokens/s, time to first token, "
+         "peak RSS (JSON)",
+         f"./run.sh generate --prompt-ids IDS --context {llm['context']} [--max-new-tokens N] [--stop-ids IDS]",
+         "                      greedy token ids for your own prompt (tokenize it on the host)",
+         "./run.sh info         the program's inputs, outputs, backends and planned memory",
+         "./run.sh verify       sha256sum -c SHA256SUMS, then check"],
+        {"check": args(generate_argv(model_name, llm, target.threads)),
+         "bench": args(generate_argv(model_name, llm, target.threads, bench_tokens)),
+         "generate": f'generate "$here/{model_name}"',
+         "info": f'info "$here/{model_name}"'})
 
 
 def host_run(work: Path, model_name: str, llm: dict, progress) -> dict:
     """The same program and check through ``edgekit-run`` built for this host: its ids and peak RSS."""
+    from edgekit.bundle.native import run_on_host
     from edgekit.native.build import build_runner
     from edgekit.native.toolchain import host_arch
 
@@ -119,16 +108,7 @@ def host_run(work: Path, model_name: str, llm: dict, progress) -> dict:
     progress("running the check with edgekit-run on this host")
     argv = [str(runner.binary), *generate_argv(str(work / model_name), llm, 1)]
     argv = argv[:argv.index("--expect-ids")]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise EdgekitError(f"edgekit-run generate did not finish within {RUN_TIMEOUT_S:g} s on this host") from None
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise EdgekitError(f"edgekit-run generate fails on this host: "
-                           f"{lines[-1].removeprefix('Error: ') if lines else f'exit status {done.returncode}'}")
-    doc = read_generate(done.stdout)
+    doc = read_generate(run_on_host(argv, "edgekit-run generate of the check prompt", "edgekit-run generate"))
     return {"by": f"edgekit-run built for {host_arch()}", "tokens": doc["tokens"],
             "tokens_equal": doc["tokens"] == llm["expected_ids"],
             **{key: doc.get(key) for key in ("machine", "runtime", "peak_rss_mb", "ttft_ms", "decode_tokens_per_s")}}

@@ -82,26 +82,33 @@ def check_limits(precision: str) -> list[str]:
 
 def run_script(model_name: str, target: Target, precision: str) -> str:
     limits = " ".join(check_limits(precision))
-    return f'''#!/bin/sh
-# edgekit native bundle for {target.name}: {model_name} run by edgekit-run (no Python needed).
-#   ./run.sh              check the outputs against reference.npz: JSON, then PASS: or FAIL: (exit 0 or 1)
-#   ./run.sh check [OPTIONS]   the same, with edgekit-run check options (--threads N, --json FILE, ...)
-#   ./run.sh bench [OPTIONS]   time it: the edgekit bench JSON document (edgekit-run bench --help)
-#   ./run.sh info              the program's inputs, outputs, backends and planned memory
-#   ./run.sh verify            sha256sum -c SHA256SUMS, then check
-set -eu
-here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
-command=${{1:-check}}
-[ "$#" -gt 0 ] && shift
-case "$command" in
-  check) exec "$here/{RUNNER}" check --model "$here/{model_name}" --reference "$here/reference.npz" \\
-           --threads {target.threads} {limits} "$@" ;;
-  bench) exec "$here/{RUNNER}" bench "$here/{model_name}" --threads {target.threads} --target {target.name} "$@" ;;
-  info) exec "$here/{RUNNER}" info "$here/{model_name}" ;;
-  verify) (cd "$here" && sha256sum -c --quiet SHA256SUMS) && exec "$0" check "$@" ;;
-  *) echo "Error: unknown command $command; use check, bench, info or verify" >&2; exit 2 ;;
-esac
-'''
+    return entry_script(
+        f"{model_name} run by edgekit-run (no Python needed)", target.name,
+        ["./run.sh              check the outputs against reference.npz: JSON, then PASS: or FAIL: (exit 0 or 1)",
+         "./run.sh check [OPTIONS]   the same, with edgekit-run check options (--threads N, --json FILE, ...)",
+         "./run.sh bench [OPTIONS]   time it: the edgekit bench JSON document (edgekit-run bench --help)",
+         "./run.sh info              the program's inputs, outputs, backends and planned memory",
+         "./run.sh verify            sha256sum -c SHA256SUMS, then check"],
+        {"check": f'check --model "$here/{model_name}" --reference "$here/reference.npz" \\\n'
+                  f'           --threads {target.threads} {limits}',
+         "bench": f'bench "$here/{model_name}" --threads {target.threads} --target {target.name}',
+         "info": f'info "$here/{model_name}"'})
+
+
+def entry_script(what: str, target_name: str, usage: list[str], commands: dict[str, str]) -> str:
+    """run.sh: POSIX sh, each of ``commands`` (name -> edgekit-run's arguments, the caller's own after
+    them, but for info) plus verify (the checksums, then check)."""
+    lines = [f"#!/bin/sh", f"# edgekit native bundle for {target_name}: {what}.",
+             *[f"#   {line}" for line in usage], "set -eu",
+             'here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)', "command=${1:-check}",
+             '[ "$#" -gt 0 ] && shift', 'case "$command" in']
+    for name, args in commands.items():
+        extra = "" if name == "info" else ' "$@"'
+        lines.append(f'  {name}) exec "$here/{RUNNER}" {args}{extra} ;;')
+    names = ", ".join([*commands, "verify"][:-1]) + " or verify"
+    lines += ['  verify) (cd "$here" && sha256sum -c --quiet SHA256SUMS) && exec "$0" check "$@" ;;',
+              f'  *) echo "Error: unknown command $command; use {names}" >&2; exit 2 ;;', "esac", ""]
+    return "\n".join(lines)
 
 
 def host_check(work: Path, model_name: str, fmt: str, target: Target) -> dict:
@@ -116,23 +123,29 @@ def host_check(work: Path, model_name: str, fmt: str, target: Target) -> dict:
                                                               f"{target.arch})"}
     argv = [str(work / RUNNER), "check", "--model", str(work / model_name), "--reference", str(work / "reference.npz"),
             "--threads", "1"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise EdgekitError(f"the native output check of {model_name} did not finish within {CHECK_TIMEOUT_S:g} s") from None
+    stdout = run_on_host(argv, f"the native output check of {model_name}", f"the bundled {RUNNER}")
     from edgekit.board.check import read_output
 
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise EdgekitError(f"the bundled {RUNNER} fails on this host: "
-                           f"{lines[-1].removeprefix('Error: ') if lines else f'exit status {done.returncode}'}")
     try:
-        doc, _ = read_output(done.stdout)
+        doc, _ = read_output(stdout)
     except ValueError:
         raise EdgekitError(f"the native output check of {model_name} printed no JSON") from None
     return {**{key: doc[key] for key in ("machine", "runtime", "batches", "max_abs", "cosine", "top1_agreement",
                                           "outputs_sha256") if key in doc}, "by": RUNNER}
+
+
+def run_on_host(argv: list[str], what: str, runner: str) -> str:
+    """stdout of ``argv`` (an edgekit-run command on this host); EdgekitError with its last error line."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise EdgekitError(f"{what} did not finish within {CHECK_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise EdgekitError(f"{runner} fails on this host: "
+                           f"{lines[-1].removeprefix('Error: ') if lines else f'exit status {done.returncode}'}")
+    return done.stdout
 
 
 def bundle_size(folder: Path) -> int:

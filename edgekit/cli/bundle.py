@@ -90,5 +90,8 @@ def summary(info: dict, folder: Path, archive: Path) -> list[str]:
     if wheels:
         total = sum((folder / "wheels" / name).stat().st_size for name in wheels)
         lines.append(f"wheels: {len(wheels)} files ({_size(total)}) in {folder}/wheels")
-    lines.append(f"next: copy {archive} to the board, or: edgekit bench {folder} --host pi@raspberrypi.local")
+    if llm:
+        lines.append(f"next: edgekit verify {folder} --emulate, or copy {archive} to the board and run sh run.sh verify")
+    else:
+        lines.append(f"next: copy {archive} to the board, or: edgekit bench {folder} --host pi@raspberrypi.local")
     return lines

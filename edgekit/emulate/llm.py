@@ -8,12 +8,10 @@ and, as root with the cached rootfs, the bundle's own ``run.sh check`` in a root
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
-from edgekit.emulate import EmulationError
 from edgekit.emulate.report import BatchCheck, EmulationReport, Tolerance, bundle_fields
 from edgekit.errors import EdgekitError
 
@@ -25,24 +23,13 @@ def verify_llm(bundle, *, cache_dir: Path, release: str, timeout_s: float, progr
                notes: list[str]) -> EmulationReport:
     from edgekit.bundle import llm, native
     from edgekit.bundle.layout import BUNDLE_JSON
-    from edgekit.emulate import host, rootfs
-    from edgekit.emulate.native import _entry_point, _last, _sysroot, pinned_cpu
+    from edgekit.emulate import host
+    from edgekit.emulate.native import _entry_point, _last, emulated_runner
     from edgekit.emulate.process import run_captured
 
     started = time.monotonic()
     check = llm.read_check(bundle.info, str(bundle.path / BUNDLE_JSON))
-    runner = bundle.path / native.RUNNER
-    if not runner.is_file():
-        raise EmulationError(f"{bundle.path} is a native bundle without {native.RUNNER}; rebuild it")
-    tools_qemu = shutil.which(host.QEMU_STATIC)
-    if tools_qemu is None:
-        raise EmulationError(f"{host.QEMU_STATIC} not found on PATH; install it: {host.INSTALL_HINT}")
-    qemu = Path(tools_qemu)
-    cpu = pinned_cpu(bundle.info["native"].get("cpu"), host.qemu_cpus(qemu))
-    cached = rootfs.find_rootfs(cache_dir, release) if cache_dir.is_dir() else None
-    sysroot = _sysroot(cached)
-    prefix = [str(qemu), "-cpu", host.checked_cpu(cpu), "-L", str(sysroot)]
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    runner, qemu, cpu, cached, sysroot, prefix, env = emulated_runner(bundle, cache_dir, release)
 
     progress(f"decoding {check['max_new_tokens']} tokens with {native.RUNNER} under emulation ({cpu})")
     argv = [*prefix, str(runner), *llm.generate_argv(str(bundle.model), check, 1)]

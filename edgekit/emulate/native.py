@@ -39,24 +39,12 @@ Progress = Callable[[str], None]
 def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, atol: float, bench: bool,
                   progress: Progress, notes: list[str]) -> EmulationReport:
     from edgekit.bundle import native
-    from edgekit.emulate import host, rootfs
+    from edgekit.emulate import host
     from edgekit.emulate.process import run_captured
 
     started = time.monotonic()
     seconds: dict[str, float] = {}
-    info = bundle.info["native"]
-    runner = bundle.path / native.RUNNER
-    if not runner.is_file():
-        raise EmulationError(f"{bundle.path} is a native bundle without {native.RUNNER}; rebuild it")
-    tools_qemu = shutil.which(host.QEMU_STATIC)
-    if tools_qemu is None:
-        raise EmulationError(f"{host.QEMU_STATIC} not found on PATH; install it: {host.INSTALL_HINT}")
-    qemu = Path(tools_qemu)
-    cpu = pinned_cpu(info.get("cpu"), host.qemu_cpus(qemu))
-    cached = rootfs.find_rootfs(cache_dir, release) if cache_dir.is_dir() else None
-    sysroot = _sysroot(cached)
-    prefix = [str(qemu), "-cpu", host.checked_cpu(cpu), "-L", str(sysroot)]
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    runner, qemu, cpu, cached, sysroot, prefix, env = emulated_runner(bundle, cache_dir, release)
 
     with tempfile.TemporaryDirectory(prefix="edgekit-verify-native-") as here:
         here = Path(here)
@@ -103,6 +91,27 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
         seconds={key: round(value, 2) for key, value in seconds.items()},
         notes=tuple(notes),
     )
+
+
+def emulated_runner(bundle, cache_dir: Path, release: str):
+    """(the bundle's runner, qemu, its CPU, the cached rootfs or None, the sysroot, the command
+    prefix that runs an aarch64 binary under qemu, the environment) for a native bundle."""
+    from edgekit.bundle import native
+    from edgekit.emulate import host, rootfs
+
+    runner = bundle.path / native.RUNNER
+    if not runner.is_file():
+        raise EmulationError(f"{bundle.path} is a native bundle without {native.RUNNER}; rebuild it")
+    tools_qemu = shutil.which(host.QEMU_STATIC)
+    if tools_qemu is None:
+        raise EmulationError(f"{host.QEMU_STATIC} not found on PATH; install it: {host.INSTALL_HINT}")
+    qemu = Path(tools_qemu)
+    cpu = pinned_cpu(bundle.info["native"].get("cpu"), host.qemu_cpus(qemu))
+    cached = rootfs.find_rootfs(cache_dir, release) if cache_dir.is_dir() else None
+    sysroot = _sysroot(cached)
+    prefix = [str(qemu), "-cpu", host.checked_cpu(cpu), "-L", str(sysroot)]
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    return runner, qemu, cpu, cached, sysroot, prefix, env
 
 
 def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
