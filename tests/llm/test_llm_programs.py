@@ -258,6 +258,29 @@ def test_the_portable_fp32_program_decodes_what_the_float_checkpoint_decodes(tin
     assert done.stdout.splitlines()[-1].startswith("PASS: the first 16 greedy tokens")
 
 
+def test_a_near_tie_passes_and_a_real_difference_fails(tiny_llm):
+    """--expect-ids: where the reply leaves the expected ids, they are fed one by one; a pick that
+    beats the expected id by at most --near-tie logits passes (another CPU's rounding), more fails."""
+    from edgekit.llm.cached import program_cached
+
+    int4 = tiny_llm[2]
+    details = json.loads((int4 / "manifest.json").read_text())["files"][0]["details"]
+    lm = program_cached(int4 / "model.pte", details, threads=1)
+    want = _greedy(lm, PROMPT, 4)
+    logits = lm.feed_all(PROMPT + want[:1], 0)[-1]
+    runner_up = int(logits.topk(2).indices[1])
+    gap = float(logits[want[1]] - logits[runner_up])
+    expected = [want[0], runner_up]  # the host's second choice at position 1
+    base = ["generate", int4 / "model.pte", "--prompt-ids", ",".join(map(str, PROMPT)), "--context", 256,
+            "--max-new-tokens", 2, "--expect-ids", ",".join(map(str, expected))]
+    loose = _run_native(*base, "--near-tie", f"{gap * 1.01 + 1e-4:.6f}")
+    assert loose.returncode == 0 and loose.stdout.splitlines()[-1].startswith("PASS: greedy token 1"), loose.stdout
+    doc = json.loads(loose.stdout.splitlines()[0])
+    assert doc["teacher_forced"]["agree"] == 1 and doc["teacher_forced"]["max_logit_gap"] == pytest.approx(gap, abs=1e-3)
+    strict = _run_native(*base, "--near-tie", f"{gap * 0.5:.6f}")
+    assert strict.returncode == 1 and strict.stdout.splitlines()[-1].startswith("FAIL:")
+
+
 @pytest.mark.parametrize("args, code, message", [
     (["--context", "256"], 2, "--prompt-ids is required"),
     (["--prompt-ids", "1,2", "--context", "0"], 2, "--context must be between 1"),
@@ -314,7 +337,7 @@ def test_verify_emulate_decodes_the_hosts_tokens_on_aarch64(llm_bundle, tmp_path
         assert entry["ok"] and entry["verdict"].startswith("PASS") and not entry["python_in_root"]
 
 
-def test_an_llm_bundle_whose_ids_were_changed_fails_verify(llm_bundle, tmp_path):
+def test_an_llm_bundle_whose_ids_were_changed_fails_verify(tiny_llm, llm_bundle, tmp_path):
     from corpus.hostile import rehash_sums
 
     import shutil
@@ -322,11 +345,18 @@ def test_an_llm_bundle_whose_ids_were_changed_fails_verify(llm_bundle, tmp_path)
     bad = tmp_path / "bad"
     shutil.copytree(llm_bundle, bad, symlinks=True)
     info = json.loads((bad / "bundle.json").read_text())
-    info["llm"]["expected_ids"][3] = (info["llm"]["expected_ids"][3] + 1) % 256
+    from edgekit.artifacts import load_manifest
+    from edgekit.llm.cached import open_cached
+
+    # from token 3 on, the id the host's program rates lowest: no CPU's rounding gets there
+    want = info["llm"]["expected_ids"]
+    folder, manifest = load_manifest(tiny_llm[2])
+    logits = open_cached(folder, manifest, "executorch", 1).feed_all(info["llm"]["prompt_ids"] + want[:3], 0)
+    want[3] = int(logits[-1].argmin())
     (bad / "bundle.json").write_text(json.dumps(info))
     rehash_sums(bad)
     result = runner.invoke(app, ["verify", str(bad), "--emulate"])
-    assert result.exit_code == 1 and "greedy token 3 differs" in result.output
+    assert result.exit_code == 1 and "with the expected ids fed" in result.output and "FAIL" in result.output
 
 
 @pytest.mark.parametrize("value", [["1", "2"], [1, -2], "1,2;touch pwned", [True], []])
