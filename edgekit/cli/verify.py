@@ -156,6 +156,7 @@ def footer(report) -> list[str]:
     elif native:
         exact = "bit-identical to" if emu.get("bit_identical") else "within tolerance of"
         lines.append(f"outputs: {exact} this host's")
+    if native:
         entry = emu.get("entry_point")
         if entry:
             state = "ok" if entry.get("ok") else f"FAILED (exit {entry.get('exit_code')})"
