@@ -65,12 +65,14 @@ def write_reference(path: Path, llm: dict) -> None:
                      expected_ids=np.asarray(llm["expected_ids"], dtype=np.int64))
 
 
-def generate_argv(model: str, llm: dict, threads: int | str, max_new: int | None = None) -> list[str]:
-    """``edgekit-run generate``'s arguments for the check (without the runner itself)."""
+def generate_argv(model: str, llm: dict, threads: int | str, max_new: int | None = None,
+                  expect: bool = True) -> list[str]:
+    """``edgekit-run generate``'s arguments for the check (without the runner itself); ``max_new``
+    other than the check's, or ``expect`` False: no expected ids."""
     argv = ["generate", model, "--prompt-ids", ",".join(str(i) for i in llm["prompt_ids"]),
             "--context", str(llm["context"]), "--threads", str(threads),
             "--max-new-tokens", str(max_new or llm["max_new_tokens"])]
-    if max_new is None:
+    if max_new is None and expect:
         argv += ["--expect-ids", ",".join(str(i) for i in llm["expected_ids"])]
     return argv
 
@@ -106,8 +108,7 @@ def host_run(work: Path, model_name: str, llm: dict, progress) -> dict:
 
     runner = build_runner(host_arch(), None, progress)
     progress("running the check with edgekit-run on this host")
-    argv = [str(runner.binary), *generate_argv(str(work / model_name), llm, 1)]
-    argv = argv[:argv.index("--expect-ids")]
+    argv = [str(runner.binary), *generate_argv(str(work / model_name), llm, 1, expect=False)]
     doc = read_generate(run_on_host(argv, "edgekit-run generate of the check prompt", "edgekit-run generate"))
     return {"by": f"edgekit-run built for {host_arch()}", "tokens": doc["tokens"],
             "tokens_equal": doc["tokens"] == llm["expected_ids"],
