@@ -13,6 +13,10 @@ CALIB_DIGITS = REPO / "calib_data" / "digits"
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("EDGEKIT_NO_PROGRESS", "1")
+# The CLI's tables are asserted at its non-terminal width: a COLUMNS/LINES from the shell or from
+# pytest-xdist's workers (which set 80x24) would wrap them.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 @pytest.fixture(scope="session")

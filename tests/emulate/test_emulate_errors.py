@@ -290,6 +290,11 @@ def test_the_bound_evicts_on_a_real_run_and_edgekit_cache_shows_the_venvs(rootfs
     shutil.copy2(rootfs_ready.path.parent / TAG_NAME, cache / "rootfs" / TAG_NAME)
     copy = cache / "rootfs" / rootfs_ready.path.name
     subprocess.run(["cp", "-al", str(rootfs_ready.path), str(copy)], check=True, timeout=600)  # links, not bytes
+    # a hard-linked lock file is the same inode: a run elsewhere holding a real venv in use (another
+    # test worker) would hold the copy's too, and rightly stop its eviction. The copy gets its own.
+    for lock in [*venvs_dir(copy).glob(".*.lock"), *venvs_dir(copy).glob(".*.use")]:
+        lock.unlink()
+        lock.touch()
     try:
         env = {"EDGEKIT_CACHE_DIR": str(cache), "EDGEKIT_EMULATE_MAX_VENVS": "1"}
         out = tmp_path / "verify.json"
