@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import platform
 import re
 import shutil
@@ -164,11 +165,17 @@ def test_memory_readings_follow_the_kernel():
     assert abs(now - _status_kb("VmRSS") / 1024) < 8  # the same reading, a few pages apart
     before = board_facts.peak_rss_mb()
     assert before == pytest.approx(_status_kb("VmHWM") / 1024, abs=1)
-    block = np.ones(64 * 2**20 // 8)  # 64 MiB, every page written
-    grown = board_facts.rss_mb()
-    assert grown - now > 56, (now, grown)
-    assert board_facts.peak_rss_mb() >= before + 56 - max(0.0, before - now)
-    del block
+    # A fresh anonymous mapping, not numpy: malloc may hand back pages that are already
+    # resident (freed by earlier tests in this worker), and those would not grow the RSS.
+    block = mmap.mmap(-1, 64 * 2**20)
+    try:
+        for offset in range(0, len(block), mmap.PAGESIZE):
+            block[offset] = 1  # every page written
+        grown = board_facts.rss_mb()
+        assert grown - now > 56, (now, grown)
+        assert board_facts.peak_rss_mb() >= before + 56 - max(0.0, before - now)
+    finally:
+        block.close()
 
 
 # --- the script -----------------------------------------------------------------------------
