@@ -54,7 +54,7 @@ def _model(folder: Path) -> Path:
 
     from edgekit.formats.onnx_export import export_onnx
     from edgekit.models import build_model, get_spec
-    from edgekit.quantize.ort_backend import preprocess
+    from edgekit.quantize.toolkits.ort_backend import preprocess
 
     torch.manual_seed(0)
     model = build_model("digits-cnn").eval()  # random weights: activations, not accuracy, matter here

@@ -41,7 +41,7 @@ def families():
 def bert_family(folder: Path):
     import json
 
-    from edgekit.formats.sources import resolve_source
+    from edgekit.sources.model_source import resolve_source
 
     (folder / "config.json").write_text(json.dumps(BERT))
     src = resolve_source(f"hf:{folder / 'config.json'}", random_init=True)  # exporter timing: weights do not matter

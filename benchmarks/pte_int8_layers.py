@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgekit.formats import executorch as pte
 
     pte.native()._unsafe_reset_threadpool(1)  # before any program loads (see serve/pte_model.py)
-    from edgekit.quantize import pt2e_backend
+    from edgekit.quantize.toolkits import pt2e_backend
 
     spec = [InputSpec(name="x", shape=(1, 1, 1, 1))]  # static shapes: one planned size
 

@@ -63,7 +63,7 @@ def _qat_vs_ptq(ckpt: Path, tmp: Path, calib: Path, target: str) -> None:
     from edgekit.artifacts import describe_file, finalize, load_manifest
     from edgekit.errors import ParityError
     from edgekit.quantize.api import quantize
-    from edgekit.formats.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+    from edgekit.sources.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 
     folder, manifest = load_manifest(ckpt)
     state, meta = load_checkpoint(folder / CHECKPOINT_FILE)

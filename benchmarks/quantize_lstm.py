@@ -51,7 +51,7 @@ def main() -> None:
         print(f"{args.model}: {'given checkpoint' if args.checkpoint else f'{args.steps} training steps'}, "
               f"target {args.target}; int8 ops: {', '.join(ops)}")
         # The same recipe with the vocabulary projection (the arg-max that picks the next token) in float.
-        from edgekit.quantize.ort_backend import weighted_nodes
+        from edgekit.quantize.toolkits.ort_backend import weighted_nodes
         from edgekit.quantize.steps import new_job, resolve
         from edgekit.targets import load_target
 

@@ -62,7 +62,7 @@ def main() -> None:
 
     from edgekit.artifacts import load_manifest
     from edgekit.bench.api import bench
-    from edgekit.quantize.ort_backend import quiet
+    from edgekit.quantize.toolkits.ort_backend import quiet
 
     with tempfile.TemporaryDirectory(prefix="bench-pretrained-") as tmp:
         tmp = Path(tmp)
@@ -89,7 +89,7 @@ def main() -> None:
 
             quantize_static(str(f32), str(tmp / "ort" / "static.onnx"), Reader(), quant_format=QuantFormat.QDQ)
         # the float model in edgekit's graph layouts too: how much of int8's gain is the layout's
-        from edgekit.quantize.fusion import apply_fusion
+        from edgekit.quantize.toolkits.fusion import apply_fusion
 
         for fusion in ("no-skip-ln", "transformer"):
             path, info = apply_fusion(f32, tmp / "fp32" / f"{fusion}.onnx", fusion, f32)

@@ -20,7 +20,6 @@ Why not ``edgekit.quantize(...)``: ``edgekit.quantize``, ``edgekit.export``, ``e
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,8 +30,9 @@ from edgekit.export.api import export
 from edgekit.gates.evaluate import gate_results as gate
 from edgekit.gates.evaluate import raise_for_status
 from edgekit.pipeline import PipelineConfig, run_pipeline
-from edgekit.quantize.methods import DynamicConfig, Method, QatConfig, StaticConfig, method_names, register_method
+from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
+from edgekit.quantize.registry import Method, QuantConfig, method, method_names, register_method, route
 from edgekit.targets import Target, load_target
 from edgekit.train.config import TrainConfig
 from edgekit.train.loop import train
@@ -46,6 +46,7 @@ __all__ = [
     "PipelineConfig",
     "Produced",
     "QatConfig",
+    "QuantConfig",
     "StaticConfig",
     "Target",
     "TrainConfig",
@@ -57,10 +58,12 @@ __all__ = [
     "import_gguf",
     "load_manifest",
     "load_target",
+    "method",
     "method_names",
     "quantize",
     "raise_for_status",
     "register_method",
+    "route",
     "run_pipeline",
     "train",
 ]
@@ -95,20 +98,17 @@ def quantize(
     its measured accuracy (or fidelity to the float model) and parity.
     """
     from edgekit.quantize import api as quantize_api
-    from edgekit.quantize.methods import method_for_config
+    from edgekit.quantize.registry import method_for_config
 
+    common = {"max_drop": max_drop, "progress": progress, "force": force, "with_report": with_report}
     if isinstance(config, str):
-        method, fields = config, source_options
-    else:
-        method = method_for_config(config).name
-        misplaced = sorted(set(source_options) - set(quantize_api.SOURCE_OPTIONS))
-        if misplaced:
-            raise UsageError(f"{', '.join(misplaced)}: set {'it' if len(misplaced) == 1 else 'them'} on the "
-                             f"{type(config).__name__}, not as a keyword of quantize()")
-        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        fields.update(source_options)
-    return quantize_api.quantize(source, method, out, target, max_drop=max_drop, progress=progress, force=force,
-                                 with_report=with_report, **fields)
+        return quantize_api.quantize(source, config, out, target, **common, **source_options)
+    method_for_config(config)  # a config of no registered method is refused with the choices
+    misplaced = sorted(set(source_options) - set(quantize_api.SOURCE_OPTIONS))
+    if misplaced:
+        raise UsageError(f"{', '.join(misplaced)}: set {'it' if len(misplaced) == 1 else 'them'} on the "
+                         f"{type(config).__name__}, not as a keyword of quantize()")
+    return quantize_api.quantize_config(source, config, out, target, **common, source_options=source_options)
 
 
 def generate(artifact: str | Path, prompt: str, *, max_tokens: int = 100, temperature: float = 0.8, top_k: int = 20,

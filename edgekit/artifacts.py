@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgekit import __version__, formats
+from edgekit import formats
+from edgekit._version import __version__
 from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import read_json, sha256_file, write_json
 from edgekit.outputs import safe_text

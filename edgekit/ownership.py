@@ -276,7 +276,7 @@ _MARK_META = re.compile(r'^<meta name="generator" content="edgekit [0-9A-Za-z.+_
 def generator_mark(fmt: str) -> str:
     """The line edgekit writes into a ``markdown``, ``junit`` or ``html`` report, so that a later run
     can tell its own report (replaceable) from a user's file (never replaced)."""
-    from edgekit import __version__
+    from edgekit._version import __version__
 
     if fmt == "html":
         return f'<meta name="generator" content="edgekit {__version__}">'

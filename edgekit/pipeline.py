@@ -29,8 +29,6 @@ from edgekit.pipeline_summary import ratio, summary_markdown  # noqa: F401 - re-
 from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 
 Progress = Callable[[str], None]
-QUANT_METHODS = ("dynamic", "static", "qat")
-DEFAULT_METHODS = ("dynamic", "static")
 DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
 
 
@@ -84,11 +82,14 @@ class PipelineConfig:
         check_runs(self.min_runs, "min-runs")
         if not (isinstance(self.min_time_s, (int, float)) and math.isfinite(self.min_time_s) and self.min_time_s >= 0):
             raise UsageError(f"min-time must be a number of seconds, 0 or more, got {self.min_time_s!r}")
+        from edgekit.pipeline_plan import DEFAULT_METHODS
+        from edgekit.quantize.registry import calibrated, method_names
+
         for method in self.methods or ():
-            if method not in QUANT_METHODS:
-                raise UsageError(f"unknown method {method!r}; choose from: {', '.join(QUANT_METHODS)}")
+            if method not in method_names():
+                raise UsageError(f"unknown method {method!r}; choose from: {', '.join(method_names())}")
         if self.methods is not None and not self.methods:
-            raise UsageError(f"methods is empty; choose from: {', '.join(QUANT_METHODS)}")
+            raise UsageError(f"methods is empty; choose from: {', '.join(method_names())}")
         from edgekit.quantize.api import SOURCE_OPTIONS
 
         unknown = sorted(set(self.source_options) - set(SOURCE_OPTIONS))
@@ -99,7 +100,7 @@ class PipelineConfig:
         if self.formats is None:
             object.__setattr__(self, "formats", formats.available_names())
         formats.check(self.formats)
-        if "static" in (self.methods or DEFAULT_METHODS) and self.calib is not None and not Path(self.calib).exists():
+        if any(map(calibrated, self.methods or DEFAULT_METHODS)) and self.calib is not None and not Path(self.calib).exists():
             raise UsageError(
                 f"calibration data {self.calib} not found (run from the edgekit checkout, or pass --calib)"
             )
@@ -191,7 +192,7 @@ def _source_paths(config: PipelineConfig) -> list:
     """The files a --source model is read from: the pipeline's output may be none of them, nor hold one."""
     if config.source is None:
         return [config.source_options.get("state_dict")]
-    from edgekit.formats.sources import hf_config_file
+    from edgekit.sources.model_source import hf_config_file
 
     text = str(config.source)
     return [hf_config_file(text) if text.startswith("hf:") else text, config.source_options.get("state_dict")]
@@ -224,7 +225,9 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
         if warning:
             say(f"Warning: {warning}")
     calib = plan.calib if plan.calib is not None else config.calib
-    if "static" in plan.methods and calib is not None:
+    from edgekit.quantize.registry import calibrated
+
+    if any(map(calibrated, plan.methods)) and calib is not None:
         from edgekit.quantize.calibration.data import open_calibration
 
         warning = check_calibration_size(calib)
@@ -250,10 +253,11 @@ def _float_bytes(plan) -> int | None:
 def _quantize_runs(method: str, names: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
     """(label, formats) per quantize run: QAT fine-tunes once per quantization API, so formats
     of another API (torch.ao vs PT2E) get their own run, labelled ``qat-<first format>``."""
-    if method != "qat":
-        return [(method, tuple(names))]
     from edgekit import formats
+    from edgekit.quantize.registry import trains
 
+    if not trains(method):
+        return [(method, tuple(names))]
     runs = list(formats.by_qat_api(names).values())
     return [(method if i == 0 else f"{method}-{group[0]}", tuple(group)) for i, group in enumerate(runs)]
 
@@ -263,6 +267,7 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     from edgekit.bench.result import to_document
     from edgekit.export.api import export
     from edgekit.quantize.api import quantize
+    from edgekit.quantize.registry import calibrated
 
     out = Path(config.out)
     plan, float_accuracy = _float_model(config, plan, out, say)
@@ -279,7 +284,7 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     for method in plan.methods:
         for label, group in _quantize_runs(method, plan.formats):
             say(f"quantize int8 {label}")
-            calib = {"calib": plan.calib} if method == "static" else {}
+            calib = {"calib": plan.calib} if calibrated(method) else {}
             quantized, _ = quantize(source, method, out / "quantized" / label, target, formats=group, **options, **calib)
             say(f"export int8 {label}")
             exports.append(export(quantized, out / "export" / f"int8-{label}", group, target))

@@ -47,7 +47,7 @@ class Plan:
     calib: Path | None
     skipped: tuple[Skipped, ...] = ()
     checkpoint: Path | None = None  # zoo: None until trained; checkpoint: the artifact folder
-    source: object = None  # edgekit.formats.sources.ModelSource for --source models
+    source: object = None  # edgekit.sources.model_source.ModelSource for --source models
     source_options: dict = field(default_factory=dict)
     model_config: dict | None = None
 
@@ -70,7 +70,7 @@ class Plan:
         """What the user must be told about the model's weights (random ones, a dropped head)."""
         if self.source is None:
             return []
-        from edgekit.formats.sources import source_warnings
+        from edgekit.sources.model_source import source_warnings
 
         return source_warnings(self.source.model_info)
 
@@ -124,7 +124,7 @@ def _model(config):
                              "(from `edgekit train`), an .onnx file, package.module:factory or hf:CONFIG")
         extra = {"checkpoint": folder, "model_config": manifest.model.get("config")}
         return "checkpoint", manifest.model["name"], manifest.inputs, dict(manifest.task), extra
-    from edgekit.formats.sources import resolve_source
+    from edgekit.sources.model_source import resolve_source
 
     src = resolve_source(text, **config.source_options)
     name = src.model_info.get("name") or src.label
@@ -149,27 +149,31 @@ def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[
 
 def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str, ...]):
     from edgekit.data.calibsets import default_calibration
+    from edgekit.quantize.registry import calibrated, get_method, trains
 
     explicit = config.methods is not None
     methods = tuple(config.methods) if explicit else DEFAULT_METHODS
     labelled = task.get("type") == "classification" and bool(task.get("dataset"))
-    if "qat" in methods:
+    for trained in filter(trains, methods):
+        called = get_method(trained).config_type.called(trained)
+        others = ",".join(m for m in DEFAULT_METHODS if not trains(m))
         if torchless:
-            raise UsageError(f"{name} is an ONNX file: QAT needs the PyTorch model and its training data; "
-                             "choose --methods dynamic,static")
+            raise UsageError(f"{name} is an ONNX file: {called} needs the PyTorch model and its training data; "
+                             f"choose --methods {others}")
         if not labelled:
-            raise UsageError(f"QAT needs a model with a labelled training set (a zoo classification task); "
-                             f"{name} has none: choose --methods dynamic,static")
+            raise UsageError(f"{called} needs a model with a labelled training set (a zoo classification task); "
+                             f"{name} has none: choose --methods {others}")
     calib = config.calib
     skipped = []
-    if "static" in methods and calib is None:
+    needing = tuple(filter(calibrated, methods))
+    if needing and calib is None:
         calib = default_calibration(task.get("dataset"))
         if calib is None:
             why = f"edgekit ships no calibration data for {name}"
             if explicit:
-                raise UsageError(f"static int8 needs calibration data and {why}: pass --calib FOLDER (.npy/.npz "
-                                 "samples of its inputs), or drop static from --methods")
-            methods = tuple(m for m in methods if m != "static")
-            skipped.append(Skipped(tuple(f"int8-static-{fmt}" for fmt in formats),
+                raise UsageError(f"{'/'.join(needing)} int8 needs calibration data and {why}: pass --calib FOLDER "
+                                 f"(.npy/.npz samples of its inputs), or drop {'/'.join(needing)} from --methods")
+            methods = tuple(m for m in methods if m not in needing)
+            skipped.append(Skipped(tuple(f"int8-{m}-{fmt}" for m in needing for fmt in formats),
                                    f"{why}: pass --calib FOLDER (.npy/.npz samples of its inputs)"))
     return methods, calib, skipped

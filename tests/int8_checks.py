@@ -47,7 +47,7 @@ def agreement_with_float(checkpoint: Path, predict) -> tuple[float, float]:
 
     from edgekit.artifacts import load_manifest
     from edgekit.data.datasets import load_split
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(checkpoint)
     model = load_model_from_artifact(folder, manifest).eval()

@@ -24,7 +24,7 @@ def _onnx_vs_float(checkpoint: Path, artifact: Path) -> tuple[np.ndarray, np.nda
     import torch
 
     from edgekit.artifacts import load_manifest
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     model = load_model_from_artifact(*load_manifest(checkpoint))
     session = ort.InferenceSession(str(artifact / "model.onnx"), providers=["CPUExecutionProvider"])
@@ -140,7 +140,7 @@ def test_a_config_class_or_another_stages_config_is_refused_with_the_choices(dig
 
 def test_a_registered_method_is_reached_by_its_config_type(digits_checkpoint, tmp_path, monkeypatch):
     from edgekit.api import DynamicConfig, quantize, register_method
-    from edgekit.quantize import handlers, methods
+    from edgekit.quantize import registry
 
     @dataclasses.dataclass(frozen=True)
     class OnnxOnlyDynamic(DynamicConfig):
@@ -150,12 +150,12 @@ def test_a_registered_method_is_reached_by_its_config_type(digits_checkpoint, tm
 
     def handler(job, config):
         calls.append(type(config))
-        return handlers.dynamic(job, config)
+        return registry.run_routes(job, config)  # a subclass reaches its base class's routes
 
-    methods.method_names()  # the built-in methods are in the registry before it is copied
-    monkeypatch.setattr(methods, "_METHODS", dict(methods._METHODS))  # the registration ends with the test
-    register_method(methods.Method("onnx-dynamic", OnnxOnlyDynamic, handler, "dynamic int8, ONNX only"))
-    assert "onnx-dynamic" in methods.method_names() and "static" in methods.method_names()
+    registry.method_names()  # the built-in methods are in the registry before it is copied
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))  # the registration ends with the test
+    register_method(registry.Method("onnx-dynamic", OnnxOnlyDynamic, handler, "dynamic int8, ONNX only"))
+    assert "onnx-dynamic" in registry.method_names() and "static" in registry.method_names()
     out, manifest = quantize(digits_checkpoint, OnnxOnlyDynamic(), tmp_path / "int8")
     assert calls == [OnnxOnlyDynamic]  # its own handler, not the base class's
     assert manifest.quantization["method"] == "onnx-dynamic"
@@ -223,3 +223,26 @@ def test_the_readme_example_runs_from_any_folder(tmp_path):
     assert lines[-1] == "gate passed", lines
     if platform.machine() != "aarch64":
         assert re.fullmatch(r"skipped: p99 latency \d+\.\d{3} ms \(not measured on rpi4\)", lines[-2]), lines
+
+
+def test_a_method_added_with_the_decorators_is_listed_and_runs_by_name(digits_checkpoint, tmp_path, monkeypatch):
+    """One class is the whole change: the registry lists it (the CLI and the pipeline read that list)
+    and a route registered for its base class writes its files."""
+    from edgekit.api import DynamicConfig, method, quantize
+    from edgekit.quantize import registry
+
+    registry.method_names()
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))  # the registration ends with the test
+
+    @method("dynamic-per-tensor", "dynamic int8 with one scale per weight tensor")
+    @dataclasses.dataclass(frozen=True)
+    class PerTensorDynamic(DynamicConfig):
+        formats: tuple[str, ...] = ("onnx",)
+        per_channel: bool | None = False
+
+    assert "dynamic-per-tensor" in registry.method_names()
+    assert not registry.calibrated("dynamic-per-tensor") and not registry.trains("dynamic-per-tensor")
+    out, manifest = quantize(digits_checkpoint, "dynamic-per-tensor", tmp_path / "int8")
+    assert manifest.quantization["method"] == "dynamic-per-tensor"
+    assert manifest.quantization["config"]["per_channel"] is False
+    _assert_close(*_onnx_vs_float(digits_checkpoint, out)[:2])

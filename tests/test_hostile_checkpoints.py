@@ -96,7 +96,7 @@ def test_train_resume_refuses_a_code_running_state(digits_checkpoint, tmp_path, 
 
 
 def test_state_dict_option_of_quantize_names_the_refused_global(tmp_path):
-    """``quantize --state-dict`` (user models) goes through edgekit/formats/sources.py."""
+    """``quantize --state-dict`` (user models) goes through edgekit/sources/model_source.py."""
     marker = tmp_path / "PWNED"
     evil = EVIL_WRITERS["torch-zip"](tmp_path / "weights.pt", marker)
     result = runner.invoke(app, ["quantize", "tiny_models:tiny_net", "--method", "dynamic",

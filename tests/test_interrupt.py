@@ -76,7 +76,7 @@ def _assert_loadable(folder: Path) -> None:
     import torch
 
     from edgekit.formats.reference import read_reference
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(folder)  # verifies size + SHA-256 of every listed file
     for entry in manifest.files:

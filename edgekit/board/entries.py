@@ -52,14 +52,22 @@ def package_files() -> list[Path]:
     return sorted(p.relative_to(root) for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def install(folder: str | os.PathLike, entries=("runner.py", "check_outputs.py")) -> list[str]:
-    """Write the package and the named entry scripts into ``folder``; the paths written, relative to it."""
+def install(folder: str | os.PathLike, entries=("runner.py", "check_outputs.py"), formats=None) -> list[str]:
+    """Write the package and the named entry scripts into ``folder``; the paths written, relative to it.
+
+    ``formats``: the formats from outside edgekit whose runtimes go with it (None: every one this
+    host has), each as ``runtimes/extra_<format>.py``."""
+    from .runtimes import EXTRA_FILES, EXTRA_PREFIX
+
     folder = Path(folder)
     written = []
-    for rel in package_files():
+    extras = {Path("runtimes") / f"{EXTRA_PREFIX}{fmt}.py": path for fmt, path in EXTRA_FILES.items()
+              if formats is None or fmt in formats}
+    sources = {**{rel: package_dir() / rel for rel in package_files()}, **extras}
+    for rel, source in sources.items():
         dest = folder / BUNDLED_NAME / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(package_dir() / rel, dest)
+        shutil.copyfile(source, dest)
         written.append(f"{BUNDLED_NAME}/{rel.as_posix()}")
     for name in entries:
         path = folder / name

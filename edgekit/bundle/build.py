@@ -194,7 +194,7 @@ def _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, creat
 
 def _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created) -> dict:
     """The board package, its entries, pinned requirements (and wheels, serve.py); bundle.json's content."""
-    board_files.install(work, entries=(layout.RUNNER, layout.CHECK_OUTPUTS))
+    board_files.install(work, entries=(layout.RUNNER, layout.CHECK_OUTPUTS), formats=(entry.format,))
     write_text(work / layout.REQUIREMENTS, pins.text())
     serving = None
     if formats.get(entry.format).standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit

@@ -98,7 +98,7 @@ def run_script(model_name: str, target: Target, precision: str) -> str:
 def entry_script(what: str, target_name: str, usage: list[str], commands: dict[str, str]) -> str:
     """run.sh: POSIX sh, each of ``commands`` (name -> edgekit-run's arguments, the caller's own after
     them, but for info) plus verify (the checksums, then check)."""
-    lines = [f"#!/bin/sh", f"# edgekit native bundle for {target_name}: {what}.",
+    lines = ["#!/bin/sh", f"# edgekit native bundle for {target_name}: {what}.",
              *[f"#   {line}" for line in usage], "set -eu",
              'here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)', "command=${1:-check}",
              '[ "$#" -gt 0 ] && shift', 'case "$command" in']

@@ -8,7 +8,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from edgekit import __version__
+from edgekit._version import __version__
 from edgekit.cli import (bench, bundle, cache, export, gate, generate, import_, info, loadtest, pipeline, quantize, serve,
                          targets, train, verify)
 

@@ -88,7 +88,7 @@ def export_command(
         **source_options,
     )
     from edgekit.cli.common import console
-    from edgekit.formats.sources import source_warnings
+    from edgekit.sources.model_source import source_warnings
 
     for line in source_warnings(manifest.model):  # random weights (--random-init), a task head left out
         console(stderr=True).print(f"Warning: {line}", style="yellow", markup=False, soft_wrap=True)

@@ -21,6 +21,7 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
+from edgekit.quantize.registry import calibrated, method_names
 
 
 @handles_errors
@@ -29,7 +30,7 @@ def quantize_command(
         ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:FOLDER "
                                     "(a save_pretrained folder: config.json + model.safetensors)."
     ),
-    method: str = typer.Option("static", "--method", help="dynamic | static | qat; for a language model imported from GGUF: int4 | int8."),
+    method: str = typer.Option("static", "--method", help=f"{' | '.join(method_names())}; for a language model imported from GGUF: int4 | int8."),
     out: Path = typer.Option(..., "--out", "-o", help="Output artifact folder."),
     target: TargetOpt = "rpi4",
     calib: Optional[Path] = typer.Option(
@@ -130,7 +131,7 @@ def quantize_command(
         tuned = [name for name, value in chosen_by_auto if value]
         if tuned:
             raise UsageError(f"--auto chooses the recipe itself; drop {', '.join(tuned)}")
-        from edgekit.quantize.auto import NoCandidateError, quantize_auto
+        from edgekit.quantize.search.auto import NoCandidateError, quantize_auto
 
         with _calibration_progress(err) as progress:
             try:
@@ -153,7 +154,7 @@ def quantize_command(
         return
 
     from edgekit.quantize.api import quantize
-    from edgekit.quantize.budget import AccuracyBudgetError
+    from edgekit.quantize.search.budget import AccuracyBudgetError
 
     _check_calibrate_method(source, method, fmt, calibrate_method, percentile, calib_bins)
 
@@ -201,7 +202,7 @@ def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, per
 
     chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
                                        ("--calib-bins", calib_bins)) if value is not None]
-    if not chosen or method != "static":
+    if not chosen or not calibrated(method):
         return
     onnx_only_source = str(source).endswith(".onnx") or str(source).startswith("hf:")
     if (fmt is None and not onnx_only_source) or (fmt is not None and "torchscript" in fmt):

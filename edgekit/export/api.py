@@ -63,7 +63,7 @@ def export(
 
     with commit_dir(out, "export", inputs=[folder, _target_path(target_name)], force=force) as work:
         if manifest.kind == "checkpoint":
-            from edgekit.formats.checkpoint import load_model_from_artifact
+            from edgekit.sources.checkpoint import load_model_from_artifact
 
             model = load_model_from_artifact(folder, manifest)
             files = _export_float(model, manifest, work, formats, target, opset, onnx_route, torchscript_mode, optimize,
@@ -91,7 +91,7 @@ def export(
 
 
 def _provenance(manifest: Manifest, target: Target, **extra) -> dict:
-    from edgekit import __version__
+    from edgekit._version import __version__
 
     return {
         "edgekit_version": __version__,
@@ -118,7 +118,7 @@ def _target_path(name) -> str | None:
 def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, external_data, source_options,
                         force=False):
     """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
-    from edgekit.formats.sources import resolve_source
+    from edgekit.sources.model_source import resolve_source
 
     from edgekit import formats as table
 
@@ -133,7 +133,7 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
     )
     inputs = [source_options.get("state_dict"), _target_path(target_name)]
     if str(source).startswith("hf:"):
-        from edgekit.formats.sources import hf_config_file
+        from edgekit.sources.model_source import hf_config_file
 
         inputs.append(hf_config_file(source))
     with commit_dir(out, "export", inputs=inputs, force=force) as work:

@@ -17,7 +17,8 @@ from edgekit.artifacts import Manifest
 def export_onnx_file(src, out: str | Path, target, force: bool = False) -> tuple[Path, Manifest]:
     """Write ``out``: ``model.onnx`` (the ONNX source ``src``, a ``ModelSource``), its reference and
     manifest. Raises ParityError when the copy does not compute what the original does."""
-    from edgekit import __version__, onnx_files
+    from edgekit import onnx_files
+    from edgekit._version import __version__
     from edgekit.artifacts import describe_file, finalize
     from edgekit.evaluation import onnx_predictor
     from edgekit.formats import onnx_export

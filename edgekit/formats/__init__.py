@@ -1,13 +1,17 @@
 """The format table: every model file format edgekit writes, and everything that differs by format.
 
 One module per format (``onnx.py``, ``torchscript.py``, ``executorch.py``) registers one ``Format``
-entry; every stage asks this table instead of testing format names. Adding a format is adding a
-module here that calls ``register`` and naming it in ``_MODULES``. A format module's entry is
-light (no torch, no runtime import); its save/load/predict functions import what they need.
+entry; every stage asks this table instead of testing format names. The table is data: an entry
+names its own module (``backend``: export_float / copy_quantized / predictor / check_file) and
+nothing above it. Its int8 routes register themselves in ``edgekit.quantize.routes``, its board
+runtime in ``edgekit.board.runtimes``. A format from outside edgekit is a package with three
+modules, each found through an entry point: the entry (``edgekit.formats``: a module that calls
+``register``), its routes (``edgekit.quantize_routes``) and its board runtime
+(``edgekit.board_runtimes``). A format module's entry is light (no torch, no runtime import);
+its functions import what they need.
 
-Below the table and beside it: ``sources`` (where float models come from), ``reference`` (the
-reference inputs every artifact is checked on) and ``parity`` (the check itself). Stages depend
-on these, never on each other's internals.
+Beside the table: ``reference`` (the reference inputs every artifact is checked on) and
+``parity`` (the check itself). Where float models come from is ``edgekit.sources``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 
 from edgekit.errors import UsageError
 
-_MODULES = ("torchscript", "onnx", "executorch")  # a new format: its module's name here
+_MODULES = ("torchscript", "onnx", "executorch")  # the built-in formats, in table order
+ENTRY_POINTS = "edgekit.formats"  # plug-in formats: modules that call register()
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,6 @@ class Format:
     file_name: str  # inside an artifact or bundle folder
     suffixes: tuple[str, ...]  # file suffixes that identify it
     backend: str  # module with export_float / copy_quantized / predictor
-    quantizer: str  # module with dynamic / static / qat (the int8 route for this format)
     board_runtime: str  # the distribution that runs it on the board (bundle pins, memory estimates)
     board_requirements: tuple[str, ...] = ()  # more distributions the board needs besides numpy
     # the board installs exactly the pinned list (pip --no-deps): the runtime's declared dependencies
@@ -73,27 +77,42 @@ class Format:
         self.require()
         return importlib.import_module(self.backend)
 
-    def quantize_ops(self):
-        self.require()
-        return importlib.import_module(self.quantizer)
-
 
 _TABLE: dict[str, Format] = {}
 
 
 def register(entry: Format) -> Format:
+    """Add ``entry`` to the table; a name, file name or suffix another format has is refused."""
+    for other in _TABLE.values():
+        if other.name == entry.name and other == entry:
+            return entry  # the same module imported again
+        shared = set(other.suffixes) & set(entry.suffixes)
+        clash = [f"{what} {value!r}" for what, value, same in (
+            ("name", entry.name, other.name == entry.name), ("file name", entry.file_name, other.file_name == entry.file_name),
+            ("suffix", min(shared, default=""), bool(shared))) if same]
+        if clash:
+            raise UsageError(f"format {entry.name!r} cannot be registered: the {clash[0]} is already format {other.name!r}'s")
     _TABLE[entry.name] = entry
     return entry
 
 
+_LOADED: list[bool] = []
+
+
 def _load() -> dict[str, Format]:
-    """The whole table in ``_MODULES`` order (a format module imported first registers only itself)."""
-    if tuple(_TABLE) != _MODULES:
+    """The whole table: the built-in formats in ``_MODULES`` order, then the plug-ins (a format
+    module imported first registers only itself)."""
+    if not _LOADED:
         for name in _MODULES:
             importlib.import_module(f"edgekit.formats.{name}")
+        from edgekit.plugins import load_plugins
+
+        load_plugins(ENTRY_POINTS, "format")
         ordered = {name: _TABLE[name] for name in _MODULES}
+        ordered.update((name, entry) for name, entry in _TABLE.items() if name not in ordered)
         _TABLE.clear()
         _TABLE.update(ordered)
+        _LOADED.append(True)
     return _TABLE
 
 

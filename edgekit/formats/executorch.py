@@ -21,7 +21,6 @@ FORMAT = register(Format(
     file_name="model.pte",
     suffixes=(".pte",),
     backend="edgekit.formats.executorch",
-    quantizer="edgekit.quantize.int8_executorch",
     board_runtime="executorch",
     # What ``executorch.runtime`` imports to run a program (found by installing executorch with
     # --no-deps into an empty venv and adding what each import asked for), torch's own

@@ -9,7 +9,6 @@ FORMAT = register(Format(
     file_name="model.onnx",
     suffixes=(".onnx",),
     backend="edgekit.formats.onnx",
-    quantizer="edgekit.quantize.int8_onnx",
     board_runtime="onnxruntime",
     runtime_footprint_mb=64.0,
     host_modules=("onnxruntime", "onnx"),

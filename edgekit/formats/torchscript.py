@@ -13,7 +13,6 @@ FORMAT = register(Format(
     file_name="model.pt",
     suffixes=(".pt", ".pth", ".ts", ".ptl", ".torchscript"),
     backend="edgekit.formats.torchscript",
-    quantizer="edgekit.quantize.int8_torchscript",
     board_runtime="torch",
     runtime_footprint_mb=256.0,
     # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;

@@ -48,7 +48,7 @@ def write_program(source, out, precision: str, *, kind: str, group_size: int = 3
                   target: str | None = None, kernels: str | None = None):
     """Write the artifact; returns ``(folder, manifest)``."""
     from edgekit.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
     from edgekit.llm import program, quality
     from edgekit.llm.cached import program_format
     from edgekit.outputs import commit_dir

@@ -149,8 +149,8 @@ def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | N
         return program_cached(path, entry.details, threads)
     import torch
 
-    from edgekit.formats.checkpoint import load_model_from_artifact
-    from edgekit.train.distributed import select_device
+    from edgekit.sources.checkpoint import load_model_from_artifact
+    from edgekit.device import select_device
 
     if threads:
         torch.set_num_threads(threads)

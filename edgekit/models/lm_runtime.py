@@ -74,8 +74,8 @@ def load_language_model(folder: Path, manifest, fmt: str | None = None, device: 
 def _torch_step(folder, manifest, entry, device, threads):
     import torch
 
-    from edgekit.formats.checkpoint import load_model_from_artifact
-    from edgekit.train.distributed import select_device
+    from edgekit.sources.checkpoint import load_model_from_artifact
+    from edgekit.device import select_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -132,7 +132,7 @@ def load_tokenizer(folder: Path, manifest):
             return Tokenizer.from_dict(_json_object(read_json(folder / TOKENIZER_FILE, "tokenizer", finite=True),
                                                     folder / TOKENIZER_FILE))
         if CHECKPOINT in manifest.formats():
-            from edgekit.formats.checkpoint import load_checkpoint
+            from edgekit.sources.checkpoint import load_checkpoint
 
             _, meta = load_checkpoint(folder / manifest.file(CHECKPOINT).path)
             if "tokenizer" in meta:

@@ -40,23 +40,54 @@ def quantize(
     until the drop is within it, or raise ``AccuracyBudgetError``. ``progress`` receives
     ``CalibrationProgress`` during calibration.
     """
-    from edgekit import formats as table
-    from edgekit.quantize.methods import get_method, make_config
+    from edgekit.quantize.registry import get_method, make_config
 
     source_options = {k: options.pop(k) for k in SOURCE_OPTIONS if k in options}
-    method_spec = get_method(method)
     src = resolve(source, source_options)
-    if method == "static" and options.get("calib") is None:
-        from edgekit.data.calibsets import default_calibration
+    options = _default_calibration(src, get_method(method), options)
+    config = make_config(method, **_default_formats(src, options))
+    return quantize_config(src, config, out, target, max_drop=max_drop, progress=progress, force=force,
+                           with_report=with_report, source=source, source_options=source_options)
 
-        options["calib"] = default_calibration(src.task.get("dataset"))  # shipped in the package
-        if options["calib"] is None:
-            raise UsageError(f"static quantization of {src.label} needs calibration data: --calib {CALIB_KINDS}")
-    config = make_config(method, **_default_formats(src, method, options))
+
+def quantize_config(
+    src,
+    config,
+    out: str | Path,
+    target: str | Target = "rpi4",
+    *,
+    max_drop: float | None = None,
+    progress: Callable | None = None,
+    force: bool = False,
+    with_report: bool = False,
+    source: str | Path | None = None,
+    source_options: dict | None = None,
+) -> tuple[Path, Manifest]:
+    """``quantize`` with the method's config object itself (what ``edgekit.api.quantize`` passes);
+    ``src``: a ``ModelSource``, or what ``quantize`` takes as ``source``."""
+    import dataclasses
+
+    from edgekit import formats as table
+    from edgekit.quantize.registry import method_for_config, route_for
+    from edgekit.sources.model_source import ModelSource
+
+    source_options = dict(source_options or {})
+    if not isinstance(src, ModelSource):
+        source = src if source is None else source
+        src = resolve(src, source_options)
+    method_spec = method_for_config(config)
+    method = method_spec.name
+    if config.calibrated and getattr(config, "calib", None) is None:
+        config = dataclasses.replace(config, **_default_calibration(src, method_spec, {"calib": None}))
     _check_fit(src, method, config)
+    if method_spec.handler is None:
+        for fmt in config.formats:
+            route_for(type(config), fmt)  # a format the method has no route to is refused before any work
     target = target if isinstance(target, Target) else load_target(target)
     if max_drop is not None and not (isinstance(max_drop, (int, float)) and 0 <= max_drop <= 100):
         raise UsageError(f"max drop must be between 0 and 100 points, got {max_drop!r}")
+    calibrated = config.calibrated
+    options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
     with commit_dir(out, "quantized", inputs=input_paths(source, options, source_options, target), force=force) as work:
         job = new_job(src, target, work, method, progress)
@@ -70,12 +101,12 @@ def quantize(
 
             if warning := check_calibration_size(config.calib):
                 job.warnings.append(warning)
-        produced = method_spec.handler(job, config)
+        produced = method_spec.run(job, config)
         cases = write_reference(job, getattr(config, "calib", None))
         files, budgets = [], []
         for item in produced:
             if max_drop is not None:
-                from edgekit.quantize.budget import fit_budget
+                from edgekit.quantize.search.budget import fit_budget
 
                 item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
                 budgets.append(report.to_dict())
@@ -83,7 +114,7 @@ def quantize(
                 from dataclasses import replace
 
                 found = error_report(job, job.dest / item.path, getattr(config, "calib", None), cases,
-                                     job.activation_ranges(config) if method == "static" else None)
+                                     job.activation_ranges(config) if calibrated else None)
                 item = replace(item, details={**item.details, "error_report": found})
             files.append(describe_produced(job, item, cases, f"int8-{method}-{item.format}", method))
         quantization = {
@@ -97,7 +128,21 @@ def quantize(
     return Path(out), result
 
 
-def _default_formats(src, method: str, options: dict) -> dict:
+def _default_calibration(src, method_spec, options: dict) -> dict:
+    """``options`` with ``calib`` filled in, for a calibrated method given none: the set edgekit
+    ships for the model's dataset (a UsageError when there is none)."""
+    if not method_spec.config_type.calibrated or options.get("calib") is not None:
+        return options
+    from edgekit.data.calibsets import default_calibration
+
+    calib = default_calibration(src.task.get("dataset"))  # shipped in the package
+    if calib is None:
+        raise UsageError(f"{method_spec.config_type.called(method_spec.name)} of {src.label} needs calibration data: "
+                         f"--calib {CALIB_KINDS}")
+    return {**options, "calib": calib}
+
+
+def _default_formats(src, options: dict) -> dict:
     from edgekit import formats
 
     if options.get("formats") is None:
@@ -111,8 +156,8 @@ def _default_formats(src, method: str, options: dict) -> dict:
 def _check_fit(src, method: str, config) -> None:
     formats = getattr(config, "formats", ())
     if src.kind == "onnx":
-        if method == "qat":
-            raise UsageError(f"{src.label} is an ONNX model: QAT needs the PyTorch model and its training data")
+        if config.trains:
+            raise UsageError(f"{src.label} is an ONNX model: {config.called(method)} needs the PyTorch model and its training data")
         from edgekit import formats as table
 
         needs_torch = [name for name in formats if table.get(name).needs_torch_model]
@@ -120,8 +165,8 @@ def _check_fit(src, method: str, config) -> None:
             fit = ", ".join(table.default_names(need_torch=False))
             raise UsageError(f"{src.label} is an ONNX model: only --format {fit} applies "
                              f"(--format {needs_torch[0]} needs the PyTorch model)")
-    if method == "qat" and not src.labelled:
-        raise UsageError(f"QAT needs a model with a labelled training set (a zoo classification task); {src.label} has none")
+    if config.trains and not src.labelled:
+        raise UsageError(f"{config.called(method)} needs a model with a labelled training set (a zoo classification task); {src.label} has none")
 
 
 def _jsonable(config) -> dict:

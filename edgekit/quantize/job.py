@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.quantize.calibration.cache import files_fingerprint
-from edgekit.formats.sources import ModelSource
+from edgekit.sources.model_source import ModelSource
 from edgekit.targets import Target
 
 
@@ -87,7 +87,7 @@ class QuantJob:
 
     @cached_property
     def _prepared(self) -> Path:
-        from edgekit.quantize.ort_backend import preprocess
+        from edgekit.quantize.toolkits.ort_backend import preprocess
 
         return preprocess(self.float_onnx(), self.scratch / "prepared.onnx")
 
@@ -96,8 +96,8 @@ class QuantJob:
         return self._prepared
 
     def fused_onnx(self, fusion: str) -> tuple[Path, dict]:
-        """The prepared model in a fusion layout (``quantize/fusion.py``), built once per layout."""
-        from edgekit.quantize.fusion import apply_fusion
+        """The prepared model in a fusion layout (``quantize/toolkits/fusion.py``), built once per layout."""
+        from edgekit.quantize.toolkits.fusion import apply_fusion
 
         if fusion not in self._fused:
             self._fused[fusion] = apply_fusion(self.prepared_onnx(), self.scratch / f"graph-{fusion}.onnx", fusion,
@@ -106,7 +106,7 @@ class QuantJob:
 
     # -- recipes and calibration ---------------------------------------------------------------
     def recipe(self, config):
-        from edgekit.quantize.recipes import onnx_recipe
+        from edgekit.quantize.toolkits.recipes import onnx_recipe
 
         recipe = onnx_recipe(
             self.target,
@@ -195,7 +195,7 @@ class QuantJob:
 
     def save_torchscript(self, module, rel: str, engine: str) -> Path:
         from edgekit.formats import torchscript_backend
-        from edgekit.quantize.torch_backend import quantized_engine
+        from edgekit.quantize.toolkits.torch_backend import quantized_engine
 
         path = self.dest / rel
         with quantized_engine(engine):

@@ -18,7 +18,7 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
     if "torch" in kinds and job.source.has_torch:
         known["torch"] = {name for name, _ in job.float_model().named_modules()}
     if "onnx" in kinds:
-        from edgekit.quantize import ort_backend
+        from edgekit.quantize.toolkits import ort_backend
 
         known["onnx"] = set(ort_backend.node_names(job.prepared_onnx()))
     unknown = sorted(set(config.exclude) - known["torch"] - known["onnx"])

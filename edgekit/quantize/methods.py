@@ -1,19 +1,19 @@
-"""Quantization methods: a config dataclass plus a handler, registered by name.
+"""The built-in quantization methods' configs: each a frozen dataclass, the method by its decorator.
 
-Adding a method adds a config + handler and one ``register_method`` call; nothing else changes.
+A config's fields are every setting of its method, checked when it is built; its class traits
+(``registry.QuantConfig``) tell the stages what it needs. The files come from its routes
+(``edgekit/quantize/routes/``), one per format.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
 from edgekit.bounds import check_field_types
 from edgekit.errors import UsageError, unknown_name
+from edgekit.quantize.registry import QuantConfig, method
 from edgekit.targets import QUANT_TYPES
-
 
 
 def _default_formats() -> tuple[str, ...]:
@@ -40,19 +40,23 @@ def _check_positive(label: str, value, allow_none: bool = True) -> None:
         raise UsageError(f"{label} must be an integer >= 1, got {value!r}")
 
 
+@method("dynamic", "int8 weights, activations quantized at run time")
 @dataclass(frozen=True)
-class DynamicConfig:
+class DynamicConfig(QuantConfig):
     """int8 weights, activations quantized at run time. No calibration data."""
+
+    label = "dynamic quantization"
+    run_time_activations = True
 
     formats: tuple[str, ...] = field(default_factory=_default_formats)
     weight_type: str | None = None  # ONNX: None = the target recipe's
     per_channel: bool | None = None
     reduce_range: bool | None = None
     exclude: tuple[str, ...] = ()  # layers kept in float (ONNX node names / torch module names)
-    fusion: str = "no-skip-ln"  # ONNX: graph layout before quantization (see quantize/fusion.py)
+    fusion: str = "no-skip-ln"  # ONNX: graph layout before quantization (see quantize/toolkits/fusion.py)
 
     def __post_init__(self) -> None:
-        from edgekit.quantize.fusion import check_fusion
+        from edgekit.quantize.toolkits.fusion import check_fusion
 
         check_field_types(self)
         _check_formats(self.formats)
@@ -69,9 +73,13 @@ def _packaged_calibration(dataset: str) -> Path:
     return default_calibration(dataset)
 
 
+@method("static", "int8 weights and activations, calibrated")
 @dataclass(frozen=True)
-class StaticConfig:
+class StaticConfig(QuantConfig):
     """int8 weights and activations, activation ranges from calibration data."""
+
+    label = "static quantization"
+    calibrated = True
 
     # inside the package (any cwd); None: the set edgekit ships for the model's dataset
     calib: Path | None = field(default_factory=lambda: _packaged_calibration("digits"))
@@ -93,12 +101,12 @@ class StaticConfig:
     exclude: tuple[str, ...] = ()
     float_stem: bool = True  # ONNX: keep a thin input convolution (<= 32 MACs per output) in float
     op_types: tuple[str, ...] = ()  # ONNX: quantize only these op types (e.g. MatMul,Gemm); empty = all
-    fusion: str = "no-skip-ln"  # ONNX: runtime | no-skip-ln (see quantize/fusion.py)
+    fusion: str = "no-skip-ln"  # ONNX: runtime | no-skip-ln (see quantize/toolkits/fusion.py)
     # ONNX: MatMul outputs stay float (DequantizeLinear -> MatMul fuses into MatMulIntegerToFloat); a
     # transformer's FFN output has outlier channels (crest factor ~200) that an 8-bit step cannot hold
     quantize_matmul_outputs: bool = False
     # ONNX: SmoothQuant-style scale migration of outlier channels into the weights, alpha searched on
-    # the calibration data (quantize/smooth.py)
+    # the calibration data (quantize/toolkits/smooth.py)
     smooth: bool = False
 
     def __post_init__(self) -> None:
@@ -124,9 +132,13 @@ class StaticConfig:
         return {"percentile": self.percentile, "bins": self.calib_bins}
 
 
+@method("qat", "fake-quant fine-tuning on the training data, then int8")
 @dataclass(frozen=True)
-class QatConfig:
+class QatConfig(QuantConfig):
     """Fake-quant fine-tuning on the task's training data, then int8 (TorchScript and QDQ ONNX)."""
+
+    label = "QAT"
+    trains = True
 
     formats: tuple[str, ...] = field(default_factory=_default_formats)
     epochs: int = 3
@@ -149,72 +161,3 @@ class QatConfig:
 
         check_seed(self.seed, "QAT seed")
 
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    config_type: type
-    handler: Callable  # (QuantJob, config) -> list[Produced]
-    summary: str = ""
-
-
-_METHODS: dict[str, Method] = {}
-
-
-def register_method(method: Method) -> Method:
-    _METHODS[method.name] = method
-    return method
-
-
-def method_names() -> list[str]:
-    _load_builtin()
-    return sorted(_METHODS)
-
-
-def get_method(name: str) -> Method:
-    _load_builtin()
-    if name not in _METHODS:
-        raise unknown_name("quantization method", name, _METHODS)
-    return _METHODS[name]
-
-
-def make_config(name: str, **options: Any):
-    """Build the method's config from options; options the method does not take are an error."""
-    method = get_method(name)
-    known = {f.name for f in dataclasses.fields(method.config_type)}
-    given = {k: v for k, v in options.items() if v is not None}
-    extra = sorted(set(given) - known)
-    if extra:
-        raise UsageError(f"method {name!r} does not take option(s): {', '.join(extra)}")
-    return method.config_type(**given)
-
-
-def method_for_config(config: Any) -> Method:
-    """The registered method whose config type ``config`` is an instance of (exactly that type:
-    a subclass is a different method, registered on its own)."""
-    _load_builtin()
-    for method in _METHODS.values():
-        if type(config) is method.config_type:
-            return method
-    names = ", ".join(f"{m.config_type.__name__} ({m.name})" for m in sorted(_METHODS.values(), key=lambda m: m.name))
-    got = f"the class {config.__name__} (call it: {config.__name__}(...))" if isinstance(config, type) \
-        else f"{type(config).__name__} {' '.join(repr(config).split())[:80]}"
-    raise UsageError(f"not a quantization config: {got}; give one of {names}, or a method name")
-
-
-_BUILTIN: list[Method] = []
-
-
-def _load_builtin() -> None:
-    # always: a method registered by a user first must not keep the built-in ones out
-    if _BUILTIN:
-        return
-    from edgekit.quantize import handlers
-
-    _BUILTIN.extend([
-        Method("dynamic", DynamicConfig, handlers.dynamic, "int8 weights, activations quantized at run time"),
-        Method("static", StaticConfig, handlers.static, "int8 weights and activations, calibrated"),
-        Method("qat", QatConfig, handlers.qat, "fake-quant fine-tuning on the training data, then int8"),
-    ])
-    for method in _BUILTIN:
-        register_method(method)

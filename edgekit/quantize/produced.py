@@ -1,7 +1,6 @@
-"""What a quantization handler returns: a handler is ``(QuantJob, config) -> list[Produced]``.
+"""What a quantization route returns: a route is ``(QuantJob, config) -> list[Produced]``.
 
-Light on purpose (no numpy, no torch): ``methods.py`` (the registry), ``handlers.py`` and every
-format's quantizer name it, and the registry is imported by ``edgekit.api``.
+Light on purpose (no numpy, no torch): every route names it, and ``edgekit.api`` exports it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from edgekit.artifacts import Manifest, describe_file, finalize
-from edgekit.formats.sources import hf_config_file
+from edgekit.sources.model_source import hf_config_file
 from edgekit.targets import Target
 
 
@@ -25,8 +25,8 @@ def input_paths(source, options: dict, source_options: dict, target) -> list:
 
 
 def resolve(source, source_options: dict):
-    """The float model ``source`` names (``formats/sources.py``), with the options for one from outside the zoo."""
-    from edgekit.formats.sources import resolve_source
+    """The float model ``source`` names (``sources/model_source.py``), with the options for one from outside the zoo."""
+    from edgekit.sources.model_source import resolve_source
 
     return resolve_source(source, **source_options)
 
@@ -46,7 +46,7 @@ def write_reference(job, calib=None) -> dict:
     random ones."""
     from edgekit.evaluation import onnx_predictor, torch_predictor
     from edgekit.formats.reference import REFERENCE_FILE, read_reference, write_reference as write_torch_reference
-    from edgekit.quantize import accuracy
+    from edgekit.quantize.search import accuracy
 
     path = job.work / REFERENCE_FILE
     model = job.reference_model if job.reference_model is not None else None
@@ -69,10 +69,10 @@ REPORT_SAMPLES = 32
 
 
 def error_report(job, path: Path, calib, cases: dict, ranges=None) -> dict:
-    """Every quantized tensor's error in the int8 ONNX file ``path`` (``quantize/report.py``), on the
+    """Every quantized tensor's error in the int8 ONNX file ``path`` (``quantize/search/report.py``), on the
     calibration data (at most REPORT_SAMPLES samples; without calibration data, on the reference
     inputs), summarized for the manifest."""
-    from edgekit.quantize.report import summarize, tensor_report
+    from edgekit.quantize.search.report import summarize, tensor_report
 
     if calib is not None:
         batches = job.open_calibration(calib, 8, REPORT_SAMPLES).feeds()
@@ -104,7 +104,7 @@ def calibration_feed(calib, specs, job=None):
 
 def describe_produced(job, item, cases: dict, variant: str, method: str):
     """Check parity, measure accuracy (or fidelity), and describe the file for the manifest."""
-    from edgekit.quantize import accuracy
+    from edgekit.quantize.search import accuracy
 
     predict = accuracy.predictor(job.dest / item.path, item.format, item.details)
     label = f"int8 {method} {item.format}"
@@ -125,7 +125,7 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
 def finish(job, files: list, quantization: dict) -> Manifest:
     src = job.source
     shutil.rmtree(job.work / ".scratch", ignore_errors=True)
-    from edgekit.formats.sources import source_warnings
+    from edgekit.sources.model_source import source_warnings
 
     for line in source_warnings(src.model_info):  # random weights, a task head left out
         if line not in job.warnings:

@@ -146,7 +146,7 @@ class CheckpointModel:
     def __init__(self, folder: Path, manifest, entry, threads: int | None):
         import torch
 
-        from edgekit.formats.checkpoint import load_model_from_artifact
+        from edgekit.sources.checkpoint import load_model_from_artifact
         from edgekit.serve.inputs import spec_from_dict
 
         if threads:

@@ -148,7 +148,7 @@ def import_gguf(source: str | Path, out: str | Path, context: int | None = None,
     """
     from edgekit.artifacts import Manifest, describe_file, finalize
     from edgekit.fileio import sha256_file, write_text
-    from edgekit.formats.checkpoint import CHECKPOINT_FILE, save_checkpoint
+    from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
     from edgekit.models.registry import get_spec
     from edgekit.outputs import commit_dir
 
@@ -204,7 +204,7 @@ def generate_from_gguf(source: str, context: int | None, device: str, threads: i
         import torch
 
         from edgekit.llm.cached import torch_cached
-        from edgekit.train.distributed import select_device
+        from edgekit.device import select_device
 
         if threads:
             torch.set_num_threads(threads)

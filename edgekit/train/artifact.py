@@ -24,7 +24,7 @@ from edgekit.errors import EdgekitError, UsageError
 from edgekit.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
 from edgekit.outputs import safe_text
 from edgekit.train.batches import eval_batches
-from edgekit.formats.checkpoint import CHECKPOINT_FILE
+from edgekit.sources.checkpoint import CHECKPOINT_FILE
 from edgekit.train.checkpoint import STATE_FILE
 from edgekit.train.tasks import evaluate
 
@@ -153,7 +153,7 @@ def finish(out, spec, model_config, task, task_info, data, device, best, step, s
     """Measure the best weights on the test split (fp32, one process) and write the manifest;
     ``limits``: the settings the run did not reach as written (``edgekit.train.limits``)."""
     from edgekit.models import build_model
-    from edgekit.formats.checkpoint import load_checkpoint
+    from edgekit.sources.checkpoint import load_checkpoint
 
     state, _ = load_checkpoint(out / CHECKPOINT_FILE)
     model = build_model(spec.name, model_config)

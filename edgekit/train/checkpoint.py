@@ -1,5 +1,5 @@
 """Training state for resuming (``last.pt``): model, optimizer, scaler, step, RNG, in the
-checkpoint format's safe container (``edgekit.formats.checkpoint``)."""
+checkpoint format's safe container (``edgekit.sources.checkpoint``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import InputFileError
-from edgekit.formats.checkpoint import load_payload, save_payload
+from edgekit.sources.checkpoint import load_payload, save_payload
 
 STATE_FILE = "last.pt"  # everything a resumed run needs: model, optimizer, scaler, step, RNG
 

@@ -32,7 +32,6 @@ from edgekit.train.artifact import finish
 from edgekit.train.batches import eval_batches, to_device, train_loader
 from edgekit.train.checkpoint import STATE_FILE, load_train_state
 from edgekit.train.config import TrainConfig
-from edgekit.train.distributed import select_device  # noqa: F401  (kept importable from here)
 from edgekit.train.reporting import Meter, Progress, RunLog, profiler
 from edgekit.train.schedule import WarmupCosine, default_warmup
 from edgekit.train.state import RunState, restore, save_best, save_last

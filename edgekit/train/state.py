@@ -17,7 +17,7 @@ from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.train import distributed
-from edgekit.formats.checkpoint import CHECKPOINT_FILE, save_checkpoint
+from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from edgekit.train.checkpoint import STATE_FILE, save_train_state
 from edgekit.train.config import RESUME_LOCKED, TrainConfig
 from edgekit.train.reporting import RunLog

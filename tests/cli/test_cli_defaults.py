@@ -136,9 +136,9 @@ def test_sensitivity_and_auto_report_progress(tmp_path):
     import numpy as np
 
     from edgekit.quantize.api import quantize
-    from edgekit.quantize.auto import quantize_auto
+    from edgekit.quantize.search.auto import quantize_auto
     from edgekit.errors import UsageError
-    from edgekit.quantize.budget import AccuracyBudgetError
+    from edgekit.quantize.search.budget import AccuracyBudgetError
     from edgekit.quantize.progress import StepProgress
 
     calib = tmp_path / "calib"
@@ -154,7 +154,7 @@ def test_sensitivity_and_auto_report_progress(tmp_path):
     assert [e.done for e in layers] == list(range(len(layers))) and len(layers) >= 2  # then one per layer
 
     events.clear()
-    from edgekit.quantize.auto import NoCandidateError
+    from edgekit.quantize.search.auto import NoCandidateError
 
     try:  # on a net this small int8 may well be slower than float: then --auto refuses, after its progress
         quantize_auto("tiny_models:tiny_net", tmp_path / "a", "x86-64", calib=calib, max_drop=100,

@@ -28,7 +28,7 @@ def _ok(*args) -> None:
 def _float_logits(checkpoint, inputs: np.ndarray) -> np.ndarray:
     import torch
 
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(checkpoint)
     model = load_model_from_artifact(folder, manifest).eval()

@@ -113,7 +113,7 @@ def test_export_writes_graph_and_data_and_matches_the_float_model(digits_checkpo
     import onnxruntime as ort
 
     from edgekit.formats.reference import read_reference
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(external_export)  # verifies both files' checksums
     entry = manifest.file("onnx")

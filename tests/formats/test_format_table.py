@@ -26,9 +26,10 @@ BOARD_SCRIPTS = {
 OTHER_MEANING = {
     "edgekit/artifacts.py": "distribution names whose versions a manifest records",
     "edgekit/quantize/layers.py": "how --exclude names layers: torch modules or ONNX nodes",
-    "edgekit/quantize/int8_onnx.py": "the layer-name kind, and torch.onnx's exporter route",
+    "edgekit/quantize/routes/onnx.py": "the layer-name kind, and torch.onnx's exporter route",
     "edgekit/quantize/api.py": "model source kinds (an .onnx file, hf: configs)",
-    "edgekit/quantize/auto.py": "model source kinds (an .onnx file, hf: configs)",
+    "edgekit/sources/model_source.py": "model source kinds (an .onnx file)",
+    "edgekit/quantize/search/auto.py": "model source kinds (an .onnx file, hf: configs)",
     "edgekit/models/registry.py": "torch.onnx's exporter route",
     "edgekit/emulate/venv_cache.py": "distribution names a cached venv holds",
     "edgekit/native/wheel.py": "the executorch distribution whose wheel the native runner builds against",
@@ -91,9 +92,10 @@ def test_table_entries_are_complete_and_consistent():
             ops = entry.ops()
             for function in ("export_float", "copy_quantized", "predictor", "check_file"):
                 assert callable(getattr(ops, function)), (name, function)
-            quantizer = entry.quantize_ops()
-            for method in ("dynamic", "static", "qat"):
-                assert callable(getattr(quantizer, method)), (name, method)
+            from edgekit.quantize.registry import get_method, method_names, route_for
+
+            for method in method_names():  # every built-in method has a route to every format
+                assert callable(route_for(get_method(method).config_type, name)), (name, method)
         from edgekit.board.runtimes import runtime_class
 
         assert runtime_class(name).format == name  # what serve, bench, check and probe run it with

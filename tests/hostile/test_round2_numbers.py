@@ -375,7 +375,7 @@ def test_a_checkpoints_metadata_is_read_with_the_same_bounds(digits_checkpoint, 
     import torch
 
     from edgekit.errors import InputFileError
-    from edgekit.formats.checkpoint import load_payload
+    from edgekit.sources.checkpoint import load_payload
 
     payload = torch.load(digits_checkpoint / "checkpoint.pt", weights_only=True)
     for meta in (f'{{"config": {{"width": {HUGE}}}}}', DEEP_JSON, '{"width": 1e400}'):

@@ -1,4 +1,4 @@
-"""Issue 19, round two: model sources (edgekit/formats/sources.py, the zoo under edgekit/models/).
+"""Issue 19, round two: model sources (edgekit/sources/model_source.py, the zoo under edgekit/models/).
 
 1. Sizes: an ``hf:`` config with 4,194,304 layers, ``--set n_layers=1000000`` and their kin (heads,
    experts, vocabulary, sequence length, feed-forward size, nested ``text_config``) fit any memory

@@ -310,7 +310,7 @@ NEWLINE_CASES = {
     "target-platform": (_pattern("edgekit.targets", "PLATFORM_PATTERN"), "manylinux_2_28_aarch64"),
     "target-core": (_pattern("edgekit.targets", "CORE_PATTERN"), "Cortex-A72"),
     "reference-key": (_pattern("edgekit.formats.reference", "_KEY"), "b1/output"),
-    "factory": (_pattern("edgekit.formats.sources", "_FACTORY"), "pkg.mod:make"),
+    "factory": (_pattern("edgekit.sources.model_source", "_FACTORY"), "pkg.mod:make"),
     "zoo-token": (_pattern("edgekit.models.registry", "_TOKEN"), "digits"),
     "ssh-user": (_pattern("edgekit.remote.hosts", "_USER"), "pi"),
     "ssh-option-key": (_pattern("edgekit.remote.hosts", "_OPTION_KEY"), "Port"),

@@ -52,7 +52,7 @@ def _open(folder, fmt):
 
 def _float_module(ckpt):
     from edgekit.artifacts import load_manifest
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(ckpt)
     return load_model_from_artifact(folder, manifest)

@@ -105,7 +105,7 @@ def tiny(tmp_path_factory, tiny_gguf):
 
 def test_cached_greedy_equals_recomputing_the_whole_window(tiny):
     """The KV cache changes nothing: the same ids as the plain forward over the whole sequence."""
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
     from edgekit.artifacts import load_manifest
 
     folder, lm = tiny

@@ -39,7 +39,7 @@ def cached(smollm2):
 
 def test_manifest_records_what_the_gguf_was(smollm2):
     from edgekit.artifacts import load_manifest
-    from edgekit.formats.checkpoint import load_checkpoint
+    from edgekit.sources.checkpoint import load_checkpoint
 
     folder, manifest = load_manifest(smollm2)  # checksums of the model, tokenizer and template verified
     assert manifest.kind == "checkpoint" and manifest.model["name"] == "llama"

@@ -62,7 +62,7 @@ def _reference(folder, feeds) -> np.ndarray:
 def _edgekit(folder, feeds, **options):
     import torch
 
-    from edgekit.formats.sources import resolve_source
+    from edgekit.sources.model_source import resolve_source
 
     src = resolve_source(f"hf:{folder}", **options)
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """The int8 parity gate where it runs: ``quantize`` and ``export`` refuse an int8 file that diverges from
 the float model, in one line, and write nothing. (With the parity call removed from
-edgekit/quantize/accuracy.py or edgekit/export/api.py these tests fail: the diverged file is written.)"""
+edgekit/quantize/search/accuracy.py or edgekit/export/api.py these tests fail: the diverged file is written.)"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ pytest.importorskip("executorch")
 torch = pytest.importorskip("torch")
 
 from edgekit.artifacts import InputSpec  # noqa: E402
-from edgekit.quantize import pt2e_backend  # noqa: E402
+from edgekit.quantize.toolkits import pt2e_backend  # noqa: E402
 
 
 def _wide_relu6_net():

@@ -23,7 +23,7 @@ def outlier_checkpoint(digits_checkpoint, tmp_path_factory):
     but one channel now spans a range 50x wider than the others (like the outlier features of
     transformer activations), so per-tensor activation ranges starve the other channels.
     """
-    from edgekit.formats.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+    from edgekit.sources.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 
     folder, manifest = load_manifest(digits_checkpoint)
     state, meta = load_checkpoint(folder / CHECKPOINT_FILE)
@@ -40,7 +40,7 @@ def outlier_checkpoint(digits_checkpoint, tmp_path_factory):
 
 def test_outlier_model_is_the_same_function(digits_checkpoint, outlier_checkpoint):
     from edgekit.evaluation import task_accuracy, torch_predictor
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     accs = [task_accuracy(m.task, torch_predictor(load_model_from_artifact(f, m)))
             for f, m in (load_manifest(digits_checkpoint), load_manifest(outlier_checkpoint))]

@@ -41,7 +41,7 @@ def test_measured_accuracy_is_independent_of_the_recorded_one(digits_static):
 
 
 def test_fp32_exports_match_float_model_at_two_batch_sizes(digits_checkpoint, digits_fp32_export):
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(digits_checkpoint)
     model = load_model_from_artifact(folder, manifest)

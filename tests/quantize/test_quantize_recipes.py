@@ -4,7 +4,7 @@ import pytest
 from pathlib import Path
 
 from edgekit.errors import UsageError
-from edgekit.quantize.recipes import host_isa, onnx_recipe
+from edgekit.quantize.toolkits.recipes import host_isa, onnx_recipe
 from edgekit.targets import load_target
 
 VNNI_HOST = ("x86_64", ("avx2", "avx512f", "avx512_vnni"))

@@ -42,7 +42,7 @@ def _two_matmuls(path, outlier: float = 60.0):
 
 
 def test_fake_quant_matches_an_independent_uint8_round_trip():
-    from edgekit.quantize.report import fake_quant
+    from edgekit.quantize.search.report import fake_quant
 
     x = np.linspace(-1.0, 3.0, 101)
     got = fake_quant(x, -1.0, 3.0)
@@ -56,8 +56,8 @@ def test_fake_quant_matches_an_independent_uint8_round_trip():
 
 def test_report_ranks_the_outlier_tensor_worst(tmp_path):
     from edgekit.quantize.calibration.calibrators import TensorRange
-    from edgekit.quantize.report import summarize, tensor_report
-    from edgekit.quantize.ort_backend import quiet
+    from edgekit.quantize.search.report import summarize, tensor_report
+    from edgekit.quantize.toolkits.ort_backend import quiet
 
     from onnxruntime.quantization import QuantFormat, quantize_static
     from onnxruntime.quantization.calibrate import CalibrationDataReader
@@ -98,7 +98,7 @@ def test_blocking_skip_layernorm_keeps_the_outputs(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgekit.quantize.fusion import apply_fusion
+    from edgekit.quantize.toolkits.fusion import apply_fusion
 
     rng = np.random.default_rng(2)
     inits = [numpy_helper.from_array(rng.normal(size=(8, 8)).astype(np.float32), "w"),
@@ -211,7 +211,7 @@ def test_auto_never_picks_an_int8_candidate_slower_than_float(tmp_path, monkeypa
     from types import SimpleNamespace
 
     import edgekit.bench.api
-    from edgekit.quantize.auto import NoCandidateError, quantize_auto
+    from edgekit.quantize.search.auto import NoCandidateError, quantize_auto
 
     model = _token_model(tmp_path / "m.onnx")
 

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from edgekit.quantize import torch_backend  # noqa: E402
-from edgekit.quantize.conv_bn_fold import fold_functional_conv_bn  # noqa: E402
+from edgekit.quantize.toolkits import torch_backend  # noqa: E402
+from edgekit.quantize.toolkits.conv_bn_fold import fold_functional_conv_bn  # noqa: E402
 
 
 class SameConv(nn.Conv2d):

@@ -100,7 +100,7 @@ def reference(tiny):
     from tokenizers import Tokenizer
 
     from edgekit.artifacts import load_manifest
-    from edgekit.formats.checkpoint import load_model_from_artifact
+    from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(tiny)
     model = load_model_from_artifact(folder, manifest).eval()

@@ -10,7 +10,7 @@ from torch import nn
 
 from edgekit.artifacts import load_manifest
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.formats.checkpoint import load_checkpoint, load_model_from_artifact
+from edgekit.sources.checkpoint import load_checkpoint, load_model_from_artifact
 from edgekit.train.checkpoint import load_train_state
 from edgekit.train.config import TrainConfig
 from edgekit.train.loop import train

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from edgekit.errors import UsageError
-from edgekit.formats.checkpoint import load_checkpoint
+from edgekit.sources.checkpoint import load_checkpoint
 from edgekit.train.checkpoint import load_train_state
 from edgekit.train.config import TrainConfig
 from edgekit.train.loop import train

@@ -2,11 +2,20 @@
 
 A runtime module imports its runtime only when a model is opened, so importing this package
 costs nothing on a board that has only one of them installed.
+
+A format from outside edgekit brings its runtime as one module of this package: a file that
+imports ``from .base import Runtime`` (or another runtime here) and names its class ``RUNTIME``.
+On the host it is found through the ``edgekit.board_runtimes`` entry point (name: the format,
+value: the module, located, not imported, then loaded as a module of this package); a bundle
+carries it as ``extra_<format>.py`` beside the built-in ones.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import re
+import sys
 from pathlib import Path
 
 # format -> "module:class" (relative to this package): the table the board scripts use.
@@ -16,6 +25,30 @@ RUNTIMES = {
     "executorch": "executorch_runtime:ExecuTorchRuntime",
     "torchscript": "torchscript_runtime:TorchScriptRuntime",
 }
+EXTRA_PREFIX = "extra_"
+ENTRY_POINTS = "edgekit.board_runtimes"
+_FORMAT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")
+
+
+def _extra_files() -> dict[str, Path]:
+    """format -> the file of its runtime, for formats from outside edgekit (a bundle's files first)."""
+    found = {p.stem[len(EXTRA_PREFIX):]: p for p in sorted(Path(__file__).parent.glob(f"{EXTRA_PREFIX}*.py"))}
+    try:
+        from importlib.metadata import entry_points
+    except ImportError:  # a board's Python without importlib.metadata: the bundle's files are all there is
+        return found
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            spec = importlib.util.find_spec(point.value)
+        except (ImportError, ValueError):
+            continue  # a broken plug-in is not this board's business unless its format is asked for
+        if spec is not None and spec.origin:
+            found.setdefault(point.name, Path(spec.origin))
+    return {fmt: path for fmt, path in found.items() if _FORMAT_NAME.match(fmt) and fmt not in RUNTIMES}
+
+
+EXTRA_FILES = _extra_files()
+RUNTIMES.update({fmt: f"{EXTRA_PREFIX}{fmt}:RUNTIME" for fmt in EXTRA_FILES})
 
 
 def detect(path) -> str | None:
@@ -30,7 +63,20 @@ def detect(path) -> str | None:
 
 def runtime_class(fmt: str):
     module, _, name = RUNTIMES[fmt].partition(":")
+    if fmt in EXTRA_FILES and f"{__name__}.{module}" not in sys.modules:
+        _load_extra(f"{__name__}.{module}", EXTRA_FILES[fmt])
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def _load_extra(qualified: str, path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(qualified, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[qualified]
+        raise
 
 
 def open_model(fmt: str, path, threads: int, engine: str | None = None):

@@ -9,14 +9,14 @@ The epoch kept is the one with the best fake-quant accuracy on the ``val`` split
 ranges observed before any update (epoch 0, i.e. PTQ with QAT's observers).
 
 * TorchScript: ``convert_fx`` -> a real int8 model for the target's quantized engine
-  (``int8_torchscript.qat``).
-* ONNX (``int8_onnx.qat``): the same fake-quant graph is exported (fixed scale/zero-point fake-quant functions become
+  (``routes/torchscript.qat``).
+* ONNX (``routes/onnx.qat``): the same fake-quant graph is exported (fixed scale/zero-point fake-quant functions become
   QuantizeLinear/DequantizeLinear pairs), then each weight's QuantizeLinear is folded into an int8
   initializer. The result is a QDQ model with exactly the ranges and rounding the fine-tuning
   saw, which ONNX Runtime fuses into int8 kernels like its own QDQ output. Transferring ranges
   into ``quantize_static`` instead would mean mapping FX node names to ONNX tensor names and
   re-rounding weights, which loses the point of QAT.
-* ExecuTorch (``int8_executorch.qat``): PT2E's ``prepare_qat_pt2e`` graph, trained by the same
+* ExecuTorch (``routes/executorch.qat``): PT2E's ``prepare_qat_pt2e`` graph, trained by the same
   loop (``train_fake_quant``), then ``convert_pt2e`` and lowering to XNNPACK.
 """
 
@@ -30,7 +30,7 @@ from edgekit.quantize.progress import report
 
 @dataclass(frozen=True)
 class FakeQuantHooks:
-    """How one fake-quant API trains: torch.ao FX modules or a PT2E graph (``int8_executorch``)."""
+    """How one fake-quant API trains: torch.ao FX modules or a PT2E graph (``routes/executorch``)."""
 
     train_mode: Callable  # (model) -> None
     eval_mode: Callable  # (model) -> None
@@ -45,7 +45,7 @@ def fine_tuned(job, config):
 
     key = ("torch.ao", *(getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "formats"))
     if key not in job.memo:
-        from edgekit.quantize import torch_backend
+        from edgekit.quantize.toolkits import torch_backend
 
         engine = job.target.quantized_engine
         prepared = torch_backend.prepare_qat(job.float_model(), job.example_inputs(), engine, config.per_channel)

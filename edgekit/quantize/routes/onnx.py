@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from edgekit.formats.onnx import FORMAT
 from edgekit.quantize.layers import excluded
+from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
+from edgekit.quantize.registry import route
 
 FILE = FORMAT.file_name
 
@@ -14,7 +16,7 @@ def _check_quantizable(job, kept_by_rule) -> None:
     float by rule (thin stems, small lookups; a user's or the budget's --exclude do not count):
     the result would be the float model under an int8 label."""
     from edgekit.errors import UsageError
-    from edgekit.quantize import ort_backend
+    from edgekit.quantize.toolkits import ort_backend
 
     nodes = ort_backend.weighted_nodes(job.prepared_onnx())
     left = [name for name, _ in nodes if name not in set(kept_by_rule)]
@@ -25,7 +27,7 @@ def _check_quantizable(job, kept_by_rule) -> None:
 
 
 def _small_lookups(job, notes: list[str]) -> list[str]:
-    from edgekit.quantize import ort_backend
+    from edgekit.quantize.toolkits import ort_backend
 
     lookups = ort_backend.small_lookups(job.prepared_onnx())
     if lookups:
@@ -33,8 +35,9 @@ def _small_lookups(job, notes: list[str]) -> list[str]:
     return lookups
 
 
+@route(DynamicConfig, FORMAT.name)
 def dynamic(job, config) -> list[Produced]:
-    from edgekit.quantize import ort_backend
+    from edgekit.quantize.toolkits import ort_backend
 
     exclude = excluded(job, config, "onnx")
     recipe = job.recipe(config)
@@ -51,8 +54,9 @@ def dynamic(job, config) -> list[Produced]:
                                          "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter})]
 
 
+@route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.quantize import ort_backend
+    from edgekit.quantize.toolkits import ort_backend
 
     exclude = excluded(job, config, "onnx")
     recipe = job.recipe(config)
@@ -66,7 +70,7 @@ def static(job, config) -> list[Produced]:
     graph, fusion = job.fused_onnx(config.fusion)  # same tensor names: the ranges still apply
     extra = None if config.quantize_matmul_outputs else {"OpTypesToExcludeOutputQuantization": ["MatMul"]}
     if config.smooth:
-        from edgekit.quantize.smooth import search
+        from edgekit.quantize.toolkits.smooth import search
 
         details = search(job, config, graph, recipe, (*exclude, *stem, *lookups), extra, job.dest / FILE)
     else:
@@ -79,12 +83,13 @@ def static(job, config) -> list[Produced]:
                                          "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter})]
 
 
+@route(QatConfig, FORMAT.name)
 def qat(job, config) -> list[Produced]:
     """The fake-quant network QAT trained, exported as QDQ with its weights folded to int8."""
     from edgekit.formats.onnx_export import export_onnx
-    from edgekit.quantize import torch_backend
-    from edgekit.quantize.onnx_qdq import fold_weight_quantizers
-    from edgekit.quantize.qat import fine_tuned
+    from edgekit.quantize.toolkits import torch_backend
+    from edgekit.quantize.toolkits.onnx_qdq import fold_weight_quantizers
+    from edgekit.quantize.toolkits.qat import fine_tuned
 
     prepared, qat_info = fine_tuned(job, config)
     fake = torch_backend.export_ready_fake_quant(prepared)

@@ -1,6 +1,6 @@
 """Where the float model comes from: an edgekit checkpoint, an ONNX file, a user ``nn.Module``
 factory (``package.module:factory`` + optional state dict), or a Hugging Face ``transformers``
-folder (``hf:FOLDER``: its config and trained weights, ``formats/hf_weights.py``; random weights
+folder (``hf:FOLDER``: its config and trained weights, ``sources/hf_weights.py``; random weights
 only with ``--random-init``; nothing is downloaded).
 
 Models from outside the zoo have no labelled dataset: their accuracy is fidelity to the float
@@ -95,7 +95,7 @@ def resolve_source(
         raise UsageError(f"{folder} is a {manifest.kind} artifact; quantize takes a float checkpoint")
 
     def load():
-        from edgekit.formats.checkpoint import load_model_from_artifact
+        from edgekit.sources.checkpoint import load_model_from_artifact
 
         return load_model_from_artifact(folder, manifest)
 
@@ -252,7 +252,7 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
                 dims.append(None)
                 dyn[index] = dim.dim_param or ("batch" if index == 0 else "sequence" if index == 1 else f"dim{index}")
         defaults[vi.name] = InputSpec(vi.name, tuple(dims), dtype, dyn)
-    from edgekit.formats.token_inputs import lookup_sizes, token_feed
+    from edgekit.sources.token_inputs import lookup_sizes, token_feed
 
     vocab = lookup_sizes(model)
     for name, rows in vocab.items():  # token ids index an embedding table: that is their range
@@ -279,7 +279,7 @@ def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
         state = state["model"]  # an edgekit checkpoint payload
     if not isinstance(state, dict):
         raise InputFileError(f"{path} does not hold a state dict")
-    from edgekit.formats.hf_weights import strict_mismatch
+    from edgekit.sources.hf_weights import strict_mismatch
 
     problem = strict_mismatch(model, state)  # the whole story in one line (torch's first line is a header)
     if problem is not None:
@@ -473,14 +473,14 @@ def _check_hf_sizes(config: dict, where) -> None:
 
 def _hf_source(path_text: str, state_dict, spec_args, random_init: bool = False) -> ModelSource:
     """``hf:FOLDER`` (or ``hf:FOLDER/CONFIG.json``): the encoder its config builds, with the trained
-    weights beside the config (``formats/hf_weights.py``) or ``--state-dict FILE``. Random weights
+    weights beside the config (``sources/hf_weights.py``) or ``--state-dict FILE``. Random weights
     only with ``--random-init``, and then said (a warning line, and ``model.weights`` in the manifest)."""
     path = Path(path_text)
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise InputFileError(f"Hugging Face config not found: {config_file} (give hf:CONFIG.json or hf:FOLDER)")
     from edgekit.fileio import read_json
-    from edgekit.formats import hf_weights
+    from edgekit.sources import hf_weights
 
     config = read_json(config_file, "Hugging Face config", finite=True)
     if not isinstance(config.get("model_type"), str) or not re.match(r"^[A-Za-z0-9_-]{1,64}\Z", config["model_type"]):

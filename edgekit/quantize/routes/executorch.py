@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from edgekit.formats.executorch import FORMAT
 from edgekit.quantize.layers import excluded
+from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
+from edgekit.quantize.registry import route
 
 FILE = FORMAT.file_name
 
@@ -32,7 +34,7 @@ def _write(job, graph, details: dict) -> list[Produced]:
 
 
 def _details(job, config, method: str, exclude, dynamic: bool = False) -> dict:
-    from edgekit.quantize import pt2e_backend
+    from edgekit.quantize.toolkits import pt2e_backend
 
     details = {"method": method, "backend": "torchao PT2E + XNNPACKQuantizer",
                **pt2e_backend.describe(_per_channel(job, config), dynamic)}
@@ -41,8 +43,9 @@ def _details(job, config, method: str, exclude, dynamic: bool = False) -> dict:
     return details
 
 
+@route(DynamicConfig, FORMAT.name)
 def dynamic(job, config) -> list[Produced]:
-    from edgekit.quantize import pt2e_backend
+    from edgekit.quantize.toolkits import pt2e_backend
 
     exclude = excluded(job, config, "torch")
     q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), dynamic=True, exclude=exclude)
@@ -51,8 +54,9 @@ def dynamic(job, config) -> list[Produced]:
     return _write(job, graph, _details(job, config, "dynamic", exclude, dynamic=True))
 
 
+@route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.quantize import pt2e_backend
+    from edgekit.quantize.toolkits import pt2e_backend
 
     exclude = excluded(job, config, "torch")
     calib = job.calibration(config)
@@ -68,9 +72,10 @@ def static(job, config) -> list[Produced]:
     return _write(job, graph, details)
 
 
+@route(QatConfig, FORMAT.name)
 def qat(job, config) -> list[Produced]:
-    from edgekit.quantize import pt2e_backend
-    from edgekit.quantize.qat import train_fake_quant
+    from edgekit.quantize.toolkits import pt2e_backend
+    from edgekit.quantize.toolkits.qat import train_fake_quant
 
     q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), qat=True)
     prepared = pt2e_backend.prepare_qat(job.float_model(), job.example_inputs(), job.source.inputs, q)

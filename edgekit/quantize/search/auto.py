@@ -64,7 +64,7 @@ def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...], transforme
     """(name, method, options) in a stable order; static ones only with calibration data.
 
     ``transformer``: the model has residual Add -> LayerNormalization pairs; its graph layouts
-    (``quantize/fusion.py``: ORT's own session fusions, ORT's transformer optimizer) are candidates
+    (``quantize/toolkits/fusion.py``: ORT's own session fusions, ORT's transformer optimizer) are candidates
     beside the default one."""
     out = [("dynamic", "dynamic", {})]
     onnx_graph = any(table.get(name).onnx_graph for name in formats)
@@ -109,7 +109,7 @@ def quantize_auto(
     from edgekit.bench.api import bench
     from edgekit.data.calibsets import default_calibration
     from edgekit.quantize.job import calibration_reading
-    from edgekit.quantize.methods import get_method, make_config
+    from edgekit.quantize.registry import calibrated, get_method, make_config
 
     src = resolve(source, source_options)
     given_calib = calib
@@ -150,18 +150,18 @@ def quantize_auto(
                     continue
                 if not onnx_graph and "fusion" in options:
                     continue  # graph layouts are an ONNX matter
-                if not onnx_graph and method == "static" and (options.get("calibrate_method") != "minmax" or "op_types" in options):
+                if not onnx_graph and calibrated(method) and (options.get("calibrate_method") != "minmax" or "op_types" in options):
                     continue  # torch's quantizers have one observer recipe each; one candidate is enough
                 plan.append((name, method, options, fmt))
         no_calib = (f"no calibration data: edgekit ships none for {src.label}; give --calib {CALIB_KINDS}"
                     if calib is None else None)
         for name, method, options, fmt in list(plan):
-            if method == "static" and no_calib:  # listed, not built: the table says why
+            if calibrated(method) and no_calib:  # listed, not built: the table says why
                 label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
                 candidates.append(Candidate(label, method, fmt, options, skipped=no_calib))
                 plan.remove((name, method, options, fmt))
         for name, method, options, fmt in plan:
-            extra = {"calib": calib, **reading} if method == "static" else {}
+            extra = {"calib": calib, **reading} if calibrated(method) else {}
             label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
             cand = Candidate(label, method, fmt, options)
             candidates.append(cand)
@@ -171,7 +171,7 @@ def quantize_auto(
             job.out = folder
             try:
                 config = make_config(method, formats=(fmt,), **extra, **options)
-                item = get_method(method).handler(job, config)[0]
+                item = get_method(method).run(job, config)[0]
                 entry = describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
             except EdgekitError as exc:
                 cand.error = str(exc).splitlines()[0]
@@ -220,8 +220,8 @@ def quantize_auto(
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
             if with_report and table.get(fmt).onnx_graph:
-                ranges = (job.activation_ranges(make_config("static", calib=calib, formats=(fmt,), **reading, **cand.options))
-                          if cand.method == "static" else None)
+                ranges = (job.activation_ranges(make_config(cand.method, calib=calib, formats=(fmt,), **reading, **cand.options))
+                          if calibrated(cand.method) else None)
                 details["error_report"] = error_report(job, Path(cand.path), calib, cases, ranges)
             from dataclasses import replace
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.errors import GateFailed
-from edgekit.quantize import accuracy
+from edgekit.quantize.search import accuracy
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.progress import report as report_progress
 
@@ -70,14 +70,14 @@ class AccuracyBudgetError(GateFailed):
         self.report = report
 
 
-def candidate_layers(job, config, method: str, fmt: str) -> list[tuple[str, str]]:
-    from edgekit.quantize import ort_backend, torch_backend
+def candidate_layers(job, config, fmt: str) -> list[tuple[str, str]]:
+    from edgekit.quantize.toolkits import ort_backend, torch_backend
 
     from edgekit import formats
 
     if formats.get(fmt).onnx_graph:
         return ort_backend.weighted_nodes(job.prepared_onnx())
-    return torch_backend.weighted_layers(job.float_model(), dynamic=(method == "dynamic"))
+    return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)
 
 
 def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, bench_latency: bool = True):
@@ -85,10 +85,12 @@ def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, 
     fmt = item.format
     path = job.dest / item.path
     source = job.source
-    if not hasattr(config, "exclude"):
+    if not config.keeps_layers_float():
         from edgekit.errors import UsageError
+        from edgekit.quantize.registry import get_method, method_names
 
-        raise UsageError(f"method {method.name!r} cannot keep layers in float; --max-drop needs dynamic or static")
+        takes = [name for name in method_names() if get_method(name).config_type.keeps_layers_float()]
+        raise UsageError(f"method {method.name!r} cannot keep layers in float; --max-drop needs {' or '.join(takes)}")
 
     def test_measure(p: Path, details: dict) -> accuracy.Measurement:
         return accuracy.measure(source, accuracy.predictor(p, fmt, details), cases, "test")
@@ -104,7 +106,7 @@ def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, 
     search_split, search_float, search_inputs, search_outputs = _search_reference(job, source, cases)
 
     def build(excluded: list[str]) -> Produced:
-        rebuilt = method.handler(job, dataclasses.replace(config, formats=(fmt,), exclude=tuple(excluded)))
+        rebuilt = method.run(job, dataclasses.replace(config, formats=(fmt,), exclude=tuple(excluded)))
         return rebuilt[0]
 
     def search_drop(produced: Produced) -> tuple[float, float]:
@@ -113,7 +115,7 @@ def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, 
         m = accuracy.measure(source, p, cases, search_split, search_float)
         return m.drop_points, _sqnr(search_outputs, p(search_inputs)) if search_inputs is not None else m.fidelity["sqnr_db"]
 
-    layers = candidate_layers(job, config, method.name, fmt)
+    layers = candidate_layers(job, config, fmt)
     sensitivity = []
     report_progress(job.progress, "sensitivity", 0, len(layers), fmt)
     for index, (name, op) in enumerate(layers, 1):

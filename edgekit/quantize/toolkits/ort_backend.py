@@ -21,7 +21,7 @@ from typing import Iterable, Iterator
 from edgekit import onnx_files
 from edgekit.fileio import working_dir
 from edgekit.quantize.calibration.calibrators import TensorRange
-from edgekit.quantize.recipes import OnnxRecipe
+from edgekit.quantize.toolkits.recipes import OnnxRecipe
 
 # Ops whose weights ORT quantizes: the layers a sensitivity analysis can keep in float.
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "Gather", "Attention")

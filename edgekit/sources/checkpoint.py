@@ -2,7 +2,7 @@
 ``weights_only=True`` (nothing that needs code objects to unpickle is accepted).
 
 Training writes it (``edgekit.train``); export, quantize, serve and generate read it, so it lives
-below all of them, beside the other formats.
+below all of them, with the other model sources (above ``edgekit.models``, whose builders it calls).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ quantized per output channel and take it well (Xiao et al., SmoothQuant, 2023).
 Only inputs with outlier channels are touched (channel abs-max above ``OUTLIER_FACTOR`` x the
 median), each gets one ``Mul`` by the constant ``1 / s`` read by its MatMuls (other readers, e.g.
 the residual Add, still read the unscaled tensor), and ``alpha`` is searched on calibration data by
-the int8 model's fidelity (``quantize/handlers.py``). One calibration-style pass measures every
+the int8 model's fidelity (the ONNX static route, ``quantize/routes/onnx.py``). One calibration-style pass measures every
 channel abs-max.
 """
 
@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from edgekit.quantize.report import OUTLIER_FACTOR
+from edgekit.quantize.search.report import OUTLIER_FACTOR
 
 ALPHAS = (0.5, 0.65, 0.8, 0.9)
 
@@ -41,7 +41,7 @@ def channel_absmax(model_path: Path, batches: Iterable[Mapping[str, np.ndarray]]
                    threads: int | None = None) -> dict[str, np.ndarray]:
     """Running per-channel (last axis) abs-max of ``names`` over the batches."""
     from edgekit import onnx_files
-    from edgekit.quantize.report import augmented_session
+    from edgekit.quantize.search.report import augmented_session
 
     session, names = augmented_session(onnx_files.load(model_path), names, threads)
     feeds = {i.name for i in session.get_inputs()}
@@ -118,7 +118,7 @@ def _fidelity(float_path: Path, int8_path: Path, batches: list) -> float:
     """Mean over batches of the output cosine (real token positions only, see accuracy.py)."""
     import onnxruntime as ort
 
-    from edgekit.quantize.accuracy import real_positions
+    from edgekit.quantize.search.accuracy import real_positions
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -142,7 +142,7 @@ def search(job, config, graph: Path, recipe, exclude, extra: dict | None, out: P
     import shutil
 
     from edgekit import onnx_files
-    from edgekit.quantize import ort_backend
+    from edgekit.quantize.toolkits import ort_backend
     from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
     from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 

@@ -148,7 +148,7 @@ def qat_hooks():
     """How the shared QAT loop drives a PT2E graph (train/eval swap ops like BN and dropout)."""
     from torchao.quantization.pt2e import disable_observer, move_exported_model_to_eval, move_exported_model_to_train
 
-    from edgekit.quantize.qat import FakeQuantHooks
+    from edgekit.quantize.toolkits.qat import FakeQuantHooks
 
     return FakeQuantHooks(train_mode=move_exported_model_to_train, eval_mode=move_exported_model_to_eval,
                           freeze_observers=lambda model: model.apply(disable_observer),

@@ -2,20 +2,23 @@
 
 torch.ao's eager/FX quantization is deprecated in favour of PT2E; it stays here because int8
 TorchScript for the ``qnnpack``/``x86`` engines has no PT2E route. ``.pte`` files use PT2E
-(``int8_executorch``).
+(``routes/executorch``).
 """
 
 from __future__ import annotations
 
 from edgekit.formats.torchscript import FORMAT
 from edgekit.quantize.layers import excluded
+from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
+from edgekit.quantize.registry import route
 
 FILE = FORMAT.file_name
 
 
+@route(DynamicConfig, FORMAT.name)
 def dynamic(job, config) -> list[Produced]:
-    from edgekit.quantize import torch_backend
+    from edgekit.quantize.toolkits import torch_backend
 
     exclude = excluded(job, config, "torch")
     engine = job.target.quantized_engine
@@ -27,8 +30,9 @@ def dynamic(job, config) -> list[Produced]:
     return [Produced(FILE, FORMAT.name, details)]
 
 
+@route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.quantize import torch_backend
+    from edgekit.quantize.toolkits import torch_backend
 
     exclude = excluded(job, config, "torch")
     engine = job.target.quantized_engine
@@ -47,11 +51,12 @@ def static(job, config) -> list[Produced]:
     return [Produced(FILE, FORMAT.name, details)]
 
 
+@route(QatConfig, FORMAT.name)
 def qat(job, config) -> list[Produced]:
     import copy
 
-    from edgekit.quantize import torch_backend
-    from edgekit.quantize.qat import fine_tuned
+    from edgekit.quantize.toolkits import torch_backend
+    from edgekit.quantize.toolkits.qat import fine_tuned
 
     prepared, qat_info = fine_tuned(job, config)
     engine = job.target.quantized_engine

@@ -52,7 +52,7 @@ def transformer_optimize(src: Path, dst: Path) -> dict:
 
     from edgekit import onnx_files
     from edgekit.errors import EdgekitError
-    from edgekit.quantize.ort_backend import quiet
+    from edgekit.quantize.toolkits.ort_backend import quiet
 
     options = FusionOptions("bert")
     options.enable_skip_layer_norm = False

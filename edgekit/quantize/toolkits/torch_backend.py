@@ -106,7 +106,7 @@ def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: 
 
     _check_layers(model, exclude)
     with quiet(), quantized_engine(engine), torch.inference_mode(False), torch.no_grad():
-        from edgekit.quantize.conv_bn_fold import fold_functional_conv_bn
+        from edgekit.quantize.toolkits.conv_bn_fold import fold_functional_conv_bn
 
         model = fold_functional_conv_bn(model.eval(), example_inputs)
         prepared = _fx(prepare_fx, model, _qconfig_mapping(engine, exclude, per_channel=per_channel), example_inputs)
@@ -251,7 +251,7 @@ def prepare_qat(model, example_inputs: tuple, engine: str, per_channel: bool | N
     import torch
     from torch.ao.quantization.quantize_fx import fuse_fx, prepare_qat_fx
 
-    from edgekit.quantize.conv_bn_fold import fold_functional_conv_bn
+    from edgekit.quantize.toolkits.conv_bn_fold import fold_functional_conv_bn
 
     with quiet(), quantized_engine(engine):
         try:

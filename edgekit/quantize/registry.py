@@ -1,0 +1,157 @@
+"""The quantize registry: methods by name (their config types), routes by (config type, format).
+
+torchao's shape: the config object is the only thing passed, and its type finds the code. A
+method is a config class decorated with ``@method``; a route is a function decorated with
+``@route(ConfigType, "format")`` in ``edgekit/quantize/routes/`` (one module per format, found by
+listing that folder) or in a plug-in format's own module. A route is
+``(QuantJob, config) -> list[Produced]``; a route registered for a config class also serves its
+subclasses. What a method needs (calibration data, labelled training data, ...) is a trait of its
+config class (``QuantConfig``), never a test of its name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+from edgekit.errors import UsageError, unknown_name
+
+
+class QuantConfig:
+    """The base of every method's config (a frozen dataclass); the traits below are class-level."""
+
+    label: ClassVar[str] = ""  # what messages call the method ("" : --method NAME)
+    calibrated: ClassVar[bool] = False  # activation ranges from calibration data (--calib)
+    trains: ClassVar[bool] = False  # fine-tunes the torch model on its labelled training data
+    run_time_activations: ClassVar[bool] = False  # activations quantized as the model runs (torch: linears only)
+
+    @classmethod
+    def called(cls, name: str) -> str:
+        return cls.label or f"--method {name}"
+
+    @classmethod
+    def keeps_layers_float(cls) -> bool:
+        """Whether the method takes ``exclude`` (``--exclude``, ``--max-drop``)."""
+        return "exclude" in getattr(cls, "__dataclass_fields__", {})
+
+
+Handler = Callable[[Any, Any], list]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    config_type: type
+    handler: Handler | None = None  # (QuantJob, config) -> list[Produced]; None: the config's routes, per format
+    summary: str = ""
+
+    def run(self, job, config) -> list:
+        return (self.handler or run_routes)(job, config)
+
+
+ENTRY_POINTS = "edgekit.quantize_routes"  # plug-in modules of methods and routes (a format's, a method's)
+_METHODS: dict[str, Method] = {}
+_ROUTES: dict[tuple[type, str], Handler] = {}
+_LOADED: list[bool] = []
+
+
+def register_method(entry: Method) -> Method:
+    _METHODS[entry.name] = entry
+    return entry
+
+
+def method(name: str, summary: str = ""):
+    """Class decorator: the config class is the method ``name`` (its routes do the work)."""
+    def register(config_type: type) -> type:
+        register_method(Method(name, config_type, None, summary))
+        return config_type
+    return register
+
+
+def route(config_type: type, fmt: str):
+    """Function decorator: ``fmt``'s files for ``config_type`` (and its subclasses) come from it."""
+    def register(function: Handler) -> Handler:
+        _ROUTES[(config_type, fmt)] = function
+        return function
+    return register
+
+
+def _load_builtin() -> None:
+    # always before a lookup: a method or route a user registered first must not keep the built-in ones out
+    if _LOADED:
+        return
+    from edgekit.quantize import routes  # each route module imports the configs it serves: the built-in methods
+
+    for found in pkgutil.iter_modules(routes.__path__):
+        importlib.import_module(f"{routes.__name__}.{found.name}")
+    from edgekit.plugins import load_plugins
+
+    load_plugins(ENTRY_POINTS, "quantize")
+    _LOADED.append(True)
+
+
+def method_names() -> list[str]:
+    _load_builtin()
+    return sorted(_METHODS)
+
+
+def get_method(name: str) -> Method:
+    _load_builtin()
+    if name not in _METHODS:
+        raise unknown_name("quantization method", name, _METHODS)
+    return _METHODS[name]
+
+
+def make_config(name: str, **options: Any):
+    """Build the method's config from options; options the method does not take are an error."""
+    entry = get_method(name)
+    known = {f.name for f in dataclasses.fields(entry.config_type)}
+    given = {k: v for k, v in options.items() if v is not None}
+    extra = sorted(set(given) - known)
+    if extra:
+        raise UsageError(f"method {name!r} does not take option(s): {', '.join(extra)}")
+    return entry.config_type(**given)
+
+
+def calibrated(name: str) -> bool:
+    """Whether the method ``name`` reads calibration data."""
+    return get_method(name).config_type.calibrated
+
+
+def trains(name: str) -> bool:
+    """Whether the method ``name`` fine-tunes on the model's labelled training data."""
+    return get_method(name).config_type.trains
+
+
+def method_for_config(config: Any) -> Method:
+    """The registered method whose config type ``config`` is an instance of (exactly that type:
+    a subclass is a different method, registered on its own)."""
+    _load_builtin()
+    for entry in _METHODS.values():
+        if type(config) is entry.config_type:
+            return entry
+    names = ", ".join(f"{m.config_type.__name__} ({m.name})" for m in sorted(_METHODS.values(), key=lambda m: m.name))
+    got = f"the class {config.__name__} (call it: {config.__name__}(...))" if isinstance(config, type) \
+        else f"{type(config).__name__} {' '.join(repr(config).split())[:80]}"
+    raise UsageError(f"not a quantization config: {got}; give one of {names}, or a method name")
+
+
+def route_for(config_type: type, fmt: str) -> Handler:
+    _load_builtin()
+    for cls in config_type.__mro__:
+        if (cls, fmt) in _ROUTES:
+            return _ROUTES[(cls, fmt)]
+    served = sorted(f for (cls, f) in _ROUTES if issubclass(config_type, cls))
+    raise UsageError(f"{config_type.__name__} has no route to --format {fmt}; it writes: {', '.join(served) or 'none'}")
+
+
+def run_routes(job, config) -> list:
+    """Each requested format's route, in order. Each gets the whole config: ``--exclude`` names
+    are checked against every requested format."""
+    produced = []
+    for fmt in config.formats:
+        produced.extend(route_for(type(config), fmt)(job, config))
+    return produced
