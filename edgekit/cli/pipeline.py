@@ -25,7 +25,6 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
-from edgekit.quantize.registry import method_names
 from edgekit.errors import GateFailed
 
 
@@ -48,7 +47,7 @@ def pipeline_command(
     calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8, .npy/.npz samples of the inputs (default: the set edgekit ships for the model's dataset; without one, static is skipped)."),
     methods: Optional[str] = typer.Option(
         None, "--methods",
-        help=f"Comma-separated int8 methods: {', '.join(method_names())} (default: dynamic,static; static is skipped, "
+        help="Comma-separated int8 methods: dynamic, static, qat, or a plug-in's (default: dynamic,static; static is skipped, "
              "and said, when there is no calibration data; asked for, it needs --calib).",
     ),
     formats: Optional[str] = typer.Option(

@@ -21,7 +21,6 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
-from edgekit.quantize.registry import calibrated, method_names
 
 
 @handles_errors
@@ -30,7 +29,7 @@ def quantize_command(
         ..., metavar="SOURCE", help="Float checkpoint artifact folder, model.onnx, package.module:factory, or hf:FOLDER "
                                     "(a save_pretrained folder: config.json + model.safetensors)."
     ),
-    method: str = typer.Option("static", "--method", help=f"{' | '.join(method_names())}; for a language model imported from GGUF: int4 | int8."),
+    method: str = typer.Option("static", "--method", help="dynamic | static | qat, or a plug-in's method (an unknown name is refused with the registry's list); for a language model imported from GGUF: int4 | int8."),
     out: Path = typer.Option(..., "--out", "-o", help="Output artifact folder."),
     target: TargetOpt = "rpi4",
     calib: Optional[Path] = typer.Option(
@@ -202,6 +201,8 @@ def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, per
 
     chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
                                        ("--calib-bins", calib_bins)) if value is not None]
+    from edgekit.quantize.registry import calibrated
+
     if not chosen or not calibrated(method):
         return
     onnx_only_source = str(source).endswith(".onnx") or str(source).startswith("hf:")
