@@ -51,13 +51,14 @@ def main() -> None:
         print(f"{args.model}: {'given checkpoint' if args.checkpoint else f'{args.steps} training steps'}, "
               f"target {args.target}; int8 ops: {', '.join(ops)}")
         # The same recipe with the vocabulary projection (the arg-max that picks the next token) in float.
+        from edgekit.quantize.toolkits.onnx_graphs import prepared_onnx
         from edgekit.quantize.toolkits.ort_backend import weighted_nodes
         from edgekit.quantize.steps import new_job, resolve
         from edgekit.targets import load_target
 
         job = new_job(resolve(ckpt, {}), load_target(args.target), tmp / "probe", "dynamic")
         (tmp / "probe").mkdir()
-        head = [name for name, op in weighted_nodes(job.prepared_onnx()) if "head" in name]
+        head = [name for name, op in weighted_nodes(prepared_onnx(job)) if "head" in name]
         h_dir, _ = quantize(ckpt, "dynamic", tmp / "int8-head", args.target, formats=("onnx",), exclude=tuple(head))
 
         windows = load_split("pydoc-text", "test").inputs[:64].astype(np.int64)

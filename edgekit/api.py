@@ -32,7 +32,7 @@ from edgekit.gates.evaluate import raise_for_status
 from edgekit.pipeline import PipelineConfig, run_pipeline
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
-from edgekit.quantize.registry import Method, QuantConfig, method, method_names, register_method, route
+from edgekit.quantize.registry import Method, QuantConfig, layer_lister, method, method_names, register_method, route
 from edgekit.targets import Target, load_target
 from edgekit.train.config import TrainConfig
 from edgekit.train.loop import train
@@ -56,6 +56,7 @@ __all__ = [
     "gate",
     "generate",
     "import_gguf",
+    "layer_lister",
     "load_manifest",
     "load_target",
     "method",

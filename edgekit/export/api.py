@@ -154,19 +154,21 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     from edgekit.formats.parity import check_parity, predictor_for
     from edgekit.formats.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
     from edgekit.formats.request import FloatExport
+    from edgekit.sources.onnx_exporter import preferred_exporter
 
     write_reference(work / REFERENCE_FILE, model, manifest.inputs, manifest.task)
     cases = read_reference(work / REFERENCE_FILE)
     examples = example_tensors(manifest.inputs)
     float_accuracy = manifest.metrics.get("accuracy")
+    family = manifest.model.get("name", "")
     files = []
     for fmt in formats:
         entry = table.get(fmt)
         path = work / entry.file_name
         request = FloatExport(path=path, examples=examples, inputs=manifest.inputs, outputs=manifest.outputs,
-                              provenance=_provenance(manifest, target), family=manifest.model.get("name", ""),
-                              opset=opset, onnx_route=route, torchscript_mode=ts_mode, optimize=optimize,
-                              external_data=external_data)
+                              provenance=_provenance(manifest, target), family=family,
+                              onnx_preference=preferred_exporter(family), opset=opset, onnx_route=route,
+                              torchscript_mode=ts_mode, optimize=optimize, external_data=external_data)
         details = entry.ops().export_float(model, request)
         predict = predictor_for(path, fmt, details)
         parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")

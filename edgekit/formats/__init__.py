@@ -1,9 +1,10 @@
 """The format table: every model file format edgekit writes, and everything that differs by format.
 
 One module per format (``onnx.py``, ``torchscript.py``, ``executorch.py``) registers one ``Format``
-entry; every stage asks this table instead of testing format names. The table is data: an entry
-names its own module (``backend``: export_float / copy_quantized / predictor / check_file) and
-nothing above it. Its int8 routes register themselves in ``edgekit.quantize.routes``, its board
+entry at module level (``FORMAT = register(Format(...))``: that line is how the table tells its
+built-in modules from the helpers beside them, without importing any); every stage asks this
+table instead of testing format names. The table is data: an entry names its own module
+(``backend``: export_float / copy_quantized / predictor / check_file) and nothing above it. Its int8 routes register themselves in ``edgekit.quantize.routes``, its board
 runtime in ``edgekit.board.runtimes``. A format from outside edgekit is a package with three
 modules, each found through an entry point: the entry (``edgekit.formats``: a module that calls
 ``register``), its routes (``edgekit.quantize_routes``) and its board runtime
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgekit.errors import UsageError
 
-_MODULES = ("torchscript", "onnx", "executorch")  # the built-in formats, in table order
 ENTRY_POINTS = "edgekit.formats"  # plug-in formats: modules that call register()
+_ENTRY_LINE = re.compile(r"^FORMAT = register\(", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Format:
     needs_torch_model: bool = True  # written from a torch module (an .onnx source cannot feed it)
     native_runner: bool = False  # edgekit-run (edgekit.native) runs it with no Python on the board
     bundle_preference: int = 100  # bundle/serve pick the lowest present when no format is given
+    table_order: int = 100  # built-in formats are listed (names, messages, default outputs) lowest first
     default: bool = True  # written by export/quantize/pipeline when no format is asked for
 
     @property
@@ -99,16 +104,22 @@ def register(entry: Format) -> Format:
 _LOADED: list[bool] = []
 
 
+def _builtin_modules() -> list[str]:
+    """The modules of this package that register a format (their source says so; none is imported here)."""
+    here = Path(__file__).parent
+    return [found.name for found in pkgutil.iter_modules([str(here)])
+            if not found.ispkg and _ENTRY_LINE.search((here / f"{found.name}.py").read_text(encoding="utf-8"))]
+
+
 def _load() -> dict[str, Format]:
-    """The whole table: the built-in formats in ``_MODULES`` order, then the plug-ins (a format
+    """The whole table: the built-in formats by ``table_order``, then the plug-ins (a format
     module imported first registers only itself)."""
     if not _LOADED:
-        for name in _MODULES:
-            importlib.import_module(f"edgekit.formats.{name}")
+        builtin = [importlib.import_module(f"{__name__}.{name}").FORMAT for name in _builtin_modules()]
         from edgekit.plugins import load_plugins
 
         load_plugins(ENTRY_POINTS, "format")
-        ordered = {name: _TABLE[name] for name in _MODULES}
+        ordered = {entry.name: entry for entry in sorted(builtin, key=lambda entry: entry.table_order)}
         ordered.update((name, entry) for name, entry in _TABLE.items() if name not in ordered)
         _TABLE.clear()
         _TABLE.update(ordered)

@@ -37,6 +37,7 @@ FORMAT = register(Format(
     check_board_wheel=True,  # executorch ships wheels for fewer platforms than numpy/onnxruntime
     host_modules=("executorch", "torchao"),
     extra="executorch",
+    table_order=20,
     bundle_preference=10,
     native_runner=True,
     qat_api="torchao PT2E",

@@ -15,6 +15,7 @@ FORMAT = register(Format(
     extra="core",
     layer_names="onnx",
     needs_torch_model=False,
+    table_order=10,
     bundle_preference=0,
     standalone_server=True,
     targets_quant_recipe=True,
@@ -28,7 +29,7 @@ def export_float(model, request) -> dict:
     details = {"variant": "fp32-onnx", "opset": request.opset}
     done = onnx_export.export_onnx(model, request.examples, request.inputs, request.outputs, request.path,
                                    request.opset, request.onnx_route, {**request.provenance, **details},
-                                   request.external_data, family=request.family)
+                                   request.external_data, preferred=request.onnx_preference)
     details.update(onnx_exporter=done.route, onnx_exporter_choice=done.choice)
     if done.data_files:
         details["external_data"] = done.data_files

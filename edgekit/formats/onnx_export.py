@@ -1,12 +1,12 @@
 """Float model -> ONNX, with dynamic axes and provenance in ``metadata_props``.
 
 Two exporter routes exist in torch: the TorchScript-based one (``dynamo=False``) and the
-torch.export-based one (``dynamo=True``). ``auto`` (the default) takes each model family's
-measured choice (``ModelSpec.onnx_exporter``; benchmarks/onnx_exporters.py): today the TorchScript
-route for every family here. It exports in a fraction of the time, keeps LSTM weights as plain
-initializers that ONNX Runtime's quantizer can reach, and its graphs ran as fast or faster. When
-it cannot export a model, auto falls back to torch.export. The exporter used, and why, is
-recorded in the artifact.
+torch.export-based one (``dynamo=True``). ``auto`` (the default) takes the exporter its caller
+prefers for the model (its family's measured choice, resolved by the stage that knows where the
+model came from), else the TorchScript route. That route exports in a
+fraction of the time, keeps LSTM weights as plain initializers that ONNX Runtime's quantizer can
+reach, and its graphs ran as fast or faster. When it cannot export a model, auto falls back to
+torch.export. The exporter used, and why, is recorded in the artifact.
 
 Either exporter writes into a scratch folder first (over 2 GB the TorchScript route writes one
 file per tensor); the model is then saved as ``model.onnx``, plus ``model.onnx.data`` when it
@@ -29,8 +29,8 @@ from edgekit.errors import EdgekitError, UsageError, first_line
 ROUTES = ("torchscript", "dynamo")
 CHOICES = ("auto", *ROUTES)
 MIN_OPSET, MAX_OPSET = 7, 23  # the range target profiles may ask for (edgekit.targets)
-HF_WHY = "transformers encoders: torch.export's graph ran 1.14-1.19x slower in fp32 and int8 (batch 1, one thread)"
 OTHER_WHY = "the TorchScript exporter first; torch.export when it cannot export the model"
+DEFAULT_PREFERENCE = (ROUTES[0], OTHER_WHY)  # (exporter, why) "auto" tries first when the caller prefers none
 
 
 @dataclass(frozen=True)
@@ -86,18 +86,6 @@ def native_output_silenced() -> Iterator[None]:
             os.close(copy)
 
 
-def preferred_route(model_name: str) -> tuple[str, str]:
-    """(exporter, why) for ``--onnx-exporter auto``: the zoo family's measured choice, else the TorchScript one."""
-    if model_name.startswith("hf:"):
-        return "torchscript", HF_WHY
-    from edgekit.models.registry import get_spec, model_names
-
-    if model_name in model_names():
-        spec = get_spec(model_name)
-        return spec.onnx_exporter, spec.onnx_exporter_why or OTHER_WHY
-    return "torchscript", OTHER_WHY
-
-
 def export_onnx(
     model,
     example_inputs: tuple,
@@ -108,12 +96,12 @@ def export_onnx(
     route: str = "auto",
     provenance: dict | None = None,
     external_data: bool | None = None,
-    family: str = "",
+    preferred: tuple[str, str] | None = None,
 ) -> OnnxExport:
     """Export to ``path`` with ``provenance`` (and the exporter used) in metadata_props.
 
-    ``route`` "auto" takes ``family``'s preferred exporter (``preferred_route``) and falls back
-    to the other when it cannot export the model. External data files are written beside the
+    ``route`` "auto" tries ``preferred`` (exporter, why) first, else ``DEFAULT_PREFERENCE``, and
+    falls back to the other exporter when it cannot export the model. External data files are written beside the
     model when it needs them (over 2 GB) or ``external_data`` asks for them.
     """
     if route not in CHOICES:
@@ -122,7 +110,7 @@ def export_onnx(
     if route != "auto":
         return OnnxExport(route, "asked", _export_checked(model, example_inputs, inputs, outputs, path, opset, route,
                                                           provenance, external_data))
-    first, why = preferred_route(family)
+    first, why = preferred or DEFAULT_PREFERENCE
     try:
         return OnnxExport(first, why, _export_checked(model, example_inputs, inputs, outputs, path, opset, first,
                                                       provenance, external_data))

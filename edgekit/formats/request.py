@@ -16,7 +16,8 @@ class FloatExport:
     inputs: tuple  # InputSpec
     outputs: tuple[str, ...]
     provenance: dict[str, Any]
-    family: str = ""  # zoo model name: picks the ONNX exporter for "auto"
+    family: str = ""  # the model's name (a scripted module's label)
+    onnx_preference: tuple[str, str] | None = None  # (exporter, why) ONNX "auto" tries first; None: the default
     opset: int = 17
     onnx_route: str = "auto"
     torchscript_mode: str = "trace"

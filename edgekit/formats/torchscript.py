@@ -20,6 +20,7 @@ FORMAT = register(Format(
     index_url="https://download.pytorch.org/whl/cpu",
     host_modules=("torch",),
     extra="core",
+    table_order=0,
     bundle_preference=20,
     packed_engine=True,
 ))

@@ -113,8 +113,10 @@ def quantize_config(
             if with_report and table.get(item.format).onnx_graph:
                 from dataclasses import replace
 
+                from edgekit.quantize.toolkits.onnx_graphs import activation_ranges
+
                 found = error_report(job, job.dest / item.path, getattr(config, "calib", None), cases,
-                                     job.activation_ranges(config) if calibrated else None)
+                                     activation_ranges(job, config) if calibrated else None)
                 item = replace(item, details={**item.details, "error_report": found})
             files.append(describe_produced(job, item, cases, f"int8-{method}-{item.format}", method))
         quantization = {

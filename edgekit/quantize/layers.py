@@ -18,9 +18,9 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
     if "torch" in kinds and job.source.has_torch:
         known["torch"] = {name for name, _ in job.float_model().named_modules()}
     if "onnx" in kinds:
-        from edgekit.quantize.toolkits import ort_backend
+        from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
-        known["onnx"] = set(ort_backend.node_names(job.prepared_onnx()))
+        known["onnx"] = set(ort_backend.node_names(onnx_graphs.prepared_onnx(job)))
     unknown = sorted(set(config.exclude) - known["torch"] - known["onnx"])
     if unknown:
         raise UsageError(f"no layer named {', '.join(unknown)} in the model (torch module or ONNX node names; "

@@ -5,8 +5,9 @@ method is a config class decorated with ``@method``; a route is a function decor
 ``@route(ConfigType, "format")`` in ``edgekit/quantize/routes/`` (one module per format, found by
 listing that folder) or in a plug-in format's own module. A route is
 ``(QuantJob, config) -> list[Produced]``; a route registered for a config class also serves its
-subclasses. What a method needs (calibration data, labelled training data, ...) is a trait of its
-config class (``QuantConfig``), never a test of its name.
+subclasses. The same module lists its format's layers for ``--max-drop`` (``@layer_lister``).
+What a method needs (calibration data, labelled training data, ...) is a trait of its config
+class (``QuantConfig``), never a test of its name.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Method:
 ENTRY_POINTS = "edgekit.quantize_routes"  # plug-in modules of methods and routes (a format's, a method's)
 _METHODS: dict[str, Method] = {}
 _ROUTES: dict[tuple[type, str], Handler] = {}
+_LAYER_LISTERS: dict[str, Handler] = {}
 _LOADED: list[bool] = []
 
 
@@ -77,6 +79,24 @@ def route(config_type: type, fmt: str):
         _ROUTES[(config_type, fmt)] = function
         return function
     return register
+
+
+def layer_lister(fmt: str):
+    """Function decorator: ``(QuantJob, config) -> [(layer, op)]``, the weighted layers of ``fmt``'s
+    int8 file that ``--max-drop`` may keep in float, named as its routes' ``exclude`` takes them."""
+    def register(function: Handler) -> Handler:
+        _LAYER_LISTERS[fmt] = function
+        return function
+    return register
+
+
+def layers_for(fmt: str) -> Handler:
+    """``fmt``'s layer lister; a format whose routes register none is a one-line UsageError."""
+    _load_builtin()
+    if fmt not in _LAYER_LISTERS:
+        raise UsageError(f"--max-drop cannot keep layers of --format {fmt} in float: its quantize routes "
+                         f"list no layers (@layer_lister({fmt!r}))")
+    return _LAYER_LISTERS[fmt]
 
 
 def _load_builtin() -> None:

@@ -58,7 +58,9 @@ def write_reference(job, calib=None) -> dict:
         elif job.source.has_torch:
             predict = torch_predictor(job.float_model())
         else:
-            predict = onnx_predictor(job.float_onnx())
+            from edgekit.quantize.toolkits.onnx_graphs import float_onnx
+
+            predict = onnx_predictor(float_onnx(job))
         feed = calibration_feed(calib, job.source.inputs, job) if calib is not None else None
         accuracy.write_reference(path, predict, job.source.inputs, job.source.task, job.input_ranges(),
                                  feed or job.source.reference_feed)
@@ -73,12 +75,13 @@ def error_report(job, path: Path, calib, cases: dict, ranges=None) -> dict:
     calibration data (at most REPORT_SAMPLES samples; without calibration data, on the reference
     inputs), summarized for the manifest."""
     from edgekit.quantize.search.report import summarize, tensor_report
+    from edgekit.quantize.toolkits.onnx_graphs import prepared_onnx
 
     if calib is not None:
         batches = job.open_calibration(calib, 8, REPORT_SAMPLES).feeds()
     else:
         batches = (inputs for _, (inputs, _) in sorted(cases.items()))
-    return summarize(tensor_report(job.prepared_onnx(), path, batches, ranges))
+    return summarize(tensor_report(prepared_onnx(job), path, batches, ranges))
 
 
 def calibration_feed(calib, specs, job=None):

@@ -63,6 +63,26 @@ def test_every_format_has_one_runtime_class():
         assert cls.spec_match in ("names", "at_most", "count")
 
 
+def test_a_copied_board_package_finds_the_same_runtimes(tmp_path):
+    """Runtimes are found by file name (``<format>_runtime.py`` naming a ``RUNTIME``): the package a
+    bundle carries, on a Python with no edgekit, finds exactly the host's built-in ones."""
+    import json
+    import subprocess
+    import sys
+
+    from edgekit.board import BUNDLED_NAME
+    from edgekit.board.entries import install
+
+    install(tmp_path, entries=(), formats=())
+    code = (f"import json, sys; sys.path.insert(0, {str(tmp_path)!r}); "
+            f"from {BUNDLED_NAME}.runtimes import RUNTIMES, runtime_class; "
+            "print(json.dumps({f: runtime_class(f).format for f in RUNTIMES}))")
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(json.loads(done.stdout).items()) == [(name, name) for name in RUNTIMES]  # same formats, same order
+    assert "native" not in RUNTIMES  # native_runtime.py is the native runner's class, not a format's
+
+
 @pytest.fixture(scope="module")
 def every_format(digits_checkpoint, tmp_path_factory) -> Path:
     from edgekit.export.api import export

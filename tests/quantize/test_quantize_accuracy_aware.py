@@ -112,6 +112,15 @@ def test_max_drop_needs_a_method_that_can_fall_back(digits_checkpoint, tmp_path)
         quantize(digits_checkpoint, "dynamic", tmp_path / "q", max_drop=-1)
 
 
+def test_each_format_lists_its_own_layers_and_one_without_a_list_is_refused():
+    from edgekit import formats
+    from edgekit.quantize.registry import layers_for
+
+    assert all(callable(layers_for(name)) for name in formats.names())  # registered by each route module
+    with pytest.raises(UsageError, match=r"^--max-drop cannot keep layers of --format toy in float: .*\(@layer_lister\('toy'\)\)$"):
+        layers_for("toy")
+
+
 @pytest.mark.slow
 def test_auto_picks_the_fastest_recipe_within_budget(mobilenet_checkpoint, tmp_path):
     from edgekit.data.calibsets import default_calibration

@@ -3,6 +3,11 @@
 A runtime module imports its runtime only when a model is opened, so importing this package
 costs nothing on a board that has only one of them installed.
 
+A built-in format's runtime is the module ``<format>_runtime.py`` of this package that names its
+class ``RUNTIME``; the files are listed, not imported (a bundle carries every one of them, so a
+board finds what the host does). ``native_runtime.py`` names no ``RUNTIME``: it is the native
+runner's class, not a format's.
+
 A format from outside edgekit brings its runtime as one module of this package: a file that
 imports ``from .base import Runtime`` (or another runtime here) and names its class ``RUNTIME``.
 On the host it is found through the ``edgekit.board_runtimes`` entry point (name: the format,
@@ -18,16 +23,27 @@ import re
 import sys
 from pathlib import Path
 
-# format -> "module:class" (relative to this package): the table the board scripts use.
-# Content sniffing (``detect``) tries them in this order: a .pte before a zip (TorchScript).
-RUNTIMES = {
-    "onnx": "onnx_runtime:OnnxRuntime",
-    "executorch": "executorch_runtime:ExecuTorchRuntime",
-    "torchscript": "torchscript_runtime:TorchScriptRuntime",
-}
+BUILTIN_SUFFIX = "_runtime"
 EXTRA_PREFIX = "extra_"
 ENTRY_POINTS = "edgekit.board_runtimes"
 _FORMAT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")
+_RUNTIME_LINE = re.compile(r"^RUNTIME = ", re.MULTILINE)
+
+
+def _builtin() -> dict[str, str]:
+    """format -> "module:RUNTIME" for the ``<format>_runtime.py`` files here that name a ``RUNTIME``."""
+    found = {}
+    for path in sorted(Path(__file__).parent.glob(f"*{BUILTIN_SUFFIX}.py")):
+        fmt = path.stem[:-len(BUILTIN_SUFFIX)]
+        if (not path.name.startswith(EXTRA_PREFIX) and _FORMAT_NAME.match(fmt)
+                and _RUNTIME_LINE.search(path.read_text(encoding="utf-8"))):
+            found[fmt] = f"{path.stem}:RUNTIME"
+    return found
+
+
+# format -> "module:class" (relative to this package): the table the board scripts use. In file-name
+# order, which content sniffing (``detect``) follows: a .pte (executorch) before a zip (torchscript).
+RUNTIMES = _builtin()
 
 
 def _extra_files() -> dict[str, Path]:

@@ -159,3 +159,6 @@ def executorch_native():
     except ImportError:  # another executorch layout: the public wrapper re-exports the same functions
         from executorch.extension.pybindings import portable_lib as module
     return module
+
+
+RUNTIME = ExecuTorchRuntime

@@ -74,3 +74,6 @@ def _import_onnxruntime():
     import onnxruntime
 
     return onnxruntime
+
+
+RUNTIME = OnnxRuntime

@@ -70,3 +70,6 @@ def _import_torch():
     import torch
 
     return torch
+
+
+RUNTIME = TorchScriptRuntime

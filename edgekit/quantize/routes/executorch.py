@@ -11,7 +11,7 @@ from edgekit.formats.executorch import FORMAT
 from edgekit.quantize.layers import excluded
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
-from edgekit.quantize.registry import route
+from edgekit.quantize.registry import layer_lister, route
 
 FILE = FORMAT.file_name
 
@@ -41,6 +41,14 @@ def _details(job, config, method: str, exclude, dynamic: bool = False) -> dict:
     if exclude:
         details["float_layers"] = list(exclude)
     return details
+
+
+@layer_lister(FORMAT.name)
+def layers(job, config) -> list[tuple[str, str]]:
+    """The weighted torch modules, by module name (linear and recurrent ones when activations are quantized as it runs)."""
+    from edgekit.quantize.toolkits import torch_backend
+
+    return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)
 
 
 @route(DynamicConfig, FORMAT.name)

@@ -6,7 +6,7 @@ from edgekit.formats.onnx import FORMAT
 from edgekit.quantize.layers import excluded
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
-from edgekit.quantize.registry import route
+from edgekit.quantize.registry import layer_lister, route
 
 FILE = FORMAT.file_name
 
@@ -16,9 +16,9 @@ def _check_quantizable(job, kept_by_rule) -> None:
     float by rule (thin stems, small lookups; a user's or the budget's --exclude do not count):
     the result would be the float model under an int8 label."""
     from edgekit.errors import UsageError
-    from edgekit.quantize.toolkits import ort_backend
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
-    nodes = ort_backend.weighted_nodes(job.prepared_onnx())
+    nodes = ort_backend.weighted_nodes(onnx_graphs.prepared_onnx(job))
     left = [name for name, _ in nodes if name not in set(kept_by_rule)]
     if not left:
         what = "only ones int8 gains nothing on (a thin input convolution, small lookups)" if nodes else "it has none"
@@ -27,47 +27,55 @@ def _check_quantizable(job, kept_by_rule) -> None:
 
 
 def _small_lookups(job, notes: list[str]) -> list[str]:
-    from edgekit.quantize.toolkits import ort_backend
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
-    lookups = ort_backend.small_lookups(job.prepared_onnx())
+    lookups = ort_backend.small_lookups(onnx_graphs.prepared_onnx(job))
     if lookups:
         notes.append(f"small embedding lookups kept in float ({', '.join(lookups)}): int8 only saves size there")
     return lookups
 
 
+@layer_lister(FORMAT.name)
+def layers(job, config) -> list[tuple[str, str]]:
+    """The nodes with constant weights of the prepared graph, by ONNX node name."""
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
+
+    return ort_backend.weighted_nodes(onnx_graphs.prepared_onnx(job))
+
+
 @route(DynamicConfig, FORMAT.name)
 def dynamic(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import ort_backend
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
     exclude = excluded(job, config, "onnx")
-    recipe = job.recipe(config)
+    recipe = onnx_graphs.recipe(job, config)
     notes = list(recipe.notes)
     lookups = _small_lookups(job, notes)
     _check_quantizable(job, lookups)
-    graph, fusion = job.fused_onnx(config.fusion)
+    graph, fusion = onnx_graphs.fused_onnx(job, config.fusion)
     # the transformer optimizer's contrib ops have no type information for the quantizer
     extra = {"DefaultTensorType": 1} if config.fusion == "transformer" else None
     details = ort_backend.dynamic_int8(graph, job.dest / FILE, recipe, (*exclude, *lookups), extra)
     if exclude or lookups:
         details["float_nodes"] = [*exclude, *lookups]
     return [Produced(FILE, FORMAT.name, {**details, **fusion, "backend": "onnxruntime.quantization", "api": "onnxruntime.quantization",
-                                         "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter})]
+                                         "recipe": recipe.short, "recipe_notes": notes, **onnx_graphs.exporter(job)})]
 
 
 @route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import ort_backend
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
     exclude = excluded(job, config, "onnx")
-    recipe = job.recipe(config)
-    ranges = job.activation_ranges(config)
+    recipe = onnx_graphs.recipe(job, config)
+    ranges = onnx_graphs.activation_ranges(job, config)
     notes = list(recipe.notes)
-    stem = ort_backend.thin_stem_convs(job.prepared_onnx()) if config.float_stem else []
+    stem = ort_backend.thin_stem_convs(onnx_graphs.prepared_onnx(job)) if config.float_stem else []
     if stem:
         notes.append(f"thin input convolution kept in float ({', '.join(stem)}): int8 gains nothing there")
     lookups = _small_lookups(job, notes)
     _check_quantizable(job, (*stem, *lookups))
-    graph, fusion = job.fused_onnx(config.fusion)  # same tensor names: the ranges still apply
+    graph, fusion = onnx_graphs.fused_onnx(job, config.fusion)  # same tensor names: the ranges still apply
     extra = None if config.quantize_matmul_outputs else {"OpTypesToExcludeOutputQuantization": ["MatMul"]}
     if config.smooth:
         from edgekit.quantize.toolkits.smooth import search
@@ -80,7 +88,7 @@ def static(job, config) -> list[Produced]:
         details["float_outputs"] = ["MatMul"]
     return [Produced(FILE, FORMAT.name, {**details, **fusion, "backend": "onnxruntime.quantization", "api": "onnxruntime.quantization",
                                          "calibrate_method": config.calibrate_method,
-                                         "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter})]
+                                         "recipe": recipe.short, "recipe_notes": notes, **onnx_graphs.exporter(job)})]
 
 
 @route(QatConfig, FORMAT.name)

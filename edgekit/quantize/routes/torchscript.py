@@ -7,13 +7,35 @@ TorchScript for the ``qnnpack``/``x86`` engines has no PT2E route. ``.pte`` file
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from edgekit.formats.torchscript import FORMAT
 from edgekit.quantize.layers import excluded
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
-from edgekit.quantize.registry import route
+from edgekit.quantize.registry import layer_lister, route
 
 FILE = FORMAT.file_name
+
+
+def _save(job, module, engine: str) -> Path:
+    """The int8 module traced under its quantized engine and saved as the job's ``FILE``, with provenance."""
+    from edgekit.formats import torchscript_backend
+    from edgekit.quantize.toolkits.torch_backend import quantized_engine
+
+    path = job.dest / FILE
+    with quantized_engine(engine):
+        traced = torchscript_backend.trace(module, job.example_inputs())
+        torchscript_backend.save(traced, path, {**job.provenance, "quantized_engine": engine})
+    return path
+
+
+@layer_lister(FORMAT.name)
+def layers(job, config) -> list[tuple[str, str]]:
+    """The weighted torch modules, by module name (linear and recurrent ones when activations are quantized as it runs)."""
+    from edgekit.quantize.toolkits import torch_backend
+
+    return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)
 
 
 @route(DynamicConfig, FORMAT.name)
@@ -23,7 +45,7 @@ def dynamic(job, config) -> list[Produced]:
     exclude = excluded(job, config, "torch")
     engine = job.target.quantized_engine
     qmodel = torch_backend.dynamic_int8(job.float_model(), engine, exclude=exclude)
-    job.save_torchscript(qmodel, FILE, engine)
+    _save(job, qmodel, engine)
     details = {"quantized_engine": engine, "backend": "torch.ao dynamic", "api": "torch.ao"}
     if exclude:
         details["float_layers"] = list(exclude)
@@ -43,7 +65,7 @@ def static(job, config) -> list[Produced]:
         job.float_model(), job.example_inputs(), job.torch_batches(calib), engine, exclude=exclude,
         per_channel=per_channel,
     )
-    job.save_torchscript(qmodel, FILE, engine)
+    _save(job, qmodel, engine)
     details = {"quantized_engine": engine, "backend": "torch.ao FX", "api": "torch.ao",
                **torch_backend.describe_qconfig(engine, per_channel)}
     if exclude:
@@ -61,6 +83,6 @@ def qat(job, config) -> list[Produced]:
     prepared, qat_info = fine_tuned(job, config)
     engine = job.target.quantized_engine
     qmodel = torch_backend.convert_qat(copy.deepcopy(prepared), engine)
-    job.save_torchscript(qmodel, FILE, engine)
+    _save(job, qmodel, engine)
     return [Produced(FILE, FORMAT.name, {"quantized_engine": engine, "backend": "torch.ao FX QAT", "api": "torch.ao",
                                          "qat": qat_info, **torch_backend.describe_qconfig(engine, config.per_channel)})]

@@ -104,10 +104,11 @@ def check(source, predict, cases: dict, label: str) -> dict:
 def float_predictor(job):
     """The float model as a numpy predictor (torch when there is one, else the float ONNX file)."""
     from edgekit.evaluation import onnx_predictor, torch_predictor
+    from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
     if job.source.has_torch:
         return torch_predictor(job.float_model())
-    return onnx_predictor(job.float_onnx())
+    return onnx_predictor(float_onnx(job))
 
 
 def reference_inputs(specs, batch: int, task: dict, input_ranges: dict | None = None) -> dict[str, np.ndarray]:

@@ -110,6 +110,7 @@ def quantize_auto(
     from edgekit.data.calibsets import default_calibration
     from edgekit.quantize.job import calibration_reading
     from edgekit.quantize.registry import calibrated, get_method, make_config
+    from edgekit.quantize.toolkits import onnx_graphs
 
     src = resolve(source, source_options)
     given_calib = calib
@@ -142,7 +143,8 @@ def quantize_auto(
         candidates: list[Candidate] = []
         built: list[tuple[Candidate, object]] = []
         plan = []
-        transformer = any(table.get(f).onnx_graph for f in formats) and bool(job.fused_onnx("no-skip-ln")[1].get("skip_layernorm_blocked"))
+        transformer = (any(table.get(f).onnx_graph for f in formats)
+                       and bool(onnx_graphs.fused_onnx(job, "no-skip-ln")[1].get("skip_layernorm_blocked")))
         for name, method, options in candidate_recipes(src, True, formats, transformer):
             for fmt in formats:
                 onnx_graph = table.get(fmt).onnx_graph
@@ -220,8 +222,10 @@ def quantize_auto(
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
             if with_report and table.get(fmt).onnx_graph:
-                ranges = (job.activation_ranges(make_config(cand.method, calib=calib, formats=(fmt,), **reading, **cand.options))
-                          if calibrated(cand.method) else None)
+                ranges = None
+                if calibrated(cand.method):
+                    chosen = make_config(cand.method, calib=calib, formats=(fmt,), **reading, **cand.options)
+                    ranges = onnx_graphs.activation_ranges(job, chosen)
                 details["error_report"] = error_report(job, Path(cand.path), calib, cases, ranges)
             from dataclasses import replace
 
@@ -264,6 +268,8 @@ def _float_files(job, formats) -> list[tuple[str, Path]]:
     from edgekit.artifacts import describe_file
 
     from edgekit.formats.request import FloatExport
+    from edgekit.quantize.toolkits import onnx_graphs
+    from edgekit.sources.onnx_exporter import preferred_exporter
 
     out = []
     for fmt in formats:
@@ -274,11 +280,12 @@ def _float_files(job, formats) -> list[tuple[str, Path]]:
         folder.mkdir()
         path = folder / entry.file_name
         if not entry.needs_torch_model:  # the float graph quantization started from
-            onnx_files.copy(job.float_onnx(), path)
+            onnx_files.copy(onnx_graphs.float_onnx(job), path)
         else:
             entry.ops().export_float(job.float_model(), FloatExport(
                 path=path, examples=job.example_inputs(), inputs=job.source.inputs, outputs=job.source.outputs,
-                provenance={}, family=job.source.label, opset=job.target.onnx_opset))
+                provenance={}, family=job.source.label, onnx_preference=preferred_exporter(job.source.label),
+                opset=job.target.onnx_opset))
         stamp(folder, describe_file(folder, entry.file_name, fmt, precision="fp32"), job.source, job.target)
         out.append((fmt, path))
     return out

@@ -71,13 +71,10 @@ class AccuracyBudgetError(GateFailed):
 
 
 def candidate_layers(job, config, fmt: str) -> list[tuple[str, str]]:
-    from edgekit.quantize.toolkits import ort_backend, torch_backend
+    """(layer, op) of every weighted layer the sensitivity search may keep in float: the format's own list."""
+    from edgekit.quantize.registry import layers_for
 
-    from edgekit import formats
-
-    if formats.get(fmt).onnx_graph:
-        return ort_backend.weighted_nodes(job.prepared_onnx())
-    return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)
+    return layers_for(fmt)(job, config)
 
 
 def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, bench_latency: bool = True):

@@ -142,7 +142,7 @@ def search(job, config, graph: Path, recipe, exclude, extra: dict | None, out: P
     import shutil
 
     from edgekit import onnx_files
-    from edgekit.quantize.toolkits import ort_backend
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
     from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
     from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 
@@ -162,7 +162,7 @@ def search(job, config, graph: Path, recipe, exclude, extra: dict | None, out: P
         ranges, _ = collect_ranges(source, calib.feeds(), make_calibrator(config.calibrate_method, settings))
         candidate = job.scratch / f"smooth-{alpha}-int8.onnx"
         details = ort_backend.static_int8_qdq(source, candidate, ranges, recipe, exclude, config.op_types, extra)
-        score = _fidelity(job.prepared_onnx(), candidate, held)
+        score = _fidelity(onnx_graphs.prepared_onnx(job), candidate, held)
         tried.append({"alpha": alpha, "calibration_cosine": round(score, 6)})
         if best is None or score > best[0]:
             best = (score, candidate, details, info)

@@ -1,0 +1,130 @@
+"""The ONNX graphs one quantize job works on, each built once per job and kept in ``job.memo``.
+
+The float model exported to ONNX (or the user's ``.onnx`` file), that graph after ONNX Runtime's
+pre-processing (what is calibrated and quantized), its fusion layouts (``fusion.py``), the
+calibrated tensor ranges of the pre-processed graph, and the target's ORT recipe for a config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.quantize.calibration.cache import files_fingerprint
+
+# job.memo keys (the memo is shared with other toolkits: each key names its owner)
+_FLOAT = ("onnx-graphs", "float")
+_EXPORTER = ("onnx-graphs", "exporter")
+_PREPARED = ("onnx-graphs", "prepared")
+_FUSED = ("onnx-graphs", "fused")
+
+
+def float_onnx(job) -> Path:
+    """The float model as ONNX: the source's own file, else exported once into the job's scratch."""
+    if _FLOAT not in job.memo:
+        job.memo[_FLOAT] = job.source.onnx_path if job.source.onnx_path is not None else _export(job)
+    return job.memo[_FLOAT]
+
+
+def _export(job) -> Path:
+    from edgekit.formats.onnx_export import export_onnx
+    from edgekit.sources.onnx_exporter import preferred_exporter
+
+    path = job.scratch / "float.onnx"
+    try:
+        done = export_onnx(
+            job.float_model(), job.example_inputs(), job.source.inputs, job.source.outputs,
+            path, job.target.onnx_opset, preferred=preferred_exporter(job.source.model_info.get("name", "")),
+        )
+        job.memo[_EXPORTER] = {"onnx_exporter": done.route, "onnx_exporter_choice": done.choice}
+    except EdgekitError:  # already one line: a state dict that does not fit, a config transformers refuses
+        raise
+    except Exception as exc:  # the exporter raises many types; name the model and the first line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot export {job.source.label} to ONNX: {first}") from None
+    return path
+
+
+def exporter(job) -> dict:
+    """Which exporter made the float ONNX, and why (empty for a source that is an ONNX file)."""
+    return job.memo.get(_EXPORTER, {})
+
+
+def prepared_onnx(job) -> Path:
+    """The float ONNX model after ORT's pre-processing: what is calibrated and quantized."""
+    if _PREPARED not in job.memo:
+        from edgekit.quantize.toolkits.ort_backend import preprocess
+
+        job.memo[_PREPARED] = preprocess(float_onnx(job), job.scratch / "prepared.onnx")
+    return job.memo[_PREPARED]
+
+
+def fused_onnx(job, fusion: str) -> tuple[Path, dict]:
+    """The prepared model in a fusion layout (``quantize/toolkits/fusion.py``), built once per layout."""
+    from edgekit.quantize.toolkits.fusion import apply_fusion
+
+    fused = job.memo.setdefault(_FUSED, {})
+    if fusion not in fused:
+        fused[fusion] = apply_fusion(prepared_onnx(job), job.scratch / f"graph-{fusion}.onnx", fusion, float_onnx(job))
+    return fused[fusion]
+
+
+def recipe(job, config):
+    """The target's ORT recipe with ``config``'s overrides; its warnings join the job's."""
+    from edgekit.quantize.toolkits.recipes import onnx_recipe
+
+    found = onnx_recipe(
+        job.target,
+        activation_type=getattr(config, "activation_type", None),
+        weight_type=getattr(config, "weight_type", None),
+        per_channel=getattr(config, "per_channel", None),
+        reduce_range=getattr(config, "reduce_range", None),
+    )
+    for warning in found.warnings:
+        if warning not in job.warnings:
+            job.warnings.append(warning)
+    return found
+
+
+def activation_ranges(job, config) -> dict:
+    """Per-tensor ranges of the prepared ONNX model, from the calibration cache or a pass."""
+    from edgekit.fileio import sha256_file
+    from edgekit.quantize.calibration import cache as calib_cache
+    from edgekit.quantize.calibration.calibrators import describe, make_calibration, make_calibrator
+    from edgekit.quantize.calibration.onnx_ranges import collect_ranges
+    from edgekit.quantize.job import file_names
+
+    settings = make_calibration(config.calibrate_method, **config.calibration_settings())
+    memo = (config.calibrate_method, repr(settings), str(config.calib), config.calib_batch_size, config.calib_max_samples)
+    if memo in job.calibrated_ranges:
+        return job.calibrated_ranges[memo]
+    calib = job.calibration(config)
+    prepared = prepared_onnx(job)
+    about = describe(config.calibrate_method, settings)
+    key = calib_cache.cache_key(sha256_file(prepared), calib_cache.data_fingerprint(calib),
+                                config.calibrate_method, about)
+    cache = calib_cache.CalibrationCache()
+    hit = cache.load(key) if config.calib_cache else None
+    if hit is not None:
+        ranges, samples = hit
+    else:
+        total = calib.count()
+        ranges, samples = collect_ranges(
+            prepared, calib.feeds(), make_calibrator(config.calibrate_method, settings), total, job.progress
+        )
+        if config.calib_cache:
+            cache.store(key, ranges, samples, {"model": job.source.label, **about, "samples": samples})
+    job.calibration_info = {
+        "source": str(Path(config.calib)),
+        **file_names(calib),
+        "data_sha256": files_fingerprint(calib.files),
+        "samples": samples,
+        "batch_size": config.calib_batch_size,
+        **({"reading": calib.settings} if getattr(calib, "settings", None) else {}),
+        **about,
+        "cache": ("hit" if hit is not None else "stored") if config.calib_cache else "off",
+        "cache_key": key,
+        "mask_tensors": sorted(n for n, r in ranges.items() if r.mask_like),
+    }
+    job.calibrated_ranges[memo] = ranges
+    return ranges
