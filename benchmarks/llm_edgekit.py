@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     for folder in args.artifacts:
         _, manifest = load_manifest(folder)
         entry = manifest.file("executorch")
-        models.append((f"edgekit {entry.precision} .pte", "executorch", folder, entry.bytes))
+        models.append((f"edgekit {entry.precision} .pte ({Path(folder).name})", "executorch", folder, entry.bytes))
 
     def job(kind, model, ids, n_ctx):
         name, runtime, where, _ = model

@@ -56,11 +56,16 @@ def rotate_pairs(x, cos, sin):
     return rotated.flatten(-2).to(x.dtype)
 
 
+def hidden_scores(seen, dtype):
+    """A (T, S) boolean mask of the keys each query sees as what to add to its scores: 0 or -inf."""
+    return torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, float("-inf"))
+
+
 class Attention(nn.Module):
     """Grouped-query attention; ``cached`` keeps this layer's keys and values in its own cache
-    buffers: (1, kv_heads, max_len, head_dim), where a head's keys so far are one contiguous block
-    (plain torch ops), or with ``fused`` (1, max_len, kv_heads, head_dim), the layout ExecuTorch's
-    LLM kernels take."""
+    buffers: (kv_heads, max_len, head_dim), where a head's keys so far are one contiguous block
+    (plain torch ops: the batched matrix products read it where it lies), or with ``fused``
+    (1, max_len, kv_heads, head_dim), the layout ExecuTorch's LLM kernels take."""
 
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int):
         super().__init__()
@@ -74,7 +79,7 @@ class Attention(nn.Module):
     def make_cache(self, fused: bool) -> None:
         """Fresh (zero) cache buffers in the layout of the fused kernels or of plain torch ops."""
         shape = (1, self.max_len, self.n_kv_heads, self.head_dim) if fused else \
-            (1, self.n_kv_heads, self.max_len, self.head_dim)
+            (self.n_kv_heads, self.max_len, self.head_dim)
         device = self.wq.weight.device
         self.register_buffer("k_cache", torch.zeros(shape, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, device=device), persistent=False)
@@ -87,39 +92,41 @@ class Attention(nn.Module):
         v = self.wv(x).view(n, t, self.n_kv_heads, self.head_dim)
         return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin), v
 
-    def _attend(self, q, k, v, mask):
-        """(N, T, H, D) queries over (N, KV, S, D) keys and values; ``mask`` (T, S), True = seen."""
-        # One attention per position in a group of query heads that share a key head: the keys and
-        # values (the cache, on the cached path) are never copied per head, and no dimension that
-        # varies under export is ever split.
+    def _attend(self, q, k, v, hidden):
+        """(N, T, H, D) queries over (N * KV, S, D) keys and values; ``hidden`` (T, S) is added to
+        the scores (0 where seen, -inf where not)."""
+        # Each key head's group of query heads goes in one batched product as rows (T * groups) of
+        # its batch: neither the keys nor the values (the cache, on the cached path) are copied,
+        # expanded per head or transposed; a lowered program's decode step spent most of its time
+        # doing that (SmolLM2: 30 % in expand_copy alone). Keys times queries, not queries times
+        # keys, so the only transpose is of the small (T * groups, S) scores.
         groups = self.n_heads // self.n_kv_heads
         n, t = q.shape[:2]
-        q = q.view(n, t, self.n_kv_heads, groups, self.head_dim)
-        hidden = ~mask
-        keys = k.transpose(2, 3)
-        outs = []
-        for g in range(groups):
-            scores = torch.matmul(q[:, :, :, g].transpose(1, 2), keys) * (1.0 / math.sqrt(self.head_dim))
-            outs.append(torch.matmul(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1), v))
-        out = torch.stack(outs, dim=3)  # (N, KV, T, groups, D)
-        return out.permute(0, 2, 1, 3, 4).reshape(n, t, self.n_heads * self.head_dim)
+        kv, d, s = self.n_kv_heads, self.head_dim, k.shape[1]
+        rows = q.view(n, t, kv, groups, d).permute(0, 2, 1, 3, 4).reshape(n * kv, t * groups, d)
+        scores = torch.bmm(k, rows.transpose(1, 2)).transpose(1, 2) * (1.0 / math.sqrt(d))
+        hidden = hidden.unsqueeze(1).expand(t, groups, s).reshape(t * groups, s)
+        out = torch.bmm(torch.softmax(scores + hidden, dim=-1), v)  # (N * KV, T * groups, D)
+        return out.view(n, kv, t, groups, d).permute(0, 2, 1, 3, 4).reshape(n, t, self.n_heads * d)
 
-    def forward(self, x, cos, sin, causal):
+    def forward(self, x, cos, sin, hidden):
         q, k, v = self._project(x, cos, sin)
-        return self.wo(self._attend(q, k.transpose(1, 2), v.transpose(1, 2), causal))
+        n, t = x.shape[:2]
+        keys, values = (part.transpose(1, 2).reshape(n * self.n_kv_heads, t, self.head_dim) for part in (k, v))
+        return self.wo(self._attend(q, keys, values, hidden))
 
-    def cached(self, x, cos, sin, input_pos, mask, start):
+    def cached(self, x, cos, sin, input_pos, hidden, start):
         """Write this call's keys and values at ``input_pos`` of the cache and attend to it.
 
         ``start`` (an int, or a SymInt under export) selects ExecuTorch's fused cache update and
         causal attention kernels (``llama::update_cache``, ``llama::custom_sdpa``); None, plain
-        torch ops with ``mask``."""
+        torch ops with ``hidden`` (``hidden_scores`` of the positions seen)."""
         q, k, v = self._project(x, cos, sin)
         n, t = x.shape[:2]
         if start is None:
-            self.k_cache.index_copy_(2, input_pos, k.transpose(1, 2).to(self.k_cache.dtype))
-            self.v_cache.index_copy_(2, input_pos, v.transpose(1, 2).to(self.v_cache.dtype))
-            out = self._attend(q, self.k_cache, self.v_cache, mask)
+            self.k_cache.index_copy_(1, input_pos, k[0].transpose(0, 1).to(self.k_cache.dtype))
+            self.v_cache.index_copy_(1, input_pos, v[0].transpose(0, 1).to(self.v_cache.dtype))
+            out = self._attend(q, self.k_cache, self.v_cache, hidden)
         else:
             torch.ops.llama.update_cache(k, self.k_cache, start)
             torch.ops.llama.update_cache(v, self.v_cache, start)
@@ -179,10 +186,10 @@ class Llama(nn.Module):
         expect_tokens(self.name, tokens, self.vocab_size, self.max_len)
         t = tokens.shape[1]
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
         x = self.tok_embeddings(tokens)
+        hidden = hidden_scores(torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril(), x.dtype)
         for layer in self.layers:
-            x = x + layer.attention(layer.attention_norm(x), cos, sin, causal)
+            x = x + layer.attention(layer.attention_norm(x), cos, sin, hidden)
             x = x + layer.feed_forward(layer.ffn_norm(x))
         return self.output(self.norm(x))
 
@@ -199,10 +206,10 @@ class Llama(nn.Module):
             start = input_pos[0].item()
             torch._check_is_size(start)
             torch._check(start + tokens.shape[1] <= self.max_len)
-        else:
-            positions = torch.arange(self.max_len, device=tokens.device)
-            mask = positions.unsqueeze(0) <= input_pos.unsqueeze(1)  # (T, max_len)
         x = self.tok_embeddings(tokens)
+        if not self.fused_kernels:
+            positions = torch.arange(self.max_len, device=tokens.device)
+            mask = hidden_scores(positions.unsqueeze(0) <= input_pos.unsqueeze(1), x.dtype)  # (T, max_len)
         for layer in self.layers:
             x = x + layer.attention.cached(layer.attention_norm(x), cos, sin, input_pos, mask, start)
             x = x + layer.feed_forward(layer.ffn_norm(x))
