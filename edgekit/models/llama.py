@@ -56,9 +56,12 @@ def rotate_pairs(x, cos, sin):
     return rotated.flatten(-2).to(x.dtype)
 
 
-def hidden_scores(seen, dtype):
-    """A (T, S) boolean mask of the keys each query sees as what to add to its scores: 0 or -inf."""
-    return torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, float("-inf"))
+def hidden_scores(seen, dtype, groups: int):
+    """A (T, S) boolean mask of the keys each query sees as what to add to the scores of
+    ``Attention._attend``'s (T * groups, S) rows: 0 or -inf (made once per call, for every layer)."""
+    t, s = seen.shape
+    hidden = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill(~seen, float("-inf"))
+    return hidden.unsqueeze(1).expand(t, groups, s).reshape(t * groups, s)
 
 
 class Attention(nn.Module):
@@ -93,8 +96,8 @@ class Attention(nn.Module):
         return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin), v
 
     def _attend(self, q, k, v, hidden):
-        """(N, T, H, D) queries over (N * KV, S, D) keys and values; ``hidden`` (T, S) is added to
-        the scores (0 where seen, -inf where not)."""
+        """(N, T, H, D) queries over (N * KV, S, D) keys and values; ``hidden`` (T * groups, S,
+        from ``hidden_scores``) is added to the scores (0 where seen, -inf where not)."""
         # Each key head's group of query heads goes in one batched product as rows (T * groups) of
         # its batch: neither the keys nor the values (the cache, on the cached path) are copied,
         # expanded per head or transposed; a lowered program's decode step spent most of its time
@@ -102,10 +105,9 @@ class Attention(nn.Module):
         # keys, so the only transpose is of the small (T * groups, S) scores.
         groups = self.n_heads // self.n_kv_heads
         n, t = q.shape[:2]
-        kv, d, s = self.n_kv_heads, self.head_dim, k.shape[1]
+        kv, d = self.n_kv_heads, self.head_dim
         rows = q.view(n, t, kv, groups, d).permute(0, 2, 1, 3, 4).reshape(n * kv, t * groups, d)
         scores = torch.bmm(k, rows.transpose(1, 2)).transpose(1, 2) * (1.0 / math.sqrt(d))
-        hidden = hidden.unsqueeze(1).expand(t, groups, s).reshape(t * groups, s)
         out = torch.bmm(torch.softmax(scores + hidden, dim=-1), v)  # (N * KV, T * groups, D)
         return out.view(n, kv, t, groups, d).permute(0, 2, 1, 3, 4).reshape(n, t, self.n_heads * d)
 
@@ -170,6 +172,7 @@ class Llama(nn.Module):
         if head_dim % 2:
             raise ValueError(f"head_dim ({head_dim}) must be even for rotary positions")
         self.vocab_size, self.max_len, self.n_layers = vocab_size, max_len, n_layers
+        self.query_groups = n_heads // n_kv_heads  # query heads per key head
         self.tok_embeddings = nn.Embedding(vocab_size, dim)
         self.layers = nn.ModuleList(Block(dim, n_heads, n_kv_heads, head_dim, hidden_dim, norm_eps, max_len)
                                     for _ in range(n_layers))
@@ -187,7 +190,8 @@ class Llama(nn.Module):
         t = tokens.shape[1]
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         x = self.tok_embeddings(tokens)
-        hidden = hidden_scores(torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril(), x.dtype)
+        hidden = hidden_scores(torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril(), x.dtype,
+                               self.query_groups)
         for layer in self.layers:
             x = x + layer.attention(layer.attention_norm(x), cos, sin, hidden)
             x = x + layer.feed_forward(layer.ffn_norm(x))
@@ -209,7 +213,7 @@ class Llama(nn.Module):
         x = self.tok_embeddings(tokens)
         if not self.fused_kernels:
             positions = torch.arange(self.max_len, device=tokens.device)
-            mask = hidden_scores(positions.unsqueeze(0) <= input_pos.unsqueeze(1), x.dtype)  # (T, max_len)
+            mask = hidden_scores(positions.unsqueeze(0) <= input_pos.unsqueeze(1), x.dtype, self.query_groups)
         for layer in self.layers:
             x = x + layer.attention.cached(layer.attention_norm(x), cos, sin, input_pos, mask, start)
             x = x + layer.feed_forward(layer.ffn_norm(x))

@@ -26,3 +26,11 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
         raise UsageError(f"no layer named {', '.join(unknown)} in the model (torch module or ONNX node names; "
                          "the --max-drop sensitivity report lists them)")
     return tuple(name for name in config.exclude if name in known.get(kind, set()))
+
+
+def torch_module_layers(job, config) -> list[tuple[str, str]]:
+    """The weighted torch modules, by module name (linear and recurrent ones when activations are
+    quantized as it runs): the layer list of every route that quantizes the torch module itself."""
+    from edgekit.quantize.toolkits import torch_backend
+
+    return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.formats.torchscript import FORMAT
-from edgekit.quantize.layers import excluded
+from edgekit.quantize.layers import excluded, torch_module_layers
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import layer_lister, route
@@ -30,12 +30,7 @@ def _save(job, module, engine: str) -> Path:
     return path
 
 
-@layer_lister(FORMAT.name)
-def layers(job, config) -> list[tuple[str, str]]:
-    """The weighted torch modules, by module name (linear and recurrent ones when activations are quantized as it runs)."""
-    from edgekit.quantize.toolkits import torch_backend
-
-    return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)
+layers = layer_lister(FORMAT.name)(torch_module_layers)
 
 
 @route(DynamicConfig, FORMAT.name)

@@ -131,15 +131,7 @@ def write_reference(path: Path, predict, specs, task: dict, input_ranges: dict |
 
     ``feed(batch)``, when given, makes the inputs (a source that knows its input format, e.g.
     right-padded token rows for a transformers encoder)."""
-    from edgekit.formats.reference import BATCH_SIZES
-    from edgekit.fileio import atomic_path
+    from edgekit.formats.reference import write_predicted_reference
 
-    arrays = {}
-    for batch in BATCH_SIZES:
-        inputs = feed(batch) if feed is not None else reference_inputs(specs, batch, task, input_ranges)
-        for name, value in inputs.items():
-            arrays[f"b{batch}/input/{name}"] = value
-        arrays[f"b{batch}/output"] = np.asarray(predict(inputs), dtype=np.float32)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
+    write_predicted_reference(path, predict, specs, task,
+                              feed=feed or (lambda batch: reference_inputs(specs, batch, task, input_ranges)))
