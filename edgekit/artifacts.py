@@ -263,7 +263,7 @@ def describe_file(folder: Path, rel: str, fmt: str, **extra) -> ModelFile:
     """The manifest entry of ``folder/rel``; an ONNX model's external data files are listed with it."""
     path = folder / rel
     data_files = []
-    if fmt != CHECKPOINT and formats.get(fmt).external_data:
+    if fmt != CHECKPOINT and formats.get(fmt).files.external_data:
         from edgekit import onnx_files
 
         parent = Path(rel).parent

@@ -36,40 +36,40 @@ class ResourceLimitError(UsageError):
 NATIVE_FOOTPRINT_MB = 8.0
 
 
-def model_memory_mb(model_bytes: int, fmt: str, native: bool = False) -> float:
+def model_memory_mb(model_bytes: int, fmt, native: bool = False) -> float:
     """Estimated resident memory (MiB) of running a model of ``model_bytes`` with ``fmt``'s runtime
-    (``native``: the native runner, edgekit.native, instead of the format's Python runtime)."""
-    return model_bytes / MIB + (NATIVE_FOOTPRINT_MB if native else _footprint_mb(fmt))
+    (``native``: the native runner, edgekit.native, instead of the format's Python runtime).
+    ``fmt``: a format entry (``edgekit.formats.Format``), or a name (``checkpoint``: torch)."""
+    return model_bytes / MIB + (NATIVE_FOOTPRINT_MB if native else _runtime(fmt)[1])
 
 
-def _runtime_name(fmt: str) -> str:
-    from edgekit import formats
+def _runtime(fmt) -> tuple[str, float]:
+    """(the distribution that runs ``fmt`` on the board, its resident footprint in MiB)."""
+    if isinstance(fmt, str):
+        from edgekit import formats
 
-    return formats.get(fmt).board_runtime if fmt in formats.names() else "torch"
+        if fmt not in formats.names():  # a checkpoint runs in torch
+            return "torch", TORCH_FOOTPRINT_MB
+        fmt = formats.get(fmt)
+    return fmt.board.runtime, fmt.board.footprint_mb
 
 
-def _footprint_mb(fmt: str) -> float:
-    from edgekit import formats
-
-    return formats.get(fmt).runtime_footprint_mb if fmt in formats.names() else TORCH_FOOTPRINT_MB
-
-
-def check_model_fits(target: Target, model_bytes: int, fmt: str, what: str, force: bool = False,
+def check_model_fits(target: Target, model_bytes: int, fmt, what: str, force: bool = False,
                      native: bool = False) -> str | None:
     """None when the model fits ``target``'s RAM; else a warning (``force``) or ResourceLimitError."""
     return check_fits(target.ram_mb, target.name, model_bytes, fmt, what, force, native)
 
 
-def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt: str, what: str, force: bool = False,
+def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt, what: str, force: bool = False,
                native: bool = False) -> str | None:
     """``check_model_fits`` from the bare facts (a bundle records its target's ``ram_mb``)."""
-    need = model_memory_mb(model_bytes, fmt, native)
+    runtime, footprint = ("edgekit-run", NATIVE_FOOTPRINT_MB) if native else _runtime(fmt)
+    need = model_bytes / MIB + footprint
     if need <= ram_mb:
         return None
-    runtime = "edgekit-run" if native else _runtime_name(fmt)
     message = (
         f"{what} needs about {need:,.0f} MB of RAM ({_size(model_bytes)} model + "
-        f"~{NATIVE_FOOTPRINT_MB if native else _footprint_mb(fmt):.0f} MB "
+        f"~{footprint:.0f} MB "
         f"for {runtime}), more than the {ram_mb:,} MB RAM of target {target_name!r}"
     )
     if force:

@@ -27,6 +27,7 @@ from edgekit.outputs import claim_output
 from edgekit.pipeline_plan import DEFAULT_MODEL, make_plan
 from edgekit.pipeline_summary import ratio, summary_markdown  # noqa: F401 - re-exported
 from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
+from edgekit.quantize.registry import QuantConfig
 
 Progress = Callable[[str], None]
 DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
@@ -40,8 +41,10 @@ class PipelineConfig:
     epochs: int | None = None  # None: the model's default (ModelSpec.default_epochs)
     seed: int = 0
     calib: Path | None = None  # None: the calibration set edgekit ships for the model's dataset
-    # None: DEFAULT_METHODS, static skipped (and said) when there is no calibration data; asked for, it needs some
-    methods: tuple[str, ...] | None = None
+    # None: DEFAULT_METHODS, static skipped (and said) when there is no calibration data; asked for, it needs some.
+    # Each a registered method's name or its config object (StaticConfig(calibrate_method="entropy")): its
+    # settings are kept, its formats are the pipeline's, and a calib of None is the pipeline's (edgekit.pipeline_plan)
+    methods: tuple[str | QuantConfig, ...] | None = None
     formats: tuple[str, ...] | None = None  # None: every format this host can write (edgekit.formats)
     threads: int | None = None
     warmup: int = 10
@@ -82,14 +85,19 @@ class PipelineConfig:
         check_runs(self.min_runs, "min-runs")
         if not (isinstance(self.min_time_s, (int, float)) and math.isfinite(self.min_time_s) and self.min_time_s >= 0):
             raise UsageError(f"min-time must be a number of seconds, 0 or more, got {self.min_time_s!r}")
-        from edgekit.pipeline_plan import DEFAULT_METHODS
-        from edgekit.quantize.registry import calibrated, method_names
+        from edgekit.pipeline_plan import DEFAULT_METHODS, method_entry
+        from edgekit.quantize.registry import method_names
 
         for method in self.methods or ():
-            if method not in method_names():
+            if isinstance(method, str) and method not in method_names():
                 raise UsageError(f"unknown method {method!r}; choose from: {', '.join(method_names())}")
         if self.methods is not None and not self.methods:
             raise UsageError(f"methods is empty; choose from: {', '.join(method_names())}")
+        entries = [method_entry(method) for method in self.methods or DEFAULT_METHODS]  # a config of no method: refused
+        twice = sorted({name for name, _, _ in entries if [e[0] for e in entries].count(name) > 1})
+        if twice:
+            raise UsageError(f"methods names {', '.join(twice)} more than once; each method runs once "
+                             f"(its files go to quantized/{twice[0]})")
         from edgekit.quantize.api import SOURCE_OPTIONS
 
         unknown = sorted(set(self.source_options) - set(SOURCE_OPTIONS))
@@ -100,7 +108,8 @@ class PipelineConfig:
         if self.formats is None:
             object.__setattr__(self, "formats", formats.available_names())
         formats.check(self.formats)
-        if any(map(calibrated, self.methods or DEFAULT_METHODS)) and self.calib is not None and not Path(self.calib).exists():
+        calibrated = any(config_type.calibrated for _, config_type, _ in entries)
+        if calibrated and self.calib is not None and not Path(self.calib).exists():
             raise UsageError(
                 f"calibration data {self.calib} not found (run from the edgekit checkout, or pass --calib)"
             )
@@ -209,7 +218,7 @@ def _with_model_defaults(config: PipelineConfig, plan=None) -> PipelineConfig:
         epochs = epochs or get_spec(config.model).default_epochs
     elif epochs is not None:
         raise UsageError(f"--epochs trains a zoo model (--model); {plan.name} is taken as it is")
-    return replace(config, epochs=epochs, calib=plan.calib, methods=plan.methods)
+    return replace(config, epochs=epochs, calib=plan.calib)
 
 
 def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None) -> None:
@@ -225,9 +234,7 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
         if warning:
             say(f"Warning: {warning}")
     calib = plan.calib if plan.calib is not None else config.calib
-    from edgekit.quantize.registry import calibrated
-
-    if any(map(calibrated, plan.methods)) and calib is not None:
+    if any(type(run.config).calibrated for run in plan.quant_runs) and calib is not None:
         from edgekit.quantize.calibration.data import open_calibration
 
         warning = check_calibration_size(calib)
@@ -250,24 +257,11 @@ def _float_bytes(plan) -> int | None:
     return None
 
 
-def _quantize_runs(method: str, names: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
-    """(label, formats) per quantize run: QAT fine-tunes once per quantization API, so formats
-    of another API (torch.ao vs PT2E) get their own run, labelled ``qat-<first format>``."""
-    from edgekit import formats
-    from edgekit.quantize.registry import trains
-
-    if not trains(method):
-        return [(method, tuple(names))]
-    runs = list(formats.by_qat_api(names).values())
-    return [(method if i == 0 else f"{method}-{group[0]}", tuple(group)) for i, group in enumerate(runs)]
-
-
 def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     from edgekit.bench.api import bench
     from edgekit.bench.result import to_document
     from edgekit.export.api import export
-    from edgekit.quantize.api import quantize
-    from edgekit.quantize.registry import calibrated
+    from edgekit.quantize.api import quantize_config
 
     out = Path(config.out)
     plan, float_accuracy = _float_model(config, plan, out, say)
@@ -281,15 +275,16 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         exports.append(export_onnx_file(plan.source, out / "export" / "fp32", target))
     else:
         exports.append(export(source, out / "export" / "fp32", plan.formats, target, **options))
-    for method in plan.methods:
-        for label, group in _quantize_runs(method, plan.formats):
-            say(f"quantize int8 {label}")
-            calib = {"calib": plan.calib} if calibrated(method) else {}
-            quantized, _ = quantize(source, method, out / "quantized" / label, target, formats=group, **options, **calib)
-            say(f"export int8 {label}")
-            exports.append(export(quantized, out / "export" / f"int8-{label}", group, target))
+    calibrated_exports = []
+    for run in plan.quant_runs:
+        say(f"quantize int8 {run.label}")
+        quantized, _ = quantize_config(source, run.config, out / "quantized" / run.label, target, source_options=options)
+        say(f"export int8 {run.label}")
+        exports.append(export(quantized, out / "export" / f"int8-{run.label}", run.config.formats, target))
+        if type(run.config).calibrated:  # int8 activations too: what the native row runs
+            calibrated_exports.append(exports[-1])
 
-    native = _native_row(exports, out, target, say)
+    native = _native_row(calibrated_exports, out, target, say)
     if native is not None:
         exports.append(native)
     model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
@@ -346,8 +341,9 @@ def _float_model(config: PipelineConfig, plan, out: Path, say: Progress):
 
 
 def _native_row(exports, out: Path, target, say: Progress):
-    """The int8-static ``.pte`` as a native bundle built for this host (``edgekit-run``, no Python):
-    (its folder, its manifest) for the bench, or None when there is no such export or no compiler."""
+    """The first ``exports`` file (int8 exports of calibrated methods: static) that a native runner
+    runs, as a native bundle built for this host (``edgekit-run``, no Python): (its folder, its
+    manifest) for the bench, or None when there is no such export or no compiler."""
     from dataclasses import replace as replace_fields
 
     from edgekit import formats
@@ -359,7 +355,7 @@ def _native_row(exports, out: Path, target, say: Progress):
     for folder, manifest in exports:
         for entry in manifest.files:
             variant = (entry.details or {}).get("variant", "")
-            if not (formats.get(entry.format).native_runner and variant.startswith("int8-static")):
+            if not formats.get(entry.format).board.native_runner:
                 continue
             host = replace_fields(target, arch=host_arch(), mcpu="", core="")  # budgets stay the target's
             say(f"bundle {variant} with the native runtime (edgekit-run) for this host")

@@ -12,6 +12,12 @@ and what is skipped and why: every skip is a row of the table, never silently fe
   work); static from the default methods is skipped, the reason in the table.
 * A model without a labelled dataset is judged by fidelity to the float model (cosine, top-1
   agreement on fixed inputs), not accuracy.
+
+Each int8 method becomes its config object here, once (``QuantRun``): a name from ``--methods``
+is built from the registry with the plan's formats and calibration data; a config object given
+to ``PipelineConfig(methods=...)`` keeps its settings, its ``formats`` are the plan's, and its
+``calib``, when None, is the plan's. The stages downstream take the config whole; what a method
+needs is read from its config type's traits, never from its name.
 """
 
 from __future__ import annotations
@@ -37,14 +43,23 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class QuantRun:
+    """One ``quantize`` call of the pipeline: its folder's name and the method's config, whole."""
+
+    label: str  # quantized/<label>, export/int8-<label>: the method's name (QAT: one run per quantization API)
+    config: object  # a registered method's config (edgekit.quantize.registry.QuantConfig)
+
+
+@dataclass(frozen=True)
 class Plan:
     kind: str  # zoo | checkpoint | onnx | module | hf
     name: str  # the model's own name: the table's title, report.html, pipeline.json["model"]
     inputs: tuple[InputSpec, ...]
     task: dict
     formats: tuple[str, ...]
-    methods: tuple[str, ...]
+    methods: tuple[str, ...]  # the methods' names, as the rows and messages call them
     calib: Path | None
+    quant_runs: tuple[QuantRun, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     checkpoint: Path | None = None  # zoo: None until trained; checkpoint: the artifact folder
     source: object = None  # edgekit.sources.model_source.ModelSource for --source models
@@ -85,13 +100,46 @@ def make_plan(config) -> Plan:
     kind, name, inputs, task, extra = _model(config)
     torchless = extra.get("source") is not None and not extra["source"].has_torch
     formats, torch_only = _formats(config, torchless, name)
-    methods, calib, skipped = _methods(config, torchless, name, task, formats)
+    entries, calib, skipped = _methods(config, torchless, name, task, formats)
+    methods = tuple(entry_name for entry_name, _, _ in entries)
     if torch_only:  # every row those formats would have had
         variants = tuple(v for fmt in torch_only for v in (f"fp32-{fmt}", *(f"int8-{m}-{fmt}" for m in methods)))
         skipped.insert(0, Skipped(variants, f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} "
                                             f"written from a PyTorch model; {name} is an ONNX file"))
     return Plan(kind=kind, name=name, inputs=inputs, task=task, formats=formats, methods=methods, calib=calib,
-                skipped=tuple(skipped), **extra)
+                quant_runs=_quant_runs(entries, formats, calib), skipped=tuple(skipped), **extra)
+
+
+def method_entry(entry) -> tuple[str, type, object | None]:
+    """(name, config type, the config given or None) of one ``methods`` entry: a registered
+    method's name, or a config object of one."""
+    from edgekit.quantize.registry import get_method, method_for_config
+
+    found = get_method(entry) if isinstance(entry, str) else method_for_config(entry)
+    return found.name, found.config_type, None if isinstance(entry, str) else entry
+
+
+def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None) -> tuple[QuantRun, ...]:
+    """One run per method; a method that trains runs once per quantization API (torch.ao vs PT2E),
+    the later runs labelled ``<method>-<first format>``."""
+    import dataclasses
+
+    from edgekit import formats as table
+    from edgekit.quantize.registry import make_config
+
+    runs = []
+    for name, config_type, given in entries:
+        groups = list(table.by_qat_api(formats).values()) if config_type.trains else [tuple(formats)]
+        for i, group in enumerate(groups):
+            label = name if i == 0 else f"{name}-{group[0]}"
+            if given is None:
+                config = make_config(name, formats=tuple(group), **({"calib": calib} if config_type.calibrated else {}))
+            else:
+                own_calib = config_type.calibrated and getattr(given, "calib", None) is not None
+                config = dataclasses.replace(given, formats=tuple(group),
+                                             **({"calib": calib} if config_type.calibrated and not own_calib else {}))
+            runs.append(QuantRun(label, config))
+    return tuple(runs)
 
 
 def _model(config):
@@ -138,8 +186,8 @@ def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[
     asked = tuple(config.formats) if config.formats is not None else formats.available_names()
     if not torchless:
         return asked, []
-    runnable = tuple(f for f in asked if not formats.get(f).needs_torch_model)
-    torch_only = [f for f in asked if formats.get(f).needs_torch_model]
+    runnable = tuple(f for f in asked if not formats.get(f).host.needs_torch_model)
+    torch_only = [f for f in asked if formats.get(f).host.needs_torch_model]
     if not runnable:
         fit = ", ".join(formats.default_names(need_torch=False))
         raise UsageError(f"{name} is an ONNX file: only --format {fit} applies "
@@ -148,24 +196,28 @@ def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[
 
 
 def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str, ...]):
+    """(the methods that run, as (name, config type, given config) entries; the calibration data; skips)."""
     from edgekit.data.calibsets import default_calibration
-    from edgekit.quantize.registry import calibrated, get_method, trains
 
     explicit = config.methods is not None
-    methods = tuple(config.methods) if explicit else DEFAULT_METHODS
+    entries = [method_entry(entry) for entry in (config.methods if explicit else DEFAULT_METHODS)]
     labelled = task.get("type") == "classification" and bool(task.get("dataset"))
-    for trained in filter(trains, methods):
-        called = get_method(trained).config_type.called(trained)
-        others = ",".join(m for m in DEFAULT_METHODS if not trains(m))
+    untrained = ",".join(m for m in DEFAULT_METHODS if not method_entry(m)[1].trains)
+    for method, config_type, _ in entries:
+        if not config_type.trains:
+            continue
+        called = config_type.called(method)
         if torchless:
             raise UsageError(f"{name} is an ONNX file: {called} needs the PyTorch model and its training data; "
-                             f"choose --methods {others}")
+                             f"choose --methods {untrained}")
         if not labelled:
             raise UsageError(f"{called} needs a model with a labelled training set (a zoo classification task); "
-                             f"{name} has none: choose --methods {others}")
+                             f"{name} has none: choose --methods {untrained}")
     calib = config.calib
     skipped = []
-    needing = tuple(filter(calibrated, methods))
+    # a config object that names its own calibration data needs no other
+    needing = tuple(m for m, config_type, given in entries
+                    if config_type.calibrated and getattr(given, "calib", None) is None)
     if needing and calib is None:
         calib = default_calibration(task.get("dataset"))
         if calib is None:
@@ -173,7 +225,7 @@ def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str,
             if explicit:
                 raise UsageError(f"{'/'.join(needing)} int8 needs calibration data and {why}: pass --calib FOLDER "
                                  f"(.npy/.npz samples of its inputs), or drop {'/'.join(needing)} from --methods")
-            methods = tuple(m for m in methods if m not in needing)
+            entries = [entry for entry in entries if entry[0] not in needing]
             skipped.append(Skipped(tuple(f"int8-{m}-{fmt}" for m in needing for fmt in formats),
                                    f"{why}: pass --calib FOLDER (.npy/.npz samples of its inputs)"))
-    return methods, calib, skipped
+    return entries, calib, skipped

@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 def test_the_estimate_is_the_model_plus_its_runtime():
     from edgekit import formats
 
-    assert model_memory_mb(0, "onnx") == formats.get("onnx").runtime_footprint_mb == 64.0
-    assert model_memory_mb(10 * 2**20, "torchscript") == 10 + formats.get("torchscript").runtime_footprint_mb
+    assert model_memory_mb(0, "onnx") == formats.get("onnx").board.footprint_mb == 64.0
+    assert model_memory_mb(10 * 2**20, "torchscript") == 10 + formats.get("torchscript").board.footprint_mb
     rpi4 = load_target("rpi4")  # 1024 MB
     assert check_model_fits(rpi4, 900 * 2**20, "onnx", "m") is None
     with pytest.raises(ResourceLimitError, match=r"m needs about 1,025 MB of RAM \(961.0 MiB model \+ ~64 MB for onnxruntime\), more than the 1,024 MB RAM of target 'rpi4'"):

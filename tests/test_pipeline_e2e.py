@@ -108,7 +108,7 @@ def test_gate_on_pipeline_output_fails_with_exit_3(pipeline_run, tmp_path):
     }
     names = formats.available_names()
     assert failed == ({f"fp32-{fmt}" for fmt in names}
-                      | {f"int8-dynamic-{fmt}" for fmt in names if not formats.get(fmt).onnx_graph})
+                      | {f"int8-dynamic-{fmt}" for fmt in names if not formats.get(fmt).quantization.onnx_graph})
     result = runner.invoke(app, ["gate", str(out / "bench.json"), "--max-size-mb", "1", "--max-accuracy-drop", "1"])
     assert result.exit_code == 0, result.output + result.stderr
 

@@ -233,7 +233,7 @@ def _runner_argv(model: BenchModel, common: list[str], target: Target | None) ->
     if model.runner is not None:  # edgekit-run speaks the runner's options and protocol
         return [str(model.runner), "bench", str(model.path), *common]
     argv = [*RUNNER_COMMAND, str(model.path), "--format", model.format, *common]
-    if model.format in formats.names() and formats.get(model.format).packed_engine and target is not None:
+    if model.format in formats.names() and formats.get(model.format).quantization.packed_engine and target is not None:
         details = model.entry.details if model.entry else {}
         quantized = model.entry is None or model.entry.precision == "int8"
         if quantized and not details.get("quantized_engine"):

@@ -83,8 +83,9 @@ def build_bundle(
         raise UsageError(f"{folder} is a {manifest.kind} artifact; export it first (edgekit export {folder})")
     tgt = target if isinstance(target, Target) else load_target(target or manifest.target or "rpi4")
     entry = _pick(manifest, fmt, native_only=runtime == "native")
+    spec = formats.get(entry.format)  # the format, resolved once for every step below
     if runtime == "native":
-        native.check_native(entry.format, tgt)
+        native.check_native(spec, tgt)
         if wheels:
             raise UsageError("--wheels applies to Python bundles; a native bundle installs nothing on the board")
     if is_llm:
@@ -94,27 +95,25 @@ def build_bundle(
     reference = folder / layout.REFERENCE
     if not is_llm and not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
-    mismatches = check_target(folder, manifest, entry, tgt, force)
-    too_big = check_model_fits(tgt, entry.total_bytes, entry.format, f"{folder / entry.path}", force,
+    mismatches = check_target(folder, manifest, entry, spec, tgt, force)
+    too_big = check_model_fits(tgt, entry.total_bytes, spec, f"{folder / entry.path}", force,
                                native=runtime == "native")
     if too_big:
         mismatches = [*mismatches, too_big]
-    spec = formats.get(entry.format)
     spec.ops().check_file(folder / entry.path)  # a file the runtime cannot load is the export's fault: say so now
     llm_data = llm.check_data(folder, manifest, entry, progress) if is_llm else None
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mtime = _epoch(created)
-    model_name = spec.file_name
     inputs = [folder, tgt.source if tgt.source and Path(tgt.source).is_file() else None]
     with claim_output(out, "bundle", inputs=inputs, force=force) as out:
         archive_path = _check_archive(out, inputs, force)
         clean_stale_temps(archive_path)  # an archive a killed run had staged
-        pins = None if runtime == "native" else pin(entry.format, platform or tgt.python_platform, python_version)
-        if pins is not None and spec.check_board_wheel:
+        pins = None if runtime == "native" else pin(spec, platform or tgt.python_platform, python_version)
+        if pins is not None and spec.board.check_wheel:
             check_wheel_exists(pins.runtime["name"], pins.runtime["version"], pins.platform, pins.python_version)
         staged_archive = temp_sibling(archive_path) if archive else None
         try:
-            _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
+            _build(folder, manifest, entry, spec, tgt, out, pins, wheels, mismatches, created, mtime,
                    staged_archive, archive_path, progress, llm_data, force)
         finally:
             if staged_archive is not None:
@@ -123,7 +122,7 @@ def build_bundle(
     return out
 
 
-def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatches, created, mtime,
+def _build(folder, manifest, entry, spec, tgt, out, pins, wheels, mismatches, created, mtime,
            staged_archive, archive_path, progress, llm_data=None, force=False) -> None:
     """Build the bundle folder and its archive under temporary names, then commit them: the old
     archive goes first (it no longer matches), the folder swaps in, the new archive is renamed
@@ -134,6 +133,7 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
         if staged_archive is not None:
             os.replace(staged_archive, archive_path)
 
+    model_name = spec.files.file_name
     with atomic_dir(out, then=commit_archive) as work:
         shutil.copyfile(folder / entry.path, work / model_name)
         data_files = []
@@ -147,17 +147,17 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
         bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files, details=details),))
         write_json(work / layout.MANIFEST, bundled.to_dict())
         if llm_data is not None:
-            info = _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, created, progress, llm_data,
+            info = _llm_files(work, folder, manifest, entry, spec, tgt, mismatches, created, progress, llm_data,
                               force, out.name)
         elif pins is None:
             shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
             extra = native.add_native(work, model_name, tgt, entry.precision, progress)
-            info = _bundle_info(folder, manifest, entry, tgt, None, model_name, [], mismatches, created)
+            info = _bundle_info(folder, manifest, entry, spec, tgt, None, [], mismatches, created)
             info.update(extra)
             info["host_check"] = native.host_check(work, model_name, entry.format, tgt)
         else:
             shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
-            info = _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created)
+            info = _python_files(work, folder, manifest, entry, spec, tgt, pins, wheels, mismatches, created)
         if llm_data is None:
             readme = native_readme_text if pins is None else readme_text
             write_text(work / layout.README, readme(info, out.name, tgt.description))
@@ -170,12 +170,13 @@ def _build(folder, manifest, entry, tgt, out, pins, model_name, wheels, mismatch
             archive_path.unlink()  # the previous archive (ours: _check_archive proved it)
 
 
-def _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, created, progress, llm_data, force,
+def _llm_files(work, folder, manifest, entry, spec, tgt, mismatches, created, progress, llm_data, force,
                bundle_name) -> dict:
     """A language model's native files and README (``edgekit.bundle.llm``); bundle.json's content."""
     from edgekit.bundle import llm
     from edgekit.limits import ResourceLimitError
 
+    model_name = spec.files.file_name
     llm.write_reference(work / layout.REFERENCE, llm_data)
     extra = native.add_native(work, model_name, tgt, entry.precision, progress,
                               script=llm.run_script(model_name, tgt, llm_data))
@@ -183,7 +184,7 @@ def _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, creat
     too_big = llm.memory_mismatch(tgt, host.get("peak_rss_mb"))
     if too_big and not force:
         raise ResourceLimitError(f"{too_big}; pass --force to bundle it anyway")
-    info = _bundle_info(folder, manifest, entry, tgt, None, model_name, [], [*mismatches, *([too_big] if too_big else [])],
+    info = _bundle_info(folder, manifest, entry, spec, tgt, None, [], [*mismatches, *([too_big] if too_big else [])],
                         created)
     info.update(extra)
     info["llm"] = llm_data
@@ -192,12 +193,12 @@ def _llm_files(work, folder, manifest, entry, tgt, model_name, mismatches, creat
     return info
 
 
-def _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, mismatches, created) -> dict:
+def _python_files(work, folder, manifest, entry, spec, tgt, pins, wheels, mismatches, created) -> dict:
     """The board package, its entries, pinned requirements (and wheels, serve.py); bundle.json's content."""
     board_files.install(work, entries=(layout.RUNNER, layout.CHECK_OUTPUTS), formats=(entry.format,))
     write_text(work / layout.REQUIREMENTS, pins.text())
     serving = None
-    if formats.get(entry.format).standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
+    if spec.board.standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
         from edgekit.bundle.serving import add_serving
 
         serving = add_serving(work, pins)
@@ -210,10 +211,10 @@ def _python_files(work, folder, manifest, entry, tgt, pins, model_name, wheels, 
 
             wheel_names = download_wheels(work / SERVE_REQUIREMENTS, work / layout.WHEELS_DIR,
                                           pins.platform, pins.python_version)
-    info = _bundle_info(folder, manifest, entry, tgt, pins, model_name, wheel_names, mismatches, created)
+    info = _bundle_info(folder, manifest, entry, spec, tgt, pins, wheel_names, mismatches, created)
     if serving is not None:
         info["serve"] = serving
-    info["host_check"] = python_check(work, model_name, entry.format)
+    info["host_check"] = python_check(work, spec.files.file_name, spec.name)
     return info
 
 
@@ -237,7 +238,7 @@ def _pick(manifest: Manifest, fmt: str | None, native_only: bool = False) -> Mod
         return manifest.file(fmt)
     present = manifest.formats()
     if native_only:  # --runtime native: the model the native runner runs, when the export has one
-        present = [name for name in present if formats.get(name).native_runner] or present
+        present = [name for name in present if formats.get(name).board.native_runner] or present
     chosen = formats.preferred(present)
     if chosen is None:
         raise InputFileError(f"the export holds no model file of a known format (it has: {', '.join(manifest.formats()) or 'none'}; "
@@ -245,7 +246,7 @@ def _pick(manifest: Manifest, fmt: str | None, native_only: bool = False) -> Mod
     return manifest.file(chosen)
 
 
-def _bundle_info(folder, manifest, entry, tgt, pins: Pins | None, model_name, wheel_names, mismatches, created) -> dict:
+def _bundle_info(folder, manifest, entry, spec, tgt, pins: Pins | None, wheel_names, mismatches, created) -> dict:
     details = entry.details or {}
     engine = details.get("quantized_engine")  # torch.ao int8 TorchScript: the engine its weights were packed for
     return {
@@ -255,10 +256,10 @@ def _bundle_info(folder, manifest, entry, tgt, pins: Pins | None, model_name, wh
         "arch": tgt.arch,
         "threads": tgt.threads,
         "ram_mb": tgt.ram_mb,
-        "memory_estimate_mb": round(model_memory_mb(entry.total_bytes, entry.format, native=pins is None), 1),
+        "memory_estimate_mb": round(model_memory_mb(entry.total_bytes, spec, native=pins is None), 1),
         "python_platform": pins.platform if pins else None,
         "python_version": pins.python_version if pins else None,
-        "model": model_name,
+        "model": spec.files.file_name,
         "model_sha256": entry.sha256,
         "model_bytes": entry.total_bytes,
         "model_data_files": [Path(d["path"]).name for d in entry.data_files],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit import formats
 from edgekit.artifacts import Manifest, ModelFile
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.targets import Target, available_targets, load_target
@@ -13,8 +12,9 @@ from edgekit.targets import Target, available_targets, load_target
 _ONNX_QUANT_KEYS = ("activation_type", "weight_type", "per_channel", "reduce_range")
 
 
-def mismatches(manifest: Manifest, entry: ModelFile, target: Target) -> list[str]:
-    """Each way the model's recorded target or quantization settings differ from ``target``."""
+def mismatches(manifest: Manifest, entry: ModelFile, spec, target: Target) -> list[str]:
+    """Each way the model's recorded target or quantization settings differ from ``target``
+    (``spec``: ``entry``'s format, resolved by the caller)."""
     found = []
     made_for = manifest.target
     if made_for and made_for != target.name:
@@ -23,7 +23,7 @@ def mismatches(manifest: Manifest, entry: ModelFile, target: Target) -> list[str
     engine = details.get("quantized_engine")
     if engine and engine != target.quantized_engine:  # only torch.ao int8 files are packed for an engine
         found.append(f"quantized engine {engine!r}, but {target.name} uses {target.quantized_engine!r}")
-    if entry.precision == "int8" and formats.get(entry.format).targets_quant_recipe:
+    if entry.precision == "int8" and spec.quantization.target_recipe:
         wanted = target.onnx_quant
         for key in _ONNX_QUANT_KEYS:
             if key in details and details[key] != getattr(wanted, key):
@@ -31,9 +31,9 @@ def mismatches(manifest: Manifest, entry: ModelFile, target: Target) -> list[str
     return found
 
 
-def check_target(folder: Path, manifest: Manifest, entry: ModelFile, target: Target, force: bool) -> list[str]:
+def check_target(folder: Path, manifest: Manifest, entry: ModelFile, spec, target: Target, force: bool) -> list[str]:
     """The mismatches (empty when none); without ``force`` any mismatch is a UsageError."""
-    found = mismatches(manifest, entry, target)
+    found = mismatches(manifest, entry, spec, target)
     if found and not force:
         raise UsageError(
             f"{folder / entry.path} does not fit target {target.name!r}: {'; '.join(found)}; "

@@ -31,11 +31,11 @@ CHECK_TIMEOUT_S = 600.0
 Progress = Callable[[str], None]
 
 
-def check_native(fmt: str, target: Target) -> None:
-    """A one-line UsageError unless ``fmt`` runs on the native runner and ``target`` has a build of it."""
-    if not formats.get(fmt).native_runner:
-        natives = [name for name in formats.names() if formats.get(name).native_runner]
-        raise UsageError(f"--runtime native runs {', '.join(natives)} programs; this model is {fmt} "
+def check_native(spec: formats.Format, target: Target) -> None:
+    """A one-line UsageError unless the format ``spec`` runs on the native runner and ``target`` has a build of it."""
+    if not spec.board.native_runner:
+        natives = [name for name in formats.names() if formats.get(name).board.native_runner]
+        raise UsageError(f"--runtime native runs {', '.join(natives)} programs; this model is {spec.name} "
                          f"(export it with --format {natives[0]}, or bundle it with --runtime python)")
     from edgekit.native.toolchain import CROSS
 

@@ -89,14 +89,14 @@ class Requirements:
     extra_index_url: str | None = None
 
 
-def format_indexes(fmt: str | None = None) -> frozenset[tuple[str, str]]:
+def format_indexes(fmt=None) -> frozenset[tuple[str, str]]:
     """The index lines a bundle's requirements may hold, as (option, URL): those edgekit writes
-    for ``fmt`` (for any format when None)."""
+    for the format entry ``fmt`` (for any format when None)."""
     from edgekit import formats
 
-    entries = [formats.get(fmt)] if fmt is not None else [formats.get(name) for name in formats.names()]
+    entries = [fmt] if fmt is not None else [formats.get(name) for name in formats.names()]
     return frozenset(pair for entry in entries
-                     for pair in (("--index-url", entry.index_url), ("--extra-index-url", entry.extra_index_url)) if pair[1])
+                     for pair in (("--index-url", entry.board.index_url), ("--extra-index-url", entry.board.extra_index_url)) if pair[1])
 
 
 def parse_requirements(text: str, where: str, indexes=None) -> Requirements:
@@ -148,7 +148,10 @@ def parse_requirements(text: str, where: str, indexes=None) -> Requirements:
 
 
 def read_requirements(path: Path, fmt: str | None = None) -> Requirements:
-    """A bundle's requirements.txt, read (bounded) and checked with ``parse_requirements``."""
+    """A bundle's requirements.txt, read (bounded) and checked with ``parse_requirements`` against
+    the indexes of ``fmt`` (the name its bundle.json gives, looked up here once)."""
+    from edgekit import formats
+
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_REQUIREMENTS_BYTES + 1)
@@ -160,7 +163,7 @@ def read_requirements(path: Path, fmt: str | None = None) -> Requirements:
         text = data.decode("ascii")
     except UnicodeDecodeError:
         raise InputFileError(f"{path} is not plain ASCII text; requirements are name==version lines") from None
-    return parse_requirements(text, str(path), format_indexes(fmt))
+    return parse_requirements(text, str(path), format_indexes(formats.get(fmt) if fmt is not None else None))
 
 
 def host_version(dist: str) -> str:
@@ -174,32 +177,27 @@ def host_version(dist: str) -> str:
     return version.split("+", 1)[0]
 
 
-def pin(fmt: str, platform: str, python_version: str) -> Pins:
-    """Pins for a bundle of format ``fmt``: numpy, what the format's runtime needs, and the runtime."""
-    from edgekit import formats
-
+def pin(entry, platform: str, python_version: str) -> Pins:
+    """Pins for a bundle of the format ``entry`` (``edgekit.formats.Format``): numpy, what the
+    format's runtime needs, and the runtime."""
     check_platform(platform)
     check_python_version(python_version)
-    entry = formats.get(fmt)
-    runtime = entry.board_runtime
-    versions = {dist: host_version(dist) for dist in ("numpy", *entry.board_requirements, runtime)}
+    runtime = entry.board.runtime
+    versions = {dist: host_version(dist) for dist in ("numpy", *entry.board.requirements, runtime)}
     return Pins(
         requirements=tuple(f"{dist}=={version}" for dist, version in versions.items()),
         runtime={"name": runtime, "version": versions[runtime]},
         platform=platform,
         python_version=python_version,
-        index_url=entry.index_url,
-        extra_index_url=entry.extra_index_url,
-        no_deps=entry.board_no_deps,
+        index_url=entry.board.index_url,
+        extra_index_url=entry.board.extra_index_url,
+        no_deps=entry.board.no_deps,
     )
 
 
-def board_dists(fmt: str) -> tuple[str, ...]:
-    """The distributions a board installs for ``fmt`` (numpy first, the runtime last)."""
-    from edgekit import formats
-
-    entry = formats.get(fmt)
-    return ("numpy", *entry.board_requirements, entry.board_runtime)
+def board_dists(entry) -> tuple[str, ...]:
+    """The distributions a board installs for the format ``entry`` (numpy first, the runtime last)."""
+    return ("numpy", *entry.board.requirements, entry.board.runtime)
 
 
 def check_wheel_exists(dist: str, version: str, platform: str, python_version: str) -> None:

@@ -201,14 +201,18 @@ def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, per
 
     chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
                                        ("--calib-bins", calib_bins)) if value is not None]
+    from edgekit import formats
     from edgekit.quantize.registry import calibrated
 
     if not chosen or not calibrated(method):
         return
     onnx_only_source = str(source).endswith(".onnx") or str(source).startswith("hf:")
-    if (fmt is None and not onnx_only_source) or (fmt is not None and "torchscript" in fmt):
-        raise UsageError(f"{chosen[0]} applies to the ONNX path only (TorchScript uses the target engine's "
-                         "torch.ao observers); add --format onnx")
+    names = fmt if fmt is not None else formats.default_names(need_torch=not onnx_only_source)
+    observed = [name for name in names if formats.get(name).quantization.packed_engine]
+    if observed:
+        onnx = ",".join(name for name in formats.default_names() if formats.get(name).quantization.onnx_graph)
+        raise UsageError(f"{chosen[0]} applies to the ONNX path only (--format {observed[0]} uses the target engine's "
+                         f"torch.ao observers); add --format {onnx}")
 
 
 def _warn(err, manifest) -> None:

@@ -19,6 +19,7 @@ class Bundle:
     model: Path
     data_files: tuple[Path, ...]  # ONNX external data beside the model
     format: str  # a name in the format table (edgekit.formats)
+    spec: object  # that name's entry (edgekit.formats.Format), resolved once when the bundle is opened
     precision: str  # fp32 | int8
     target: str
     arch: str
@@ -57,6 +58,9 @@ def open_bundle(path: str | Path) -> Bundle:
         if not isinstance(name, str) or name not in sums or "/" in name:
             raise InputFileError(f"{folder / layout.BUNDLE_JSON}: model data file {name!r} is not a file the {layout.CHECKSUMS} covers")
         data_files.append(folder / name)
+    from edgekit import formats
+
+    spec = formats.get(info["format"])  # a format this edgekit does not know is one line, before any work
     reference = folder / layout.REFERENCE
     if not reference.is_file():
         raise InputFileError(f"{reference} is missing; rebuild the bundle")
@@ -71,6 +75,7 @@ def open_bundle(path: str | Path) -> Bundle:
         model=model,
         data_files=tuple(data_files),
         format=info["format"],
+        spec=spec,
         precision=str(info.get("precision") or "fp32"),
         target=info["target"],
         arch=str(info.get("arch") or ""),

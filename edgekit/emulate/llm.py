@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from edgekit import formats
 from edgekit.emulate.report import BatchCheck, EmulationReport, Tolerance, bundle_fields
 from edgekit.errors import EdgekitError
 
@@ -71,7 +70,7 @@ def verify_llm(bundle, *, cache_dir: Path, release: str, timeout_s: float, progr
             "generate": {key: doc.get(key) for key in ("ttft_ms", "decode_tokens_per_s", "peak_rss_mb")},
         },
         host={"machine": host_check.get("machine"), "python": None, "numpy": None,
-              "runtime": {"name": formats.get(bundle.format).board_runtime, "version": bundle.info["native"].get("executorch_version")},
+              "runtime": {"name": bundle.spec.board.runtime, "version": bundle.info["native"].get("executorch_version")},
               "threads": 1},
         tolerance=Tolerance(bundle.precision, 0.0, 1.0, None, RULE),
         batches=(verdict,),

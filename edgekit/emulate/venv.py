@@ -86,7 +86,7 @@ def ensure_venv(
     """The venv for these requirements in ``launcher``'s rootfs, created and filled when missing.
 
     ``no_deps``: install exactly the pinned list (a bundle whose runtime declares build-time
-    dependencies a board does not need; ``formats.Format.board_no_deps``), except the
+    dependencies a board does not need; ``formats.Board.no_deps``), except the
     distributions in ``with_deps``, installed first with theirs. ``index_flag``: the
     requirements' index is the user's ``--index-url`` (errors name it so). The venv is held in use
     until ``venv_cache.release_all()``; the cache bound may remove older ones (``Venv.evicted``)."""

@@ -171,10 +171,9 @@ def verify_emulated(
             notes.append("the bundle has no runner.py; no functional bench was run")
         serve_report = None
         if serve:
-            from edgekit import formats
             from edgekit.emulate.serve_check import has_server, serve_check
 
-            if has_server(bundle) and formats.get(bundle.format).standalone_server:
+            if has_server(bundle) and bundle.spec.board.standalone_server:
                 serve_report, seconds["serve"] = serve_check(
                     run_in, bundle, fs.python, work, inside, emulated, Tolerance.for_precision(bundle.precision, atol),
                     timeout_s, progress)
@@ -258,26 +257,24 @@ def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, note
 def _venv(run_in, bundle, python, timeout_s, progress, notes, index_url=None):
     from edgekit.emulate.venv import ensure_venv, with_index_url
 
+    entry = bundle.spec
     if bundle.requirements is not None:
         text = bundle.requirements.read_text(encoding="utf-8")
     else:
         from edgekit.bundle.requirements import board_dists, host_version
 
-        dists = board_dists(bundle.format)
+        dists = board_dists(entry)
         text = "".join(f"{dist}=={host_version(dist)}\n" for dist in dists)
         notes.append("the bundle has no requirements.txt; installed the host's numpy and runtime versions")
     if index_url is not None:
         text, replaced = with_index_url(text, index_url)
         notes.append(f"requirements installed from {index_url}" + (f" instead of {replaced}" if replaced else ""))
-    from edgekit import formats
-
-    entry = formats.get(bundle.format)
-    with_deps = entry.with_deps_off_index if index_url is not None and entry.board_no_deps else ()
+    with_deps = entry.board.with_deps_off_index if index_url is not None and entry.board.no_deps else ()
     if with_deps:
         notes.append(f"{', '.join(with_deps)} installed with its own dependencies: from {index_url} it is a "
                      "build that needs more libraries than the pinned index's")
     venv = ensure_venv(run_in, text, bundle.wheels, python, timeout_s=timeout_s, progress=progress,
-                       no_deps=entry.board_no_deps, with_deps=with_deps, index_flag=index_url is not None)
+                       no_deps=entry.board.no_deps, with_deps=with_deps, index_flag=index_url is not None)
     notes.extend(line.removeprefix("emulation cache: ") for line in venv.evicted)
     return venv
 

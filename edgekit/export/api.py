@@ -164,7 +164,7 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     files = []
     for fmt in formats:
         entry = table.get(fmt)
-        path = work / entry.file_name
+        path = work / entry.files.file_name
         request = FloatExport(path=path, examples=examples, inputs=manifest.inputs, outputs=manifest.outputs,
                               provenance=_provenance(manifest, target), family=family,
                               onnx_preference=preferred_exporter(family), opset=opset, onnx_route=route,
@@ -197,7 +197,7 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
     files = []
     for fmt in formats:
         entry = manifest.file(fmt)
-        path = work / table.get(fmt).file_name
+        path = work / table.get(fmt).files.file_name
         request = QuantizedCopy(source=folder / entry.path, path=path, details=dict(entry.details),
                                 provenance=_provenance(manifest, target, **entry.details), optimize=optimize,
                                 external_data=external_data)

@@ -46,7 +46,7 @@ def export_onnx_file(src, out: str | Path, target, force: bool = False) -> tuple
             details["unused_initializers_dropped"] = len(unused)
         onnx_export.stamp_metadata(model, {"edgekit_version": __version__, "model": src.model_info.get("name", ""),
                                            "target": target.name, "recipe": "fp32", **details})
-        path = work / FORMAT.file_name
+        path = work / FORMAT.files.file_name
         written = onnx_files.save(model, path)
         if written:
             details["external_data"] = written

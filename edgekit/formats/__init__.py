@@ -1,10 +1,13 @@
 """The format table: every model file format edgekit writes, and everything that differs by format.
 
 One module per format (``onnx.py``, ``torchscript.py``, ``executorch.py``) registers one ``Format``
-entry at module level (``FORMAT = register(Format(...))``: that line is how the table tells its
+entry at module level, its facts in four groups: ``Files`` (file name, suffixes, external data),
+``Host`` (backend module, host modules and extra, defaults, table order), ``Board`` (the runtime
+and what bundles pin and pick) and ``Quantization`` (layer names, packed engine, QAT API, target
+recipe) (``FORMAT = register(Format(...))``: that line is how the table tells its
 built-in modules from the helpers beside them, without importing any); every stage asks this
 table instead of testing format names. The table is data: an entry names its own module
-(``backend``: export_float / copy_quantized / predictor / check_file) and nothing above it. Its int8 routes register themselves in ``edgekit.quantize.routes``, its board
+(``host.backend``: export_float / copy_quantized / predictor / check_file) and nothing above it. Its int8 routes register themselves in ``edgekit.quantize.routes``, its board
 runtime in ``edgekit.board.runtimes``. A format from outside edgekit is a package with three
 modules, each found through an entry point: the entry (``edgekit.formats``: a module that calls
 ``register``), its routes (``edgekit.quantize_routes``) and its board runtime
@@ -31,56 +34,86 @@ _ENTRY_LINE = re.compile(r"^FORMAT = register\(", re.MULTILINE)
 
 
 @dataclass(frozen=True)
-class Format:
-    name: str
+class Files:
+    """What the format's files are."""
+
     file_name: str  # inside an artifact or bundle folder
     suffixes: tuple[str, ...]  # file suffixes that identify it
-    backend: str  # module with export_float / copy_quantized / predictor
-    board_runtime: str  # the distribution that runs it on the board (bundle pins, memory estimates)
-    board_requirements: tuple[str, ...] = ()  # more distributions the board needs besides numpy
+    external_data: bool = False  # weights may sit in data files beside the model file
+
+
+@dataclass(frozen=True)
+class Host:
+    """What this host needs to write or run the format."""
+
+    backend: str  # module with export_float / copy_quantized / predictor / check_file
+    modules: tuple[str, ...] = ()  # modules this host needs to write or run the format
+    extra: str | None = None  # the pip extra that installs ``modules``
+    needs_torch_model: bool = True  # written from a torch module (an .onnx source cannot feed it)
+    default: bool = True  # written by export/quantize/pipeline when no format is asked for
+    table_order: int = 100  # built-in formats are listed (names, messages, default outputs) lowest first
+
+
+@dataclass(frozen=True)
+class Board:
+    """How a bundle runs the format on the board."""
+
+    runtime: str  # the distribution that runs it on the board (bundle pins, memory estimates)
+    requirements: tuple[str, ...] = ()  # more distributions the board needs besides numpy
     # the board installs exactly the pinned list (pip --no-deps): the runtime's declared dependencies
     # include export-time tools (hydra, omegaconf -> antlr4, source-only) a board neither needs nor builds
-    board_no_deps: bool = False
+    no_deps: bool = False
     # installed with their own dependencies when another index replaces index_url (verify
     # --index-url): PyPI's aarch64 torch is a CUDA build that loads CUDA libraries at import
     with_deps_off_index: tuple[str, ...] = ()
-    runtime_footprint_mb: float = 256.0  # resident memory of the runtime itself (limits.py)
+    footprint_mb: float = 256.0  # resident memory of the runtime itself (limits.py)
     index_url: str | None = None  # a wheel index for the board runtime, when PyPI's is wrong for it
     extra_index_url: str | None = None  # where the rest comes from when index_url is not a full index
-    check_board_wheel: bool = False
+    check_wheel: bool = False  # bundle asks the index whether the runtime has a wheel for the board
     standalone_server: bool = False  # bundles carry serve.py (FastAPI + the runtime, no edgekit) for it
-    targets_quant_recipe: bool = False  # int8 files record the target's [runtime.onnx_quant] settings
-    external_data: bool = False  # weights may sit in data files beside the model file  # bundle asks the index whether the runtime has a wheel for the board
-    host_modules: tuple[str, ...] = ()  # modules this host needs to write or run the format
-    extra: str | None = None  # the pip extra that installs host_modules
+    native_runner: bool = False  # edgekit-run (edgekit.native) runs it with no Python on the board
+    preference: int = 100  # bundle/serve pick the lowest present when no format is given
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What quantize needs to know of the format."""
+
     layer_names: str = "torch"  # what --exclude names for this format: "torch" modules or "onnx" nodes
     packed_engine: bool = False  # int8 weights are packed for one of torch's quantized engines (--engine)
     qat_api: str = "torch.ao"  # formats sharing an API share one QAT fine-tune; others need their own run
-    needs_torch_model: bool = True  # written from a torch module (an .onnx source cannot feed it)
-    native_runner: bool = False  # edgekit-run (edgekit.native) runs it with no Python on the board
-    bundle_preference: int = 100  # bundle/serve pick the lowest present when no format is given
-    table_order: int = 100  # built-in formats are listed (names, messages, default outputs) lowest first
-    default: bool = True  # written by export/quantize/pipeline when no format is asked for
+    target_recipe: bool = False  # int8 files record the target's [runtime.onnx_quant] settings
 
     @property
     def onnx_graph(self) -> bool:
         """The quantizer edits an ONNX graph (ORT recipes, graph layouts, per-node error reports)."""
         return self.layer_names == "onnx"
 
+
+@dataclass(frozen=True)
+class Format:
+    """One format: its name and four groups of facts (files, host, board, quantization)."""
+
+    name: str
+    files: Files
+    host: Host
+    board: Board
+    quantization: Quantization = Quantization()
+
     def available(self) -> bool:
-        return all(importlib.util.find_spec(name) is not None for name in self.host_modules)
+        return all(importlib.util.find_spec(name) is not None for name in self.host.modules)
 
     def require(self) -> None:
         """UsageError naming the extra when this host cannot write or run the format."""
         if not self.available():
             raise UsageError(
-                f"--format {self.name} needs the {self.extra} extra: pip install 'edgekit-ml[{self.extra}]'"
+                f"--format {self.name} needs the {self.host.extra} extra: pip install 'edgekit-ml[{self.host.extra}]'"
             )
 
     def ops(self):
         """The backend module (heavy imports happen inside its functions)."""
         self.require()
-        return importlib.import_module(self.backend)
+        return importlib.import_module(self.host.backend)
 
 
 _TABLE: dict[str, Format] = {}
@@ -91,9 +124,10 @@ def register(entry: Format) -> Format:
     for other in _TABLE.values():
         if other.name == entry.name and other == entry:
             return entry  # the same module imported again
-        shared = set(other.suffixes) & set(entry.suffixes)
+        shared = set(other.files.suffixes) & set(entry.files.suffixes)
         clash = [f"{what} {value!r}" for what, value, same in (
-            ("name", entry.name, other.name == entry.name), ("file name", entry.file_name, other.file_name == entry.file_name),
+            ("name", entry.name, other.name == entry.name),
+            ("file name", entry.files.file_name, other.files.file_name == entry.files.file_name),
             ("suffix", min(shared, default=""), bool(shared))) if same]
         if clash:
             raise UsageError(f"format {entry.name!r} cannot be registered: the {clash[0]} is already format {other.name!r}'s")
@@ -119,7 +153,7 @@ def _load() -> dict[str, Format]:
         from edgekit.plugins import load_plugins
 
         load_plugins(ENTRY_POINTS, "format")
-        ordered = {entry.name: entry for entry in sorted(builtin, key=lambda entry: entry.table_order)}
+        ordered = {entry.name: entry for entry in sorted(builtin, key=lambda entry: entry.host.table_order)}
         ordered.update((name, entry) for name, entry in _TABLE.items() if name not in ordered)
         _TABLE.clear()
         _TABLE.update(ordered)
@@ -135,7 +169,7 @@ def names() -> tuple[str, ...]:
 def default_names(need_torch: bool = True) -> tuple[str, ...]:
     """What export/quantize write when no format is asked for: the default formats this host can write."""
     return tuple(f.name for f in _load().values()
-                 if f.default and f.available() and (need_torch or not f.needs_torch_model))
+                 if f.host.default and f.available() and (need_torch or not f.host.needs_torch_model))
 
 
 def available_names() -> tuple[str, ...]:
@@ -162,7 +196,7 @@ def by_qat_api(names) -> dict[str, list[str]]:
     """``names`` grouped by the fake-quant API their QAT trains with, in order of first appearance."""
     apis: dict[str, list[str]] = {}
     for name in names:
-        apis.setdefault(get(name).qat_api, []).append(name)
+        apis.setdefault(get(name).quantization.qat_api, []).append(name)
     return apis
 
 
@@ -176,14 +210,14 @@ def check_one_qat_api(names) -> None:
 
 
 def by_file_name(file_name: str) -> Format | None:
-    return next((f for f in _load().values() if f.file_name == file_name), None)
+    return next((f for f in _load().values() if f.files.file_name == file_name), None)
 
 
 def by_suffix(suffix: str) -> Format | None:
-    return next((f for f in _load().values() if suffix.lower() in f.suffixes), None)
+    return next((f for f in _load().values() if suffix.lower() in f.files.suffixes), None)
 
 
 def preferred(present: tuple[str, ...] | list[str]) -> str | None:
     """The format a bundle or server picks among ``present`` when none is asked for."""
     known = [get(name) for name in present if name in _load()]
-    return min(known, key=lambda f: f.bundle_preference).name if known else None
+    return min(known, key=lambda f: f.board.preference).name if known else None

@@ -14,34 +14,33 @@ import re
 from pathlib import Path
 
 from edgekit.errors import first_line
-from edgekit.formats import Format, register
+from edgekit.formats import Board, Files, Format, Host, Quantization, register
 
 FORMAT = register(Format(
     name="executorch",
-    file_name="model.pte",
-    suffixes=(".pte",),
-    backend="edgekit.formats.executorch",
-    board_runtime="executorch",
-    # What ``executorch.runtime`` imports to run a program (found by installing executorch with
-    # --no-deps into an empty venv and adding what each import asked for), torch's own
-    # dependencies, and torch itself (the runtime takes torch tensors): installed with --no-deps.
-    # edgekit's scripts load the native module directly and need only torch of these; the rest
-    # keeps the public runtime (and the scripts' fallback to it) working on the board.
-    board_requirements=("filelock", "typing-extensions", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",
-                        "fsspec", "torch", "torchao", "ruamel.yaml", "flatbuffers", "tabulate"),
-    board_no_deps=True,
-    with_deps_off_index=("torch",),
-    runtime_footprint_mb=300.0,
-    index_url="https://download.pytorch.org/whl/cpu",  # torch's CPU build for the board
-    extra_index_url="https://pypi.org/simple",  # executorch and its dependencies
-    check_board_wheel=True,  # executorch ships wheels for fewer platforms than numpy/onnxruntime
-    host_modules=("executorch", "torchao"),
-    extra="executorch",
-    table_order=20,
-    bundle_preference=10,
-    native_runner=True,
-    qat_api="torchao PT2E",
-    default=False,  # written when asked for (--format executorch) or by `pipeline` when installed
+    files=Files(file_name="model.pte", suffixes=(".pte",)),
+    host=Host(backend="edgekit.formats.executorch", modules=("executorch", "torchao"), extra="executorch",
+              table_order=20,
+              default=False),  # written when asked for (--format executorch) or by `pipeline` when installed
+    board=Board(
+        runtime="executorch",
+        # What ``executorch.runtime`` imports to run a program (found by installing executorch with
+        # --no-deps into an empty venv and adding what each import asked for), torch's own
+        # dependencies, and torch itself (the runtime takes torch tensors): installed with --no-deps.
+        # edgekit's scripts load the native module directly and need only torch of these; the rest
+        # keeps the public runtime (and the scripts' fallback to it) working on the board.
+        requirements=("filelock", "typing-extensions", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",
+                      "fsspec", "torch", "torchao", "ruamel.yaml", "flatbuffers", "tabulate"),
+        no_deps=True,
+        with_deps_off_index=("torch",),
+        footprint_mb=300.0,
+        index_url="https://download.pytorch.org/whl/cpu",  # torch's CPU build for the board
+        extra_index_url="https://pypi.org/simple",  # executorch and its dependencies
+        check_wheel=True,  # executorch ships wheels for fewer platforms than numpy/onnxruntime
+        preference=10,
+        native_runner=True,
+    ),
+    quantization=Quantization(qat_api="torchao PT2E"),
 ))
 
 PROVENANCE_METHOD = "edgekit_provenance"

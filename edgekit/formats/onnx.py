@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from edgekit.formats import Format, register
+from edgekit.formats import Board, Files, Format, Host, Quantization, register
 
 FORMAT = register(Format(
     name="onnx",
-    file_name="model.onnx",
-    suffixes=(".onnx",),
-    backend="edgekit.formats.onnx",
-    board_runtime="onnxruntime",
-    runtime_footprint_mb=64.0,
-    host_modules=("onnxruntime", "onnx"),
-    extra="core",
-    layer_names="onnx",
-    needs_torch_model=False,
-    table_order=10,
-    bundle_preference=0,
-    standalone_server=True,
-    targets_quant_recipe=True,
-    external_data=True,
+    files=Files(file_name="model.onnx", suffixes=(".onnx",), external_data=True),
+    host=Host(backend="edgekit.formats.onnx", modules=("onnxruntime", "onnx"), extra="core", needs_torch_model=False,
+              table_order=10),
+    board=Board(runtime="onnxruntime", footprint_mb=64.0, preference=0, standalone_server=True),
+    quantization=Quantization(layer_names="onnx", target_recipe=True),
 ))
 
 

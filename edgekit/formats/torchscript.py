@@ -6,23 +6,21 @@ torch.jit is deprecated in favour of torch.export; everything that touches it is
 
 from __future__ import annotations
 
-from edgekit.formats import Format, register
+from edgekit.formats import Board, Files, Format, Host, Quantization, register
 
 FORMAT = register(Format(
     name="torchscript",
-    file_name="model.pt",
-    suffixes=(".pt", ".pth", ".ts", ".ptl", ".torchscript"),
-    backend="edgekit.formats.torchscript",
-    board_runtime="torch",
-    runtime_footprint_mb=256.0,
-    # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
-    # PyTorch's CPU index carries CPU-only builds of the same versions (and numpy).
-    index_url="https://download.pytorch.org/whl/cpu",
-    host_modules=("torch",),
-    extra="core",
-    table_order=0,
-    bundle_preference=20,
-    packed_engine=True,
+    files=Files(file_name="model.pt", suffixes=(".pt", ".pth", ".ts", ".ptl", ".torchscript")),
+    host=Host(backend="edgekit.formats.torchscript", modules=("torch",), extra="core", table_order=0),
+    board=Board(
+        runtime="torch",
+        footprint_mb=256.0,
+        # PyPI's torch wheels for aarch64 Linux pull CUDA libraries (hundreds of MB) a Pi cannot use;
+        # PyTorch's CPU index carries CPU-only builds of the same versions (and numpy).
+        index_url="https://download.pytorch.org/whl/cpu",
+        preference=20,
+    ),
+    quantization=Quantization(packed_engine=True),
 ))
 
 MODES = ("trace", "script")

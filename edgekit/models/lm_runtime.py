@@ -42,7 +42,7 @@ def format_order() -> tuple[str, ...]:
     is one, else the model formats in the table's preference (ONNX Runtime's int8 kernels first)."""
     from edgekit import formats
 
-    return (CHECKPOINT, *sorted(formats.names(), key=lambda name: formats.get(name).bundle_preference))
+    return (CHECKPOINT, *sorted(formats.names(), key=lambda name: formats.get(name).board.preference))
 
 
 def pick_file(manifest, fmt: str | None = None):

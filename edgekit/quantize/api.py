@@ -110,7 +110,7 @@ def quantize_config(
 
                 item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
                 budgets.append(report.to_dict())
-            if with_report and table.get(item.format).onnx_graph:
+            if with_report and table.get(item.format).quantization.onnx_graph:
                 from dataclasses import replace
 
                 from edgekit.quantize.toolkits.onnx_graphs import activation_ranges
@@ -162,7 +162,7 @@ def _check_fit(src, method: str, config) -> None:
             raise UsageError(f"{src.label} is an ONNX model: {config.called(method)} needs the PyTorch model and its training data")
         from edgekit import formats as table
 
-        needs_torch = [name for name in formats if table.get(name).needs_torch_model]
+        needs_torch = [name for name in formats if table.get(name).host.needs_torch_model]
         if needs_torch:
             fit = ", ".join(table.default_names(need_torch=False))
             raise UsageError(f"{src.label} is an ONNX model: only --format {fit} applies "

@@ -13,7 +13,7 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
 
     if not config.exclude:
         return ()
-    kinds = {formats.get(fmt).layer_names for fmt in config.formats}
+    kinds = {formats.get(fmt).quantization.layer_names for fmt in config.formats}
     known: dict[str, set] = {"torch": set(), "onnx": set()}
     if "torch" in kinds and job.source.has_torch:
         known["torch"] = {name for name, _ in job.float_model().named_modules()}

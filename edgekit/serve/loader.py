@@ -79,7 +79,7 @@ def _import_runtime(fmt: str) -> None:
 
     if fmt in formats.names():
         table = formats.get(fmt)
-        names = [table.board_runtime, *(n for n in table.board_requirements if n == "torch")]
+        names = [table.board.runtime, *(n for n in table.board.requirements if n == "torch")]
     else:  # a checkpoint: torch
         names = ["torch"]
     for name in ["edgekit.serve.app", "uvicorn", *names]:
@@ -127,7 +127,7 @@ def open_table_format(folder: Path, manifest, entry, threads: int | None):
 
     spec = formats.get(entry.format)
     spec.require()  # one line naming the extra when the runtime is not installed here
-    engine = (entry.details or {}).get("quantized_engine") if spec.packed_engine else None
+    engine = (entry.details or {}).get("quantized_engine") if spec.quantization.packed_engine else None
     if engine:
         import torch
 

@@ -59,7 +59,7 @@ def test_every_format_has_one_runtime_class():
     assert set(RUNTIMES) == set(formats.names())
     for name in RUNTIMES:
         cls = runtime_class(name)
-        assert cls.format == name and set(cls.suffixes) == set(formats.get(name).suffixes)
+        assert cls.format == name and set(cls.suffixes) == set(formats.get(name).files.suffixes)
         assert cls.spec_match in ("names", "at_most", "count")
 
 
@@ -99,8 +99,8 @@ def test_each_runtime_reproduces_the_float_model(every_format, fmt):
     from edgekit.board.inputs import read_reference
 
     if not formats.get(fmt).available():
-        pytest.skip(f"the {formats.get(fmt).extra} extra is not installed")
-    model = open_model(fmt, every_format / formats.get(fmt).file_name, 1)
+        pytest.skip(f"the {formats.get(fmt).host.extra} extra is not installed")
+    model = open_model(fmt, every_format / formats.get(fmt).files.file_name, 1)
     assert model.info["name"] and model.info["version"]
     for batch, (inputs, want) in read_reference(every_format / "reference.npz").items():
         got = model.predict(inputs, ["input"])

@@ -101,8 +101,8 @@ def _require_cache(bundle: Path, index_url: str | None = None) -> None:
     if index_url is not None:
         text = with_index_url(text, index_url)[0]
     entry = formats.get(opened.format)
-    with_deps = entry.with_deps_off_index if index_url is not None and entry.board_no_deps else ()
-    key = requirements_key(text, opened.wheels, fs.python, entry.board_no_deps, with_deps)
+    with_deps = entry.board.with_deps_off_index if index_url is not None and entry.board.no_deps else ()
+    key = requirements_key(text, opened.wheels, fs.python, entry.board.no_deps, with_deps)
     if not (fs.path / VENVS_DIR.lstrip("/") / key / MARKER).is_file():
         pytest.skip(f"no cached venv for this bundle's requirements in {fs.path}; {PREPARE}")
     serving = bundle / "requirements-serve.txt"  # serve.py's venv (edgekit.emulate.serve_check), from the index

@@ -76,18 +76,18 @@ def test_the_board_package_knows_every_format():
 
     assert set(FORMATS) == set(RUNTIMES) == set(formats.names())
     for name in formats.names():  # the board tells a file's format as the table does
-        assert set(runtime_class(name).suffixes) == set(formats.get(name).suffixes), name
+        assert set(runtime_class(name).suffixes) == set(formats.get(name).files.suffixes), name
 
 
 def test_table_entries_are_complete_and_consistent():
     seen_files = set()
     for name in formats.names():
         entry = formats.get(name)
-        assert entry.name == name and entry.file_name not in seen_files
-        seen_files.add(entry.file_name)
-        assert formats.by_file_name(entry.file_name) is entry
-        assert all(formats.by_suffix(suffix) is entry for suffix in entry.suffixes)
-        assert entry.runtime_footprint_mb > 0 and entry.board_runtime
+        assert entry.name == name and entry.files.file_name not in seen_files
+        seen_files.add(entry.files.file_name)
+        assert formats.by_file_name(entry.files.file_name) is entry
+        assert all(formats.by_suffix(suffix) is entry for suffix in entry.files.suffixes)
+        assert entry.board.footprint_mb > 0 and entry.board.runtime
         if entry.available():
             ops = entry.ops()
             for function in ("export_float", "copy_quantized", "predictor", "check_file"):
@@ -113,7 +113,8 @@ def test_missing_extra_names_it(monkeypatch):
 
     from edgekit.errors import UsageError
 
-    entry = replace(formats.get("executorch"), host_modules=("no_such_module_for_edgekit",))
+    entry = formats.get("executorch")
+    entry = replace(entry, host=replace(entry.host, modules=("no_such_module_for_edgekit",)))
     with pytest.raises(UsageError, match=r"pip install 'edgekit-ml\[executorch\]'"):
         entry.require()
 

@@ -38,10 +38,10 @@ def test_chain_for_every_format(fmt, digits_checkpoint, tmp_path):
     _cli("export", digits_checkpoint, "--out", tmp_path / "fp32", "--format", fmt, "--target", "rpi4")
     _, fp32 = load_manifest(tmp_path / "fp32")
     fp32_file = fp32.file(fmt)
-    assert fp32_file.path == entry.file_name and fp32_file.precision == "fp32"
+    assert fp32_file.path == entry.files.file_name and fp32_file.precision == "fp32"
     assert fp32_file.metrics["parity"]["max_abs"] <= 1e-4
     assert fp32_file.metrics["accuracy"] == pytest.approx(float_accuracy, abs=1e-9)
-    predict = entry.ops().predictor(tmp_path / "fp32" / entry.file_name, fp32_file.details)
+    predict = entry.ops().predictor(tmp_path / "fp32" / entry.files.file_name, fp32_file.details)
     for batch, (inputs, expected) in read_reference(tmp_path / "fp32" / REFERENCE_FILE).items():
         np.testing.assert_allclose(predict(inputs), expected, atol=1e-4, rtol=1e-3)
 
@@ -61,10 +61,10 @@ def test_chain_for_every_format(fmt, digits_checkpoint, tmp_path):
     assert exported.formats() == (fmt,) or list(exported.formats()) == [fmt]
     _cli("bundle", tmp_path / "int8-export", "--target", "rpi4", "--out", tmp_path / "bundle")
     info = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
-    assert info["format"] == fmt and info["model"] == entry.file_name
-    assert info["runtime"]["name"] == entry.board_runtime
+    assert info["format"] == fmt and info["model"] == entry.files.file_name
+    assert info["runtime"]["name"] == entry.board.runtime
     requirements = (tmp_path / "bundle" / "requirements.txt").read_text()
-    for dist in ("numpy", *entry.board_requirements, entry.board_runtime):
+    for dist in ("numpy", *entry.board.requirements, entry.board.runtime):
         assert f"{dist}==" in requirements
 
     # 4. verify: checksums hold
@@ -72,7 +72,7 @@ def test_chain_for_every_format(fmt, digits_checkpoint, tmp_path):
 
     # 5. the bundle's own runner, as a board runs it (no edgekit on its path)
     done = subprocess.run([sys.executable, "-P", str(tmp_path / "bundle" / "runner.py"),
-                           str(tmp_path / "bundle" / entry.file_name), "--json", str(tmp_path / "bench.json"),
+                           str(tmp_path / "bundle" / entry.files.file_name), "--json", str(tmp_path / "bench.json"),
                            "--min-runs", "5", "--min-time", "0", "--warmup", "1"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

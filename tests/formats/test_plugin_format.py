@@ -24,12 +24,14 @@ from edgekit.formats.reference import REFERENCE_FILE, read_reference
 pytestmark = pytest.mark.slow
 
 ENTRY = '''
-from edgekit.formats import Format, register, onnx
+from edgekit.formats import Board, Files, Format, Host, Quantization, register, onnx
 
 FORMAT = register(Format(
-    name="toy", file_name="model.toy", suffixes=(".toy",), backend=__name__, board_runtime="onnxruntime",
-    runtime_footprint_mb=64.0, host_modules=("onnxruntime", "onnx"), extra="core", layer_names="onnx",
-    default=False, bundle_preference=50,
+    name="toy",
+    files=Files(file_name="model.toy", suffixes=(".toy",)),
+    host=Host(backend=__name__, modules=("onnxruntime", "onnx"), extra="core", default=False),
+    board=Board(runtime="onnxruntime", footprint_mb=64.0, preference=50),
+    quantization=Quantization(layer_names="onnx"),
 ))
 
 

@@ -229,20 +229,20 @@ def test_with_index_url_keeps_only_the_users_index_and_the_pins(fmt):
     from edgekit.emulate.venv import with_index_url
 
     entry = formats.get(fmt)
-    pins = ("numpy==2.4.6", *(f"{d}==1.0.0" for d in entry.board_requirements), f"{entry.board_runtime}==2.13.0")
-    text = Pins(pins, {"name": entry.board_runtime, "version": "2.13.0"}, "manylinux_2_28_aarch64", "3.11",
-                entry.index_url, entry.extra_index_url, entry.board_no_deps).text()
+    pins = ("numpy==2.4.6", *(f"{d}==1.0.0" for d in entry.board.requirements), f"{entry.board.runtime}==2.13.0")
+    text = Pins(pins, {"name": entry.board.runtime, "version": "2.13.0"}, "manylinux_2_28_aarch64", "3.11",
+                entry.board.index_url, entry.board.extra_index_url, entry.board.no_deps).text()
     evil = text + "--index-url=https://evil.example/simple\n"
     assert ("index_url", "https://evil.example/simple") in pip_sees("--index-url https://mirror.example/simple\n" + evil)
     with pytest.raises(InputFileError, match="requirements.txt line"):
         with_index_url(evil, "https://mirror.example/simple")
     replaced, old = with_index_url(text, "https://mirror.example/simple")
-    assert old == entry.index_url
+    assert old == entry.board.index_url
     seen = pip_sees(replaced)
     assert [value for kind, value in seen if kind == "requirement"] == list(pins)
     assert [value for kind, value in seen if kind == "index_url"] == ["https://mirror.example/simple"]
     assert {kind for kind, _ in seen} <= {"requirement", "index_url", "extra_index_urls"}
-    assert [value for kind, value in seen if kind == "extra_index_urls"] == ([[entry.extra_index_url]] if entry.extra_index_url else [])
+    assert [value for kind, value in seen if kind == "extra_index_urls"] == ([[entry.board.extra_index_url]] if entry.board.extra_index_url else [])
 
 
 def test_ensure_venv_refuses_pip_options_before_touching_the_rootfs(tmp_path):

@@ -50,7 +50,7 @@ def test_the_model_really_diverges_in_int8():
 @pytest.mark.parametrize("fmt", formats.names())
 def test_quantize_refuses_a_diverged_int8_file(fmt, method, calib, tmp_path):
     if not formats.get(fmt).available():
-        pytest.skip(f"the {formats.get(fmt).extra} extra is not installed")
+        pytest.skip(f"the {formats.get(fmt).host.extra} extra is not installed")
     out = tmp_path / "int8"
     extra = ["--calib", str(calib)] if method == "static" else []
     result = runner.invoke(app, ["quantize", *SOURCE, "--method", method, "--format", fmt, *extra,
@@ -78,7 +78,7 @@ def _with_other_reference(artifact: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("fmt", [name for name in formats.names() if formats.get(name).default])
+@pytest.mark.parametrize("fmt", [name for name in formats.names() if formats.get(name).host.default])
 def test_export_refuses_an_int8_file_that_no_longer_matches_the_float_model(good_int8, fmt, tmp_path):
     tampered = _with_other_reference(good_int8, tmp_path / "q")
     manifest = json.loads((tampered / "manifest.json").read_text())

@@ -13,7 +13,7 @@ from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import layer_lister, route
 
-FILE = FORMAT.file_name
+FILE = FORMAT.files.file_name
 
 
 def _per_channel(job, config) -> bool:

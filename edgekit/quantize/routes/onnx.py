@@ -8,7 +8,7 @@ from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import layer_lister, route
 
-FILE = FORMAT.file_name
+FILE = FORMAT.files.file_name
 
 
 def _check_quantizable(job, kept_by_rule) -> None:

@@ -67,7 +67,7 @@ def candidate_recipes(src, has_calib: bool, formats: tuple[str, ...], transforme
     (``quantize/toolkits/fusion.py``: ORT's own session fusions, ORT's transformer optimizer) are candidates
     beside the default one."""
     out = [("dynamic", "dynamic", {})]
-    onnx_graph = any(table.get(name).onnx_graph for name in formats)
+    onnx_graph = any(table.get(name).quantization.onnx_graph for name in formats)
     if transformer and onnx_graph:
         out.append(("dynamic-fused", "dynamic", {"fusion": "transformer"}))
         out.append(("dynamic-runtime", "dynamic", {"fusion": "runtime"}))
@@ -130,6 +130,7 @@ def quantize_auto(
         raise UsageError(f"max drop must be between 0 and 100 points, got {budget!r}")
     # an .onnx file has no torch model; transformers go the ONNX way
     formats = table.check(formats) if formats else table.default_names(need_torch=src.kind not in ("onnx", "hf"))
+    specs = {name: table.get(name) for name in formats}  # each format resolved once for the whole search
     settings = {"warmup": 5, "min_runs": 30, "min_time_s": 0.5, **(bench_settings or {})}
     # bench settings: threads, warmup, min_runs, min_time_s, input_file (default: the reference inputs)
 
@@ -143,12 +144,12 @@ def quantize_auto(
         candidates: list[Candidate] = []
         built: list[tuple[Candidate, object]] = []
         plan = []
-        transformer = (any(table.get(f).onnx_graph for f in formats)
+        transformer = (any(spec.quantization.onnx_graph for spec in specs.values())
                        and bool(onnx_graphs.fused_onnx(job, "no-skip-ln")[1].get("skip_layernorm_blocked")))
         for name, method, options in candidate_recipes(src, True, formats, transformer):
             for fmt in formats:
-                onnx_graph = table.get(fmt).onnx_graph
-                if not src.has_torch and table.get(fmt).needs_torch_model:
+                onnx_graph = specs[fmt].quantization.onnx_graph
+                if not src.has_torch and specs[fmt].host.needs_torch_model:
                     continue
                 if not onnx_graph and "fusion" in options:
                     continue  # graph layouts are an ONNX matter
@@ -159,12 +160,12 @@ def quantize_auto(
                     if calib is None else None)
         for name, method, options, fmt in list(plan):
             if calibrated(method) and no_calib:  # listed, not built: the table says why
-                label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
+                label = name if specs[fmt].quantization.onnx_graph else f"{method}-{fmt}"
                 candidates.append(Candidate(label, method, fmt, options, skipped=no_calib))
                 plan.remove((name, method, options, fmt))
         for name, method, options, fmt in plan:
             extra = {"calib": calib, **reading} if calibrated(method) else {}
-            label = name if table.get(fmt).onnx_graph else f"{method}-{fmt}"
+            label = name if specs[fmt].quantization.onnx_graph else f"{method}-{fmt}"
             cand = Candidate(label, method, fmt, options)
             candidates.append(cand)
             report(progress, "auto", len(candidates) - 1, len(plan), f"building {label} ({fmt})")
@@ -190,7 +191,7 @@ def quantize_auto(
             built.append((cand, entry))
 
         timed = [c for c, _ in built]
-        floats = _float_files(job, formats)
+        floats = _float_files(job, specs)
         paths = [Path(c.path) for c in timed] + [p for _, p in floats]
         if settings.get("input_file") is None:  # time every candidate on the same batch-1 reference inputs
             import numpy as np
@@ -221,7 +222,7 @@ def quantize_auto(
             for rel in entry.paths():
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
             details = {**entry.details, "auto_recipe": cand.name}
-            if with_report and table.get(fmt).onnx_graph:
+            if with_report and specs[fmt].quantization.onnx_graph:
                 ranges = None
                 if calibrated(cand.method):
                     chosen = make_config(cand.method, calib=calib, formats=(fmt,), **reading, **cand.options)
@@ -262,8 +263,8 @@ def _shapes(path) -> dict:
         return {name: list(data[name].shape) for name in data.files}
 
 
-def _float_files(job, formats) -> list[tuple[str, Path]]:
-    """The float model in each format (each in a folder with a manifest), for the latency baseline."""
+def _float_files(job, specs: dict) -> list[tuple[str, Path]]:
+    """The float model in each format of ``specs`` (name -> entry), each in a folder with a manifest, for the latency baseline."""
     from edgekit import onnx_files
     from edgekit.artifacts import describe_file
 
@@ -272,20 +273,19 @@ def _float_files(job, formats) -> list[tuple[str, Path]]:
     from edgekit.sources.onnx_exporter import preferred_exporter
 
     out = []
-    for fmt in formats:
-        entry = table.get(fmt)
-        if entry.needs_torch_model and not job.source.has_torch:
+    for fmt, entry in specs.items():
+        if entry.host.needs_torch_model and not job.source.has_torch:
             continue
         folder = job.scratch / f"fp32-{fmt}"
         folder.mkdir()
-        path = folder / entry.file_name
-        if not entry.needs_torch_model:  # the float graph quantization started from
+        path = folder / entry.files.file_name
+        if not entry.host.needs_torch_model:  # the float graph quantization started from
             onnx_files.copy(onnx_graphs.float_onnx(job), path)
         else:
             entry.ops().export_float(job.float_model(), FloatExport(
                 path=path, examples=job.example_inputs(), inputs=job.source.inputs, outputs=job.source.outputs,
                 provenance={}, family=job.source.label, onnx_preference=preferred_exporter(job.source.label),
                 opset=job.target.onnx_opset))
-        stamp(folder, describe_file(folder, entry.file_name, fmt, precision="fp32"), job.source, job.target)
+        stamp(folder, describe_file(folder, entry.files.file_name, fmt, precision="fp32"), job.source, job.target)
         out.append((fmt, path))
     return out

@@ -184,7 +184,7 @@ def _latency(job, int8_path: Path, final_path: Path, fmt: str) -> dict:
         folder.mkdir(exist_ok=True)
         from edgekit import formats
 
-        name = formats.get(fmt).file_name
+        name = formats.get(fmt).files.file_name
         shutil.copyfile(path, folder / name)
         stamp(folder, describe_file(folder, name, fmt, precision="int8"), job.source, job.target)  # inputs for the runner
         copies.append(folder / name)
