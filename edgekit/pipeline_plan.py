@@ -129,17 +129,19 @@ def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None) -> tuple[
 
     runs = []
     for name, config_type, given in entries:
-        groups = list(table.by_qat_api(formats).values()) if config_type.trains else [tuple(formats)]
+        groups = list(table.by_qat_api(formats).values()) if config_type.trains else [formats]
+        fill = {"calib": calib} if _takes_plan_calib(config_type, given) else {}
         for i, group in enumerate(groups):
-            label = name if i == 0 else f"{name}-{group[0]}"
-            if given is None:
-                config = make_config(name, formats=tuple(group), **({"calib": calib} if config_type.calibrated else {}))
-            else:
-                own_calib = config_type.calibrated and getattr(given, "calib", None) is not None
-                config = dataclasses.replace(given, formats=tuple(group),
-                                             **({"calib": calib} if config_type.calibrated and not own_calib else {}))
-            runs.append(QuantRun(label, config))
+            group = tuple(group)
+            config = (make_config(name, formats=group, **fill) if given is None
+                      else dataclasses.replace(given, formats=group, **fill))
+            runs.append(QuantRun(name if i == 0 else f"{name}-{group[0]}", config))
     return tuple(runs)
+
+
+def _takes_plan_calib(config_type: type, given) -> bool:
+    """A calibrated method takes the plan's calibration data unless its config object names its own."""
+    return config_type.calibrated and getattr(given, "calib", None) is None
 
 
 def _model(config):
@@ -202,11 +204,11 @@ def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str,
     explicit = config.methods is not None
     entries = [method_entry(entry) for entry in (config.methods if explicit else DEFAULT_METHODS)]
     labelled = task.get("type") == "classification" and bool(task.get("dataset"))
-    untrained = ",".join(m for m in DEFAULT_METHODS if not method_entry(m)[1].trains)
     for method, config_type, _ in entries:
         if not config_type.trains:
             continue
         called = config_type.called(method)
+        untrained = ",".join(m for m in DEFAULT_METHODS if not method_entry(m)[1].trains)
         if torchless:
             raise UsageError(f"{name} is an ONNX file: {called} needs the PyTorch model and its training data; "
                              f"choose --methods {untrained}")
@@ -215,9 +217,7 @@ def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str,
                              f"{name} has none: choose --methods {untrained}")
     calib = config.calib
     skipped = []
-    # a config object that names its own calibration data needs no other
-    needing = tuple(m for m, config_type, given in entries
-                    if config_type.calibrated and getattr(given, "calib", None) is None)
+    needing = tuple(m for m, config_type, given in entries if _takes_plan_calib(config_type, given))
     if needing and calib is None:
         calib = default_calibration(task.get("dataset"))
         if calib is None:
