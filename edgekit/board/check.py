@@ -18,8 +18,10 @@ document to stdout (or writes --json), then one plain verdict line, the last lin
 
 ``outputs_sha256`` hashes the model's float32 outputs (little-endian, C order): equal hashes on
 host and board mean bit-identical results; different CPUs may legitimately differ in the last
-bits, which ``max_abs``/``cosine`` against the float reference measure. Exit codes: 0 ok (or no
-limits given), 1 a limit broken or the model failed, 2 usage error.
+bits, which ``max_abs``/``cosine`` against the float reference measure. Whatever the limits (none
+given, or turned off with ``--max-abs inf``), a cosine below ``COSINE_FLOOR`` fails: outputs that
+far from the reference (negated, zeroed, random) are not the model's. Exit codes: 0 ok, 1 a limit
+broken or the model failed, 2 usage error. ``edgekit-run check`` is this script's C++ twin.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from pathlib import Path
 from .errors import BoardError, BoardUsageError, first_line
 from .inputs import read_reference
 from .manifest import FORMATS, detect_format, read_json_object
+from .outfile import check_output_path, write_atomic
 from .runtimes import open_model
 
 SCHEMA = "edgekit.check_outputs"
 SCHEMA_VERSION = 1
+COSINE_FLOOR = 0.5  # no option turns it off; quantized programs keep cosine > 0.9 (parity.INT8_MIN_COSINE 0.95)
 
 
 def describe(folder: Path, model: str | None, fmt: str | None) -> tuple[Path, str, dict, list[str]]:
@@ -87,6 +91,8 @@ def compare(got, want) -> dict:
 
 
 def check(args, folder: Path) -> dict:
+    if args.json:
+        check_output_path(args.json, "--json")  # before the model runs, not after
     folder = Path(args.model).resolve().parent if args.model else folder
     model, fmt, entry, order = describe(folder, args.model, args.format)
     reference = Path(args.reference) if args.reference else folder / "reference.npz"
@@ -121,6 +127,9 @@ def check(args, folder: Path) -> dict:
         failures.append(f"cosine {doc['cosine']:.6f} < {args.min_cosine:g}")
     if args.min_top1 is not None and doc["top1_agreement"] is not None and doc["top1_agreement"] < args.min_top1:
         failures.append(f"top1_agreement {doc['top1_agreement']:.4f} < {args.min_top1:g}")
+    if not doc["cosine"] >= COSINE_FLOOR and not any(f.startswith("cosine ") for f in failures):
+        failures.append(f"cosine {doc['cosine']:.6f} < {COSINE_FLOOR:g} (the floor no limit turns off: "
+                        "these are not the model's outputs)")
     doc["ok"], doc["failures"] = not failures, failures
     return doc
 
@@ -167,10 +176,14 @@ def main(argv=None, folder: str | Path | None = None) -> int:
         return 1
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if args.json:
-        tmp = f"{args.json}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, args.json)
+        try:
+            write_atomic(args.json, lambda fh: fh.write(text.encode("utf-8")), "--json")
+        except BoardUsageError as exc:
+            print(f"Error: {first_line(exc)}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"Error: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     print(verdict(doc), flush=True)

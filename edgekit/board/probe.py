@@ -19,31 +19,25 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BoardError, BoardUsageError, first_line
 from .inputs import read_reference
 from .manifest import FORMATS, detect_format
+from .outfile import check_output_path, write_atomic
 from .runtimes import open_model
 
 
 def save_npz(path: str, arrays: dict) -> None:
     import numpy as np
 
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".probe.", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(path, lambda fh: np.savez(fh, **arrays), "OUT")
 
 
 def probe(args) -> dict:
     import numpy as np
+
+    check_output_path(args.out, "OUT")
 
     fmt = detect_format(Path(args.model), None, args.format)
     runtime = open_model(fmt, Path(args.model), args.threads, args.engine)

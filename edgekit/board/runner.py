@@ -32,14 +32,12 @@ input ends the runner (exit 0) without a result.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import gc
 import json
 import math
 import os
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -49,6 +47,7 @@ from .facts import host_facts, peak_rss_mb, rss_mb, usable_cores
 from .inputs import load_npz, make_inputs, parse_shape, resolve_specs
 from .manifest import FORMATS, detect_format, model_info, read_manifest_entry
 from .nativelog import native_detail
+from .outfile import check_output_path, write_atomic
 from .runtimes import runtime_class
 from .stats import summarize_ns
 from .timing import gc_paused, settle, timed_calls, timed_until
@@ -167,24 +166,9 @@ def document(result: dict) -> dict:
 
 
 def write_json_atomic(path: str, obj) -> None:
-    """Write to a temporary file beside ``path``, fsync, then rename over it."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; match a plain open()
-        os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    """Write to a temporary file beside ``path``, fsync, then rename over it (see outfile.py)."""
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    write_atomic(path, lambda fh: fh.write(text.encode("utf-8")), "--json", make_parents=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,6 +303,8 @@ def main(argv=None, out=None, protect_stdout: bool = False) -> int:
 
 def _main(argv, out) -> int:
     args = parse_args(argv)
+    if args.json and args.json != "-":
+        check_output_path(args.json, "--json")  # before the model loads, not after it ran
     bench = Benchmark(args)
     if args.serve:
         return serve(bench, sys.stdin, out)

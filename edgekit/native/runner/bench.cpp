@@ -19,6 +19,7 @@
 #include "runtime_log.h"
 #include "stats.h"
 #include "text.h"
+#include "watchdog.h"
 #include "timing.h"
 
 namespace edgekit {
@@ -55,6 +56,7 @@ ArgParser bench_parser() {
   p.add({"--mode", true, false, {"local", "remote", "emulated"}, "MODE", "how this run was started (default local)"});
   p.add({"--target", true, false, {}, "NAME", "target name to record in the result"});
   p.add({"--seed", true, false, {}, "N", "seed of the random inputs (default 0)"});
+  add_timeout_option(p, kDefaultStepLimitS);
   p.add({"--samples-json", true, false, {}, "FILE", "write the timed calls' ns here (debugging)", true});
   return p;
 }
@@ -345,6 +347,7 @@ int bench_command(const std::vector<std::string>& argv) {
     emit(parser.usage());
     return kExitOk;
   }
+  apply_timeout_option(parsed, kDefaultStepLimitS);
   BenchArgs args = parse_bench(parsed);
   std::vector<std::string> inputs = {args.model};
   if (!args.input.empty()) inputs.push_back(args.input);
@@ -358,10 +361,10 @@ int bench_command(const std::vector<std::string>& argv) {
   if (!args.samples_json.empty()) {
     Json ns = Json::array();
     for (int64_t s : bench.samples()) ns.push(static_cast<long long>(s));
-    write_file_atomic(args.samples_json, ns.dump() + "\n", true);
+    write_file_atomic(args.samples_json, ns.dump() + "\n", true, "--samples-json");
   }
   if (!args.json.empty() && args.json != "-") {
-    write_file_atomic(args.json, text, true);
+    write_file_atomic(args.json, text, true, "--json");
   } else if (!emit(text)) {
     throw RunError("cannot write the result to stdout");
   }

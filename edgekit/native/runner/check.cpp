@@ -13,6 +13,7 @@
 #include "program.h"
 #include "sha256.h"
 #include "text.h"
+#include "watchdog.h"
 
 namespace edgekit {
 
@@ -34,6 +35,7 @@ ArgParser check_parser() {
   p.add({"--min-cosine", true, false, {}, "X", "fail when the cosine similarity is below this"});
   p.add({"--min-top1", true, false, {}, "X", "fail when top-1 agreement (0..1) is below this"});
   p.add({"--json", true, false, {}, "OUT", "write the JSON here instead of stdout"});
+  add_timeout_option(p, kDefaultStepLimitS);
   return p;
 }
 
@@ -248,6 +250,12 @@ Json check(const CheckArgs& args, const std::string& format_arg) {
   if (args.min_top1 && worst_top1 && *worst_top1 < *args.min_top1) {
     failures.push("top1_agreement " + py_format(*worst_top1, ".4f") + " < " + py_format(*args.min_top1, "g"));
   }
+  // As check.py's COSINE_FLOOR: no option turns it off (negated, zeroed or random outputs fail).
+  constexpr double kCosineFloor = 0.5;
+  if (!(worst_cos >= kCosineFloor) && !(args.min_cosine && !(worst_cos >= *args.min_cosine))) {
+    failures.push("cosine " + py_format(worst_cos, ".6f") + " < " + py_format(kCosineFloor, "g") +
+                  " (the floor no limit turns off: these are not the model's outputs)");
+  }
   doc.set("ok", failures.items().empty());
   doc.set("failures", failures);
   return doc;
@@ -262,6 +270,7 @@ int check_command(const std::vector<std::string>& argv) {
     emit(parser.usage());
     return kExitOk;
   }
+  apply_timeout_option(parsed, kDefaultStepLimitS);
   CheckArgs args;
   if (parsed.has("--model")) args.model = parsed.last("--model");
   if (parsed.has("--reference")) args.reference = parsed.last("--reference");
@@ -275,7 +284,7 @@ int check_command(const std::vector<std::string>& argv) {
   Json doc = check(args, parsed.has("--format") ? parsed.last("--format") : "");
   std::string text = doc.dump(2, true) + "\n";
   if (!args.json.empty()) {
-    write_file_atomic(args.json, text, false);
+    write_file_atomic(args.json, text, false, "--json");
   } else {
     emit(text);
   }

@@ -79,10 +79,38 @@ void make_folders(const std::string& folder) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& data, bool make_parents) {
+void check_output_path(const std::string& path, const std::string& flag) {
+  std::string shown = head_chars(path, 300);
+  if (path.empty()) throw UsageError(flag + " must name a file");
+  std::string name = basename_of(path);
+  if (name == "." || name == ".." || name == "/" || path.back() == '/') {
+    throw UsageError(flag + " " + shown + " must name a file");
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;  // absent (or its folder is: writing says so)
+  const char* what = nullptr;
+  if (S_ISLNK(st.st_mode)) {
+    throw UsageError(flag + " " + shown + " is a symbolic link; give a plain file path");
+  } else if (S_ISDIR(st.st_mode)) {
+    throw UsageError(flag + " " + shown + " is a folder; give a file path");
+  } else if (S_ISFIFO(st.st_mode)) {
+    what = "a FIFO";
+  } else if (S_ISCHR(st.st_mode)) {
+    what = "a character device";
+  } else if (S_ISBLK(st.st_mode)) {
+    what = "a block device";
+  } else if (S_ISSOCK(st.st_mode)) {
+    what = "a socket";
+  } else if (!S_ISREG(st.st_mode)) {
+    what = "a special file";
+  }
+  if (what != nullptr) throw UsageError(flag + " " + shown + " is " + what + ", not a regular file; give a file path");
+}
+
+void write_file_atomic(const std::string& path, const std::string& data, bool make_parents, const std::string& flag) {
+  check_output_path(path, flag);
   std::string folder = dirname_of(path);
   if (make_parents) make_folders(folder);
-  if (is_dir(path)) throw UsageError("cannot write " + path + ": it is a folder");
   std::string templ = join_path(folder, "." + basename_of(path) + ".XXXXXX.tmp");
   std::vector<char> name(templ.begin(), templ.end());
   name.push_back('\0');
@@ -103,6 +131,14 @@ void write_file_atomic(const std::string& path, const std::string& data, bool ma
   ok = ok && ::fsync(fd) == 0 && ::fchmod(fd, 0666 & ~mask) == 0;
   if (!ok) saved = errno;
   ok = ::close(fd) == 0 && ok;
+  if (ok) {
+    try {
+      check_output_path(path, flag);  // what is there may have changed while the program ran
+    } catch (const UsageError&) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
   if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
     saved = errno;
     ok = false;

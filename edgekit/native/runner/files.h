@@ -16,10 +16,16 @@ int64_t file_size(const std::string& path);  // -1 when it cannot be stat'ed
 // The whole file, refusing one larger than max_bytes; UsageError naming `what` otherwise.
 std::string read_file(const std::string& path, uint64_t max_bytes, const std::string& what);
 
+// UsageError unless `path` (given as `flag`) is a regular file or nothing yet: a rename over a
+// device (/dev/null), a FIFO, a socket, a folder or a symbolic link would replace what is there
+// (or write where the link points), so those are refused, as edgekit.outputs.check_report_paths does.
+void check_output_path(const std::string& path, const std::string& flag);
+
 // Writes data to a temporary file beside path (".NAME.XXXXXX.tmp"), fsyncs it, gives it the mode a
 // plain open() would (0666 & ~umask) and renames it over path. With make_parents, creates missing
-// folders first (as runner.py's write_json_atomic). UsageError when it cannot.
-void write_file_atomic(const std::string& path, const std::string& data, bool make_parents);
+// folders first (as runner.py's write_json_atomic). check_output_path(path, flag) holds before the
+// temporary is made and again right before the rename. UsageError when it cannot.
+void write_file_atomic(const std::string& path, const std::string& data, bool make_parents, const std::string& flag);
 
 // str(pathlib.PurePath(text)): repeated and trailing slashes and "." parts dropped.
 std::string normalize_path(const std::string& text);

@@ -19,6 +19,7 @@
 #include "manifest.h"
 #include "program.h"
 #include "text.h"
+#include "watchdog.h"
 #include "timing.h"
 
 namespace edgekit {
@@ -91,11 +92,13 @@ int generate_command(const std::vector<std::string>& argv) {
   parser.add({"--near-tie", true, false, {}, "LOGITS",
               "with --expect-ids: where the reply leaves them, feed the expected ids instead and accept a position "
               "whose own pick beats the expected id by at most this many logits (another CPU's rounding; default 0.25)"});
+  add_timeout_option(parser, kGenerateStepLimitS);
   ParsedArgs parsed = parser.parse(argv);
   if (parsed.help) {
     emit(parser.usage());
     return kExitOk;
   }
+  apply_timeout_option(parsed, kGenerateStepLimitS);
   const std::string& model = parsed.positionals[0];
   if (!parsed.has("--prompt-ids")) throw UsageError("--prompt-ids is required (the prompt's token ids)");
   if (!parsed.has("--context")) throw UsageError("--context is required (the program's KV-cache length, from its manifest)");

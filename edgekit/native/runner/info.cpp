@@ -8,6 +8,7 @@
 #include "program.h"
 #include "sha256.h"
 #include "text.h"
+#include "watchdog.h"
 
 namespace edgekit {
 
@@ -39,11 +40,13 @@ Json strings(const std::vector<std::string>& values) {
 int info_command(const std::vector<std::string>& argv) {
   ArgParser parser("edgekit-run info", {"model"});
   parser.add({"--threads", true, false, {}, "N", "XNNPACK threads (default 1)"});
+  add_timeout_option(parser, kDefaultStepLimitS);
   ParsedArgs parsed = parser.parse(argv);
   if (parsed.help) {
     emit(parser.usage());
     return kExitOk;
   }
+  apply_timeout_option(parsed, kDefaultStepLimitS);
   std::string path = normalize_path(parsed.positionals[0]);
   int64_t threads = parsed.has("--threads") ? parse_int("--threads", parsed.last("--threads")) : 1;
   if (threads < 1 || threads > 1024) {

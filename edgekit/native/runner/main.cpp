@@ -22,6 +22,7 @@
 #include "files.h"
 #include "runtime_log.h"
 #include "text.h"
+#include "watchdog.h"
 
 namespace edgekit {
 
@@ -104,6 +105,7 @@ std::string utc_now_iso() {
 }
 
 void refuse_overwrite(const std::string& out, const std::vector<std::string>& inputs, const std::string& option) {
+  check_output_path(out, option);
   for (const auto& input : inputs) {
     if (!input.empty() && (same_file(out, input) || resolve_path(out) == resolve_path(input))) {
       throw UsageError(option + " " + out + " is one of the command's inputs (" + input + "); choose another file");
@@ -121,6 +123,8 @@ int main(int argc, char** argv) {
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   ::sigaction(SIGINT, &action, nullptr);
+  install_crash_handlers(stderr_fd);
+  limit_memory();
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     return dispatch(args);
@@ -132,5 +136,7 @@ int main(int argc, char** argv) {
     return fail("out of memory", kExitFailed);
   } catch (const std::exception& e) {
     return fail(std::string("unexpected failure: ") + e.what(), kExitFailed);
+  } catch (...) {
+    return fail("unexpected failure (an exception of unknown type)", kExitFailed);
   }
 }

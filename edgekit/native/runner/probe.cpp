@@ -10,6 +10,7 @@
 #include "npz.h"
 #include "program.h"
 #include "text.h"
+#include "watchdog.h"
 
 namespace edgekit {
 
@@ -18,11 +19,13 @@ int probe_command(const std::vector<std::string>& argv) {
   parser.add({"--format", true, false, {"executorch"}, "executorch", "the runtime (only ExecuTorch here)"});
   parser.add({"--threads", true, false, {}, "N", "XNNPACK threads (default 1)"});
   parser.add({"--inputs", true, false, {}, "NAME,NAME", "input names in call order"});
+  add_timeout_option(parser, kDefaultStepLimitS);
   ParsedArgs parsed = parser.parse(argv);
   if (parsed.help) {
     emit(parser.usage());
     return kExitOk;
   }
+  apply_timeout_option(parsed, kDefaultStepLimitS);
   std::string model = parsed.positionals[0], reference = parsed.positionals[1], out = parsed.positionals[2];
   int64_t threads = parsed.has("--threads") ? parse_int("--threads", parsed.last("--threads")) : 1;
   if (threads < 1) throw UsageError(format("--threads must be at least 1, got %lld", static_cast<long long>(threads)));
@@ -64,7 +67,7 @@ int probe_command(const std::vector<std::string>& argv) {
     }
     batches.push(static_cast<long long>(c.batch));
   }
-  write_file_atomic(out, write_npz(outputs), false);
+  write_file_atomic(out, write_npz(outputs), false, "OUT");
   Json providers = Json::array();
   for (const auto& b : registered_backends()) providers.push(b);
   Json runtime = Json::object()

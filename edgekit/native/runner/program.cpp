@@ -25,6 +25,7 @@
 #include "host_facts.h"
 #include "runtime_log.h"
 #include "text.h"
+#include "watchdog.h"
 
 namespace edgekit {
 
@@ -171,6 +172,7 @@ struct Model::Impl {
   }
 
   void execute(const std::vector<const InputTensor*>& tensors) {
+    StepTimer step("running " + name);
     for (size_t i = 0; i < tensors.size(); ++i) {
       et::Error e = method->set_input(tensors[i]->value(), i);
       if (e != et::Error::Ok) {
@@ -228,6 +230,7 @@ Model::Model(const std::string& path, bool load_method) : impl_(std::make_unique
     if (!ok) m.fail("no ExecuTorch file identifier (truncated, or another format)");
   }
   clear_runtime_errors();
+  StepTimer step("loading " + m.name);
   auto loader = executorch::extension::FileDataLoader::from(path.c_str());
   if (!loader.ok()) m.fail("cannot open it (" + error_name(loader.error()) + ")");
   m.loader = std::make_unique<executorch::extension::FileDataLoader>(std::move(loader.get()));
