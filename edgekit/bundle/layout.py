@@ -61,7 +61,47 @@ def read_bundle_json(folder: str | Path) -> dict:
     threads = info.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
         raise InputFileError(f"{where} is malformed: threads {threads!r} must be an integer between 1 and 1024")
+    if "native" in info:
+        _check_native(info["native"], where)
     return info
+
+
+_NATIVE_TEXT = ("compiler", "executorch_version", "executorch_source", "executorch_wheel_sha256", "build_key")
+
+
+def _check_native(native, where: Path) -> None:
+    """A native bundle's ``native`` section: the values that pick a compiler, an emulated CPU, the
+    files a board runs and the lines of README.txt, each in the form ``bundle.native`` writes."""
+    from edgekit.native.toolchain import CPU_NAME, CROSS
+
+    def bad(key: str, value, rule: str):
+        raise InputFileError(f"{where} is malformed: native {key} {str(value)[:60]!r} {rule}")
+
+    if not isinstance(native, dict):
+        raise InputFileError(f"{where} is malformed: native must be an object, not {type(native).__name__}")
+    if native.get("runner") != "edgekit-run":
+        bad("runner", native.get("runner"), "must be 'edgekit-run'")
+    if native.get("entry") != "run.sh":
+        bad("entry", native.get("entry"), "must be 'run.sh'")
+    arch = native.get("arch")
+    if not isinstance(arch, str) or arch not in CROSS:
+        bad("arch", arch, f"must be one of {', '.join(CROSS)}")
+    cpu = native.get("cpu")
+    if cpu is not None and (not isinstance(cpu, str) or not CPU_NAME.match(cpu)):
+        bad("cpu", cpu, "must be a CPU name such as cortex-a72 (a-z 0-9 . + _ -) or null")
+    libraries = native.get("libraries")
+    if not isinstance(libraries, list) or len(libraries) > 64:
+        bad("libraries", libraries, "must be a list of lib/NAME.so paths")
+    for item in libraries:
+        if not isinstance(item, str) or not _LIBRARY.fullmatch(item):
+            bad("library", item, "must be lib/NAME.so (a file name of A-Z a-z 0-9 . _ - in lib/)")
+    for key in _NATIVE_TEXT:
+        value = native.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > 200 or not value.isprintable()):
+            bad(key, value, "must be printable text of at most 200 characters, or null")
+
+
+_LIBRARY = re.compile(r"lib/[A-Za-z0-9_][A-Za-z0-9._-]{0,99}\.so(\.[0-9]+)*")
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9._-]{1,64}")  # with fullmatch: "$" would let a trailing newline through

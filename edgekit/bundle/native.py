@@ -101,13 +101,18 @@ def entry_script(what: str, target_name: str, usage: list[str], commands: dict[s
     lines = ["#!/bin/sh", f"# edgekit native bundle for {target_name}: {what}.",
              *[f"#   {line}" for line in usage], "set -eu",
              'here=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)', "command=${1:-check}",
-             '[ "$#" -gt 0 ] && shift', 'case "$command" in']
+             '[ "$#" -gt 0 ] && shift',
+             # verify goes on to check in this shell: "$0" is "run.sh" (no slash) under `sh run.sh`
+             'if [ "$command" = verify ]; then',
+             '  if ! bad=$(cd "$here" && sha256sum -c --quiet SHA256SUMS 2>/dev/null); then',
+             '    bad=$(printf %s "$bad" | tr "\\n" " " | tr -d "\\000-\\037\\177")',
+             '    echo "Error: the bundle\'s files do not match SHA256SUMS: ${bad:-sha256sum -c failed}" >&2; exit 1',
+             '  fi', '  command=check', 'fi', 'case "$command" in']
     for name, args in commands.items():
         extra = "" if name == "info" else ' "$@"'
         lines.append(f'  {name}) exec "$here/{RUNNER}" {args}{extra} ;;')
     names = ", ".join([*commands, "verify"][:-1]) + " or verify"
-    lines += ['  verify) (cd "$here" && sha256sum -c --quiet SHA256SUMS) && exec "$0" check "$@" ;;',
-              f'  *) echo "Error: unknown command $command; use {names}" >&2; exit 2 ;;', "esac", ""]
+    lines += [f'  *) echo "Error: unknown command $command; use {names}" >&2; exit 2 ;;', "esac", ""]
     return "\n".join(lines)
 
 

@@ -3,7 +3,9 @@
 One build per (sources, ExecuTorch build, compiler, CPU flags), kept in the ``native`` part of
 edgekit's cache as a folder that runs as it is: ``edgekit-run`` plus ``lib/`` with the libraries
 it may load (RUNPATH ``$ORIGIN/lib``, so a copy of the folder runs from anywhere). The compiler
-is started with an argument list; the build is written under a temporary name and renamed.
+is started with an argument list; the build is written under a temporary name and renamed. The
+compiler's own temporary files go there too (TMPDIR), so a killed build leaves nothing in /tmp,
+and the next build of the entry removes what a killed one left in it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ LINKED = ("libexecutorch.so", "libexecutorch_threadpool.so", "libexecutorch_back
 # ... and loaded at start when they sit in lib/ (a program with operators outside the delegate needs them).
 KERNELS = ("libexecutorch_kernels_optimized.so", "libexecutorch_kernels_quantized.so")
 BUILT = "build.json"  # written last into a finished build's folder
+BUILD_PREFIX = ".build."  # a build in progress, in the entry's folder
 COMPILE_TIMEOUT_S = 900.0
 Progress = Callable[[str], None]
 
@@ -80,19 +83,24 @@ def link_argv(toolchain: Toolchain, dist: ExecutorchDist, objects: list[Path], o
 
 
 def compile_runner(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None, out: Path) -> None:
-    """Every source to an object file (one compiler per core at a time), then the link."""
+    """Every source to an object file (one compiler per core at a time), then the link; the
+    compiler's temporary files in a folder beside ``out``, removed with it."""
     from concurrent.futures import ThreadPoolExecutor
 
     folder = out.parent
+    scratch = folder / ".cc-tmp"
+    scratch.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
     units = [p for p in sources() if p.suffix == ".cpp"]
     objects = [folder / f"{p.stem}.o" for p in units]
     flags = compile_flags(toolchain, dist, cpu)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda pair: _compile([toolchain.cxx, *flags, "-c", str(pair[0]), "-o", str(pair[1])]),
+        list(pool.map(lambda pair: _compile([toolchain.cxx, *flags, "-c", str(pair[0]), "-o", str(pair[1])], env),
                       zip(units, objects)))
-    _compile(link_argv(toolchain, dist, objects, out))
+    _compile(link_argv(toolchain, dist, objects, out), env)
     for path in objects:
         path.unlink()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = None) -> NativeRunner:
@@ -108,8 +116,9 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
     with _locked(entry / ".build.lock"):
         if _built(entry, key):
             return runner
+        _remove_killed_builds(entry)
         progress(f"compiling {RUNNER_NAME} for {arch}{f' ({cpu})' if cpu else ''} with {Path(toolchain.cxx).name}")
-        with tempfile.TemporaryDirectory(prefix=".build.", dir=entry) as tmp:
+        with tempfile.TemporaryDirectory(prefix=BUILD_PREFIX, dir=entry) as tmp:
             staged = Path(tmp) / RUNNER_NAME
             compile_runner(toolchain, dist, cpu, staged)
             (Path(tmp) / "lib").mkdir()
@@ -130,6 +139,14 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
                                    "executorch_source": dist.source, "wheel_sha256": dist.wheel_sha256})
         _prune_older(entry, arch, cpu)
     return runner
+
+
+def _remove_killed_builds(entry: Path) -> None:
+    """The ``.build.*`` folders of builds that were killed (SIGKILL skips their clean-up). Called
+    under the entry's build lock: no build of this entry is running, so every one is dead."""
+    for path in entry.glob(f"{BUILD_PREFIX}*"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _prune_older(current: Path, arch: str, cpu: str | None) -> None:
@@ -174,10 +191,10 @@ def _built(entry: Path, key: str) -> bool:
     return isinstance(doc, dict) and doc.get("key") == key and (entry / RUNNER_NAME).is_file()
 
 
-def _compile(argv: list[str]) -> None:
+def _compile(argv: list[str], env: dict | None = None) -> None:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired:
         raise EdgekitError(f"compiling the native runner did not finish within {COMPILE_TIMEOUT_S:g} s") from None
     if done.returncode != 0:

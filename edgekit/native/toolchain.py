@@ -18,7 +18,7 @@ CROSS = {
 }
 NATIVE = ("g++", "c++")
 NATIVE_PACKAGE = "g++"
-_CPU = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,39}\Z")
+CPU_NAME = re.compile(r"^[a-z0-9][a-z0-9.+_-]{0,39}\Z")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Toolchain:
         """Tuning for the target's core: ``-mcpu`` on ARM, ``-march`` on x86-64; none when not named."""
         if not cpu:
             return []
-        if not _CPU.match(cpu):
+        if not CPU_NAME.match(cpu):
             raise UsageError(f"CPU name {cpu!r} is not a compiler CPU name (e.g. cortex-a72)")
         return [f"-mcpu={cpu}" if self.arch == "aarch64" else f"-march={cpu}"]
 
