@@ -226,7 +226,7 @@ def _damaged(kind: str, folder: Path) -> None:
 @pytest.mark.parametrize("kind, fragment", [
     ("truncated-jpeg", "img0001.jpg cannot be decoded (image file is truncated"),
     ("not-an-image", "mixes images with other files: notes.txt is not an image"),
-    ("fake-jpeg", "img0001.jpg is not an image Pillow can read"),
+    ("fake-jpeg", "img0001.jpg is named .jpg but is not a PNG, JPEG, BMP or WebP file"),
     ("empty", "holds no .npy or .npz files and no images"),
 ])
 def test_a_damaged_photo_folder_is_one_line(tmp_path, kind, fragment):

@@ -50,8 +50,44 @@ INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
 MAX_TOML_BYTES = 64 * 1024
 
 
+# The decoder a suffix allows, and the bytes its files start with: an image is opened only when its
+# name and its content agree, and only by that decoder (Pillow's other plug-ins, such as EPS, which
+# starts Ghostscript, or TIFF, never see a calibration file).
+DECODERS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".bmp": "BMP", ".webp": "WEBP"}
+_MAGIC = {"JPEG": (b"\xff\xd8\xff",), "PNG": (b"\x89PNG\r\n\x1a\n",), "BMP": (b"BM",)}
+
+
 def is_image(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def _content_format(head: bytes) -> str | None:
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    return next((fmt for fmt, magics in _MAGIC.items() if any(head.startswith(m) for m in magics)), None)
+
+
+def open_image(path: Path):
+    """``path`` opened by the one decoder its suffix names, after its first bytes prove it is that
+    kind of file; anything else is refused in one line (InputFileError)."""
+    from PIL import Image
+
+    expected = DECODERS.get(path.suffix.lower())
+    if expected is None:
+        raise InputFileError(f"calibration image {path}: {path.suffix or 'no suffix'} is not an image suffix edgekit "
+                             f"reads ({', '.join(IMAGE_SUFFIXES)})")
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    found = _content_format(head)
+    if found != expected:
+        what = f"a {found} file" if found else "not a PNG, JPEG, BMP or WebP file (by its first bytes)"
+        raise InputFileError(f"calibration image {path} is named {path.suffix} but is {what}; "
+                             f"give it the suffix of its content or convert it to {expected}")
+    img = Image.open(path, formats=[expected])
+    if img.format != expected:  # a decoder answering for another format is refused too
+        img.close()
+        raise InputFileError(f"calibration image {path} decoded as {img.format}, not {expected}")
+    return img
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,7 +279,7 @@ class ImagePlan:
         from PIL import Image
 
         try:
-            with Image.open(path) as img:
+            with open_image(path) as img:
                 if img.width * img.height > MAX_PIXELS:
                     raise InputFileError(f"calibration image {path} is {img.width}x{img.height} pixels "
                                          f"(over {MAX_PIXELS:,}); resize it first")
@@ -401,13 +437,11 @@ def image_files(root: Path) -> tuple[Path, ...]:
 
 def check_headers(files: tuple[Path, ...]) -> None:
     """Every file opens as an image (its header only: cheap); decoding errors come with the pass."""
-    from PIL import Image
-
     for path in files:
         try:
-            with Image.open(path) as img:
+            with open_image(path) as img:
                 width, height = img.size
-        except MemoryError:
+        except (MemoryError, InputFileError):
             raise
         except Exception as exc:  # noqa: BLE001 - UnidentifiedImageError, DecompressionBombError, OSError...
             raise InputFileError(f"calibration image {path} is not an image Pillow can read "
