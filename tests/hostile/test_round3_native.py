@@ -321,6 +321,32 @@ def test_a_fatal_signal_is_one_error_line_and_exit_1(binary, exports, sig):
     assert err.splitlines() == [f"Error: edgekit-run crashed ({signal.Signals(sig).name})"], err
 
 
+def test_the_board_build_behaves_the_same_under_emulation(exports, tmp_path):
+    """The aarch64 cross build (what a Pi runs) under qemu-user: the timer, the abort handler and
+    the writers' rule hold there too."""
+    if shutil.which("qemu-aarch64-static") is None or shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("needs qemu-aarch64-static and the aarch64 cross compiler")
+    pytest.importorskip("executorch")
+    from edgekit.native.build import build_runner
+
+    board = build_runner("aarch64", "cortex-a72").binary
+    qemu = ["qemu-aarch64-static", "-cpu", "cortex-a72", "-L", "/usr/aarch64-linux-gnu", board]
+    fp32 = exports["fp32"]
+    hang = flipped(fp32 / "model.pte", tmp_path / "hang.pte", [HANG_FLIP])
+    abort = flipped(fp32 / "model.pte", tmp_path / "abort.pte", [ABORT_FLIP])
+    for program in (hang, abort):
+        done = run([*qemu, "check", "--model", program, "--reference", fp32 / "reference.npz", "--timeout", "5"])
+        assert done.returncode in (0, 1, 2), done.stderr[-2000:]
+        failed_check = done.stdout.strip().splitlines()[-1:] and done.stdout.strip().splitlines()[-1].startswith("FAIL:")
+        if done.returncode != 0 and not (failed_check and not done.stderr):
+            one_error(done, done.returncode)
+    os.mkfifo(tmp_path / "fifo")
+    for path, what in ((Path("/dev/null"), "a character device"), (tmp_path / "fifo", "a FIFO")):
+        done = run([*qemu, "probe", fp32 / "model.pte", fp32 / "reference.npz", path])
+        one_error(done, 2, f"OUT {path} is {what}")
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode) and stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "1e9", "abc", ""])
 def test_a_bad_timeout_is_a_usage_error(binary, exports, value):
     one_error(run([binary, "check", "--model", exports["int8"] / "model.pte", "--timeout", value]), 2, "--timeout")
