@@ -45,6 +45,23 @@ def check_seed(value, flag: str = "seed"):
     return value
 
 
+def check_text(value, flag: str, optional: bool = False):
+    """Text that every encoder downstream can take: a str of valid Unicode. Invalid UTF-8 in argv
+    reaches Python as lone surrogates (surrogateescape), and JSON's ``\\ud800`` escapes decode to
+    them too; tokenizers and writers then fail deep inside with an internal error."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise UsageError(f"{flag} must be text, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        what = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"lone surrogate U+{ord(bad):04X}"
+        raise UsageError(f"{flag} is not valid UTF-8 text ({what} at character {exc.start})") from None
+    return value
+
+
 def check_timeout(value, flag: str = "--timeout"):
     if value is None:
         return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.errors import InputFileError, UsageError
+from edgekit.models.template_sandbox import RenderLimit, render_bounded
 from edgekit.outputs import safe_text
 
 MAX_TEMPLATE_BYTES = 256 << 10  # real ones are a few KB
@@ -21,12 +22,19 @@ ROLES = ("system", "user", "assistant", "tool")
 TEMPLATE_FILE = "chat_template.jinja"
 
 
+RENDER_DEADLINE_S = 2.0  # real templates render in milliseconds, on a Pi too
+
+
 class _TemplateError(Exception):
     pass
 
 
+class _Refused(InputFileError):
+    """The template's own raise_exception: it refuses these messages (not a fault of the template)."""
+
+
 def _environment():
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from edgekit.models.template_sandbox import environment
 
     def raise_exception(message):
         raise _TemplateError(str(message))
@@ -34,15 +42,9 @@ def _environment():
     def strftime_now(fmt):
         import datetime
 
-        return datetime.datetime.now().strftime(str(fmt))
+        return datetime.datetime.now().strftime(str(fmt)[:256])
 
-    def tojson(value, indent=None):
-        import json
-
-        return json.dumps(value, indent=indent, ensure_ascii=False)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = tojson
+    env = environment()
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env
@@ -65,9 +67,25 @@ def _compile(template: str, where: str):
         raise InputFileError(f"the chat template of {where} nests too deeply") from None
 
 
+# What a template is tried on before it is accepted: one user turn must render; a longer conversation
+# must stay within the render bounds (a template may refuse it, e.g. one that takes no system turn).
+REPRESENTATIVE = (
+    {"role": "system", "content": "You are a helpful assistant. Answer briefly."},
+    {"role": "user", "content": "Hello! What can you do?"},
+    {"role": "assistant", "content": "I can answer questions, summarise text and help with code."},
+    {"role": "user", "content": "Write a haiku about a Raspberry Pi, then explain it in two sentences."},
+)
+
+
 def check_template(template: str, where: str) -> None:
-    """A template edgekit can render: within the size bound, valid Jinja, and it renders one user turn."""
+    """A template edgekit can render: within the size bound, valid Jinja, it renders one user turn,
+    and a representative conversation renders within the time, memory and size bounds."""
     render_chat(template, [{"role": "user", "content": "Hello"}], where=where)
+    for messages in (list(REPRESENTATIVE), list(REPRESENTATIVE[1:])):
+        try:
+            render_chat(template, messages, where=where)
+        except _Refused:
+            continue
 
 
 def build_messages(prompt: str, system: str | None = None) -> list[dict]:
@@ -85,20 +103,20 @@ def render_chat(template: str, messages: list[dict], *, bos_token: str = "", eos
             raise UsageError(f"a chat message is {{'role': one of {', '.join(ROLES)}, 'content': text}}")
     compiled = _compile(template, where)
     try:
-        text = compiled.render(messages=messages, bos_token=bos_token, eos_token=eos_token,
-                               add_generation_prompt=add_generation_prompt)
+        text = render_bounded(compiled, {"messages": messages, "bos_token": bos_token, "eos_token": eos_token,
+                                         "add_generation_prompt": add_generation_prompt},
+                              deadline_s=RENDER_DEADLINE_S, max_chars=MAX_RENDERED_CHARS)
+    except RenderLimit as exc:
+        raise InputFileError(f"the chat template of {where} fails to render within edgekit's bounds: {exc}") from None
     except _TemplateError as exc:
-        raise InputFileError(f"the chat template of {where} refused these messages: "
-                             f"{safe_text(' '.join(str(exc).split()))[:200]}") from None
+        raise _Refused(f"the chat template of {where} refused these messages: "
+                       f"{safe_text(' '.join(str(exc).split()))[:200]}") from None
     except (TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError,
             OverflowError) as exc:
         raise InputFileError(f"the chat template of {where} fails to render: "
                              f"{type(exc).__name__}: {safe_text(' '.join(str(exc).split()))[:200]}") from None
     except (RecursionError, MemoryError):
         raise InputFileError(f"the chat template of {where} fails to render (it recurses or grows without bound)") from None
-    if len(text) > MAX_RENDERED_CHARS:
-        raise InputFileError(f"the chat template of {where} renders {len(text):,} characters "
-                             f"(at most {MAX_RENDERED_CHARS:,})")
     return text
 
 

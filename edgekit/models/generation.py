@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.errors import InputFileError, UsageError
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,9 @@ def pick_token(logits, temperature: float, top_k: int = 0, top_p: float = 1.0, g
     import torch
 
     logits = logits.float().cpu()
+    if not bool(torch.isfinite(logits).any()) or bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
+        raise InputFileError("the model produced logits that are not finite numbers (NaN or infinity): its weights "
+                         "or its program are damaged; re-import or re-export it")
     if temperature == 0:
         return int(logits.argmax())
     return int(torch.multinomial(sampling_probs(logits, temperature, top_k, top_p), 1, generator=generator))
@@ -135,12 +138,15 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
     import time
 
     from edgekit.artifacts import load_manifest
-    from edgekit.bounds import check_threads
+    from edgekit.bounds import check_seed, check_text, check_threads
     from edgekit.models.lm_runtime import check_language_model, load_language_model, load_tokenizer
     from edgekit.threads import resolve_threads, target_of
 
     check_sampling(max_tokens, temperature, top_k, 1.0 if top_p is None else top_p)  # before anything is loaded
     check_threads(threads, "--threads")
+    check_seed(seed, "--seed")
+    check_text(prompt, "the prompt")
+    check_text(system, "--system", optional=True)
     stop = check_stops(stop)
     from edgekit.sources.gguf_import import is_gguf_source
 
@@ -194,9 +200,13 @@ MAX_STOP_CHARS = 256
 
 
 def check_stops(stop) -> tuple[str, ...]:
+    from edgekit.bounds import check_text
+
     stops = tuple(stop or ())
     if len(stops) > MAX_STOPS or any(not isinstance(s, str) or not s or len(s) > MAX_STOP_CHARS for s in stops):
         raise UsageError(f"--stop takes up to {MAX_STOPS} non-empty strings of at most {MAX_STOP_CHARS} characters")
+    for text in stops:
+        check_text(text, "--stop")
     return stops
 
 

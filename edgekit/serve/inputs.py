@@ -115,7 +115,28 @@ def _bounded_int(text: str) -> int:
 def parse_json(body: bytes):
     """``json.loads`` with the body bounds: no NaN/Infinity tokens, no integer past ``MAX_INT_DIGITS``
     digits (both ValueError, like malformed JSON; deep nesting is json's RecursionError)."""
-    return json.loads(body, parse_constant=_reject_constant, parse_int=_bounded_int)
+    doc = json.loads(body, parse_constant=_reject_constant, parse_int=_bounded_int)
+    _check_strings(doc)
+    return doc
+
+
+def _check_strings(doc) -> None:
+    """Every string of a body (keys too) is valid Unicode: JSON's ``\\ud800`` escapes decode to lone
+    surrogates, which tokenizers and the response's encoder then fail on (HTTP 500)."""
+    pending = [doc]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"a string holds a lone surrogate (U+{ord(item[exc.start]):04X}); "
+                                 "text must be valid Unicode") from None
 
 
 def read_json(body: bytes, specs: list[dict]) -> dict[str, np.ndarray]:

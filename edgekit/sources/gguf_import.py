@@ -122,9 +122,17 @@ def open_gguf(source: str | Path, context: int | None = None) -> OpenedGGUF:
 
 def state_dict(opened: OpenedGGUF) -> dict:
     """Every tensor dequantized to float32, under ``edgekit.models.llama``'s keys (tied: both keys, one tensor)."""
+    import numpy as np
     import torch
 
-    state = {state_key(name): torch.from_numpy(opened.gguf.array(name)) for name in opened.gguf.tensors}
+    state = {}
+    for name in opened.gguf.tensors:
+        values = opened.gguf.array(name)
+        if not np.isfinite(values).all():
+            bad = int(values.size - np.isfinite(values).sum())
+            raise InputFileError(f"{opened.gguf.path.name}: tensor {name} holds {bad:,} values that are NaN or "
+                                 "infinite; the file is damaged (a model's weights are finite numbers)")
+        state[state_key(name)] = torch.from_numpy(values)
     if opened.config["tie_embeddings"]:
         state["output.weight"] = state["tok_embeddings.weight"]
     return state
