@@ -17,6 +17,7 @@ MAX_SEED = 2**32 - 1  # numpy's legacy seeding and torch both take this range
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_RUNS = 10_000_000
 MAX_TOKENS = 100_000
+MAX_TOP_K = 1 << 21  # MODEL_SIZE_LIMITS' vocabulary: a runner's int32 never overflows
 MIN_TEMPERATURE = 1e-3  # below this, logits / T overflow float32; 0 means greedy
 
 
@@ -82,8 +83,8 @@ def check_sampling(max_tokens, temperature, top_k) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
             or temperature < 0 or 0 < temperature < MIN_TEMPERATURE or temperature > 100:
         raise UsageError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE:g} and 100, got {temperature!r}")
-    if not _is_int(top_k) or top_k < 0:
-        raise UsageError(f"top_k must be >= 0 (0: no limit), got {top_k!r}")
+    if not _is_int(top_k) or not 0 <= top_k <= MAX_TOP_K:
+        raise UsageError(f"top_k must be between 0 (no limit) and {MAX_TOP_K:,} (the largest vocabulary), got {top_k!r}")
 
 
 # -- model sizes ------------------------------------------------------------------------------

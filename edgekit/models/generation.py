@@ -249,6 +249,11 @@ def check_fits(prompt_tokens: int, max_tokens: int, context: int) -> None:
                          f"model's context of {context:,} tokens; ask for at most {context - prompt_tokens:,}")
 
 
+# A byte-fallback token (``<0x00>``) decodes to any control character; a damaged or hostile model
+# picking such ids would put NULs and terminal escapes in a reply. Line breaks and tabs are text.
+_CONTROLS = {c: None for c in (*range(0, 9), 11, 12, *range(14, 32), 127)}
+
+
 class TextStream:
     """New ids in, printable text out: ``push(id)`` returns the text that is now final (a
     character whose UTF-8 bytes are not all there yet is held back, as is the start of a stop
@@ -289,7 +294,7 @@ class TextStream:
         return self._emit(self.decode(self.ids), None)
 
     def _emit(self, full: str, upto: int | None) -> str:
-        piece = full[self.emitted:upto]
+        piece = full[self.emitted:upto].translate(_CONTROLS)
         self.emitted = len(full) if upto is None else upto
         self.text += piece
         return piece

@@ -33,13 +33,14 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
+from edgekit.bounds import MAX_SEED
+
 from .inputs import InputError, parse_json
 
 ROLES = ("system", "user", "assistant")
 MAX_MESSAGES = 512
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
-MAX_SEED = 2**32 - 1
 DEFAULTS = {"temperature": 0.8, "top_k": 20, "top_p": 0.95}
 _DONE = object()
 

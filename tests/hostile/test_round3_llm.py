@@ -9,11 +9,14 @@ gigabytes before (a recursive loop, nested ``range(100000)``, ``'x' * 1500000000
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -147,10 +150,13 @@ def _argv_text(raw: bytes) -> str:
     (["hi", "--seed", "1" * 25], "--seed must be an integer between 0 and 4294967295"),
     (["hi", "--seed", "-1"], "--seed must be an integer between 0 and 4294967295"),
     (["hi", "--seed", str(2**32)], "--seed must be an integer between 0 and 4294967295"),
+    (["hi", "--top-k", "1" * 25], "top_k must be between 0 (no limit) and 2,097,152"),
+    (["hi", "--max-tokens", "1" * 25], "max_tokens must be between 1 and 100000"),
+    (["hi", "--threads", "1" * 25], "--threads must be an integer between 1 and"),
 ])
 def test_generation_text_and_numbers_are_checked_in_one_line(tiny_llm, args, fragment):
     before = snapshot(tiny_llm)
-    result = runner.invoke(app, ["generate", str(tiny_llm), *args, "--max-tokens", "1"])
+    result = runner.invoke(app, ["generate", str(tiny_llm), *args] + ([] if "--max-tokens" in args else ["--max-tokens", "1"]))
     assert_one_line_error(result, 2, fragment)
     assert result.stdout == "" and snapshot(tiny_llm) == before
 
@@ -159,7 +165,7 @@ def test_the_python_api_checks_the_same(tiny_llm):
     from edgekit.models.generation import generate_text
 
     for kwargs in ({"prompt": "caf\udce9"}, {"prompt": "hi", "system": "\udfff"}, {"prompt": "hi", "seed": 10**25},
-                   {"prompt": "hi", "seed": True}, {"prompt": 42}):
+                   {"prompt": "hi", "seed": True}, {"prompt": 42}, {"prompt": "hi", "top_k": 2**63}):
         with pytest.raises(UsageError):
             generate_text(tiny_llm, max_tokens=1, **kwargs)
 
@@ -216,3 +222,84 @@ def test_non_finite_logits_end_generation_in_one_line():
             with pytest.raises(InputFileError, match="not finite"):
                 pick_token(logits, temperature)
     assert pick_token(torch.tensor([0.0, float("-inf"), 2.0]), 0.0) == 2  # a masked id is no damage
+
+
+def test_the_detokenised_text_holds_no_control_characters():
+    from edgekit.models.generation import TextStream
+
+    pieces = {0: "\x00", 1: "ok\x1b[2J", 2: "\x07line\n\tnext\r\n", 3: "\x7f!"}
+    stream = TextStream(lambda ids: "".join(pieces[i] for i in ids))
+    text = "".join(stream.push(i) for i in (0, 1, 2, 3)) + stream.finish()
+    assert text == "ok[2Jline\n\tnext\r\n!"
+
+
+@pytest.fixture(scope="module")
+def trap_server(tmp_path_factory):
+    """A tiny GGUF model whose template hangs on the message 'boom', served: (url, process)."""
+    pytest.importorskip("fastapi")
+    from edgekit.serve import process
+
+    root = tmp_path_factory.mktemp("round3-serve")
+    out = root / "llm"
+    result = runner.invoke(app, ["import", f"gguf:{write_tiny_gguf(root / 'trap.gguf', chat_template=TRIGGERED)}",
+                                 "--out", str(out), "--context", "64"])
+    assert result.exit_code == 0, result.output
+    proc = process.start(out, ["--threads", "1"])
+    url = process.wait_ready(proc, 120)
+    yield url, proc
+    if proc.poll() is None:
+        process.stop(proc, 30)
+
+
+def _no_traceback(proc):
+    assert not [line for line in proc.lines if "Traceback" in line or "Exception in ASGI" in line], proc.lines[-20:]
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 1}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "stream": true, "stop": ["\\udfff"]}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user\\udc80", "content": "hi"}]}'),
+    ("/v1/chat/completions", b'{"model": "\\ud83d", "messages": [{"role": "user", "content": "hi"}]}'),
+    ("/v1/generate", b'{"prompt": "\\udbff", "max_tokens": 1}'),
+    ("/v1/generate", b'{"prompt": "ok", "max_tokens": 1, "stream": true, "stop": "\\udc00"}'),
+])
+def test_the_server_answers_lone_surrogates_with_400(trap_server, route, body):
+    import httpx
+
+    url, proc = trap_server
+    answer = httpx.post(f"{url}{route}", content=body, headers={"Content-Type": "application/json"}, timeout=60)
+    assert answer.status_code == 400, answer.text[:300]
+    error = answer.json()["error"]  # OpenAI's {"message": ...} on chat, edgekit's one line on /v1/generate
+    message = error["message"] if isinstance(error, dict) else error
+    assert "lone surrogate" in message and "\n" not in message
+    _no_traceback(proc)
+
+
+def test_hanging_template_requests_end_and_the_server_stays_responsive_and_stops(trap_server):
+    import concurrent.futures
+
+    import httpx
+
+    url, proc = trap_server
+    boom = {"messages": [{"role": "user", "content": "boom"}], "max_tokens": 1}
+
+    def ask(_):
+        return httpx.post(f"{url}/v1/chat/completions", json=boom, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(8)))
+    for answer in answers:
+        assert 400 <= answer.status_code < 600, answer.text[:300]
+        assert "rendering took longer than" in answer.json()["error"]["message"]
+    fine = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                         "max_tokens": 1, "temperature": 0}, timeout=60)
+    assert fine.status_code == 200, fine.text[:300]
+    _no_traceback(proc)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # SIGTERM while hanging renders are in flight
+        pending = [pool.submit(ask, i) for i in range(4)]
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0  # it exits on its own, no SIGKILL needed
+        for future in pending:
+            with contextlib.suppress(httpx.HTTPError):
+                future.result()
