@@ -149,34 +149,38 @@ class CachePart:
         return asdict(self)
 
 
+# Only what edgekit can prove it wrote is measured: walking a foreign tree (EDGEKIT_CACHE_DIR=/
+# sized every top-level folder of the system) is work that grows with someone else's files.
+FOREIGN_NOTE = "not edgekit's: left alone, not measured"
+
+
 def usage(root: Path | None = None) -> list[CachePart]:
     """Every edgekit part (present or not), then what is not edgekit's: foreign entries inside a
-    part (``text/notes.txt``), part folders without edgekit's tag, anything else in the root."""
+    part (``text/notes.txt``), part folders without edgekit's tag, anything else in the root.
+    Foreign entries are named, never walked (their bytes and files are reported as 0)."""
     root = cache_root() if root is None else Path(root)
     parts, foreign = [], []
     for name, description in PARTS.items():
         path = root / name
         exists = os.path.lexists(path)
         if exists and not is_part(path, name):
-            size, files = tree_size(path)
-            foreign.append(CachePart(name, str(path), True, size, files,
-                                     "not edgekit's (no edgekit cache tag): left alone", False))
+            foreign.append(CachePart(name, str(path), True, 0, 0,
+                                     "not edgekit's (no edgekit cache tag): left alone, not measured", False))
             parts.append(CachePart(name, str(path), False, 0, 0, description, True))
             continue
         size = files = 0
         for entry in _scan(path) if exists else ():
-            entry_size, entry_files = tree_size(Path(entry.path))
             if entry.name == TAG_NAME or _recognise(name, entry) is not None:
+                entry_size, entry_files = tree_size(Path(entry.path))
                 size, files = size + entry_size, files + entry_files
             else:
-                foreign.append(CachePart(f"{name}/{entry.name}", entry.path, True, entry_size, entry_files,
-                                         "not edgekit's: left alone", False))
+                foreign.append(CachePart(f"{name}/{entry.name}", entry.path, True, 0, 0,
+                                         FOREIGN_NOTE, False))
         parts.append(CachePart(name, str(path), exists, size, files, description, True))
     if root.is_dir() and not root.is_symlink():
         for entry in sorted(_scan(root), key=lambda e: e.name):
             if entry.name not in PARTS:
-                size, files = tree_size(Path(entry.path))
-                foreign.append(CachePart(entry.name, entry.path, True, size, files, "not edgekit's: left alone", False))
+                foreign.append(CachePart(entry.name, entry.path, True, 0, 0, FOREIGN_NOTE, False))
     return parts + foreign
 
 

@@ -594,3 +594,26 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+# Formats with a signature in their first bytes, for a file that must be something else (ONNX has
+# none): a GGUF, a zip or a pickle named .onnx is named for what it is instead of a parser's error.
+_SIGNATURES = (
+    (b"GGUF", "a GGUF file"), (b"PK\x03\x04", "a zip archive (a PyTorch checkpoint, an .npz)"),
+    (b"\x93NUMPY", "a .npy array"), (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+    (b"%PDF", "a PDF document"), (b"%!PS", "a PostScript file"), (b"\x7fELF", "an ELF program"),
+    (b"\x1f\x8b", "a gzip archive"), (b"#!", "a script"),
+)
+
+
+def signature_kind(path: str | os.PathLike) -> str | None:
+    """What ``path``'s first bytes prove it is, among common formats with a signature, else None."""
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head[4:8] in (b"ET12", b"ET13", b"ET14"):
+        return "an ExecuTorch program (.pte)"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "a Python pickle"
+    if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 100 << 20:
+        return "a safetensors file"
+    return next((what for magic, what in _SIGNATURES if head.startswith(magic)), None)

@@ -26,6 +26,10 @@ MIB = 1024 * 1024
 TORCH_FOOTPRINT_MB = 256.0  # a checkpoint runs in torch; model formats give their own (edgekit.formats)
 CALIB_WARN_BYTES = 1 << 30
 CALIB_SUFFIXES = (".npy", ".npz")
+# Counted with a scan that stops at the limit, before any per-file or per-line work starts: past
+# these a calibration set is a mistake (a whole photo library, a corpus dump), and the work grows with it.
+MAX_CALIB_FILES = 100_000
+MAX_CALIB_LINES = 1_000_000  # --calib-max-samples N stops the count at N instead
 
 
 class ResourceLimitError(UsageError):
@@ -92,8 +96,29 @@ def calibration_bytes(path: str | os.PathLike) -> int:
     if path.is_file():
         return path.stat().st_size
     if path.is_dir():
-        return sum(p.stat().st_size for p in path.iterdir() if p.suffix in CALIB_SUFFIXES and p.is_file())
+        return sum(p.stat().st_size for p in calibration_files(path))
     return 0
+
+
+def calibration_files(folder: Path, suffixes: tuple[str, ...] = CALIB_SUFFIXES) -> tuple[Path, ...]:
+    """The files of ``folder`` with one of ``suffixes``, sorted; refused once the folder is seen to
+    hold more than ``MAX_CALIB_FILES`` entries (the scan stops there)."""
+    from edgekit.errors import InputFileError
+
+    found: list[Path] = []
+    seen = 0
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_CALIB_FILES:
+                    raise InputFileError(f"calibration folder {folder} holds over {MAX_CALIB_FILES:,} entries; "
+                                         "calibrate on a folder of a few hundred representative samples")
+                if entry.name.endswith(suffixes) and entry.is_file():
+                    found.append(Path(entry.path))
+    except OSError as exc:
+        raise InputFileError(f"cannot read calibration folder {folder}: {exc.strerror or exc}") from None
+    return tuple(sorted(found))
 
 
 def check_calibration_size(path: str | os.PathLike, limit: int = CALIB_WARN_BYTES) -> str | None:

@@ -103,7 +103,15 @@ def read(path: str | os.PathLike):
     reads the data later."""
     import onnx
 
+    from edgekit.fileio import signature_kind
+
     path = Path(path)
+    try:
+        other = signature_kind(path)
+    except OSError as exc:
+        raise InputFileError(f"cannot read ONNX model {path}: {exc.strerror or exc}") from None
+    if other is not None:
+        raise InputFileError(f"{path} is not an ONNX model: its first bytes show it is {other}")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends

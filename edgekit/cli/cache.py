@@ -58,7 +58,7 @@ def cache_command(
 
     table = Table("part", "size", "files", "holds", title=Text(f"edgekit cache: {safe_text(root)}"), title_justify="left")
     for p in listed:
-        table.add_row(Text(safe_text(p.name)), _size(p.bytes) if p.exists else "-", str(p.files) if p.exists else "-",
+        table.add_row(Text(safe_text(p.name)), _size(p.bytes) if p.exists and p.ours else "-", str(p.files) if p.exists and p.ours else "-",
                       Text(p.description))
     table.caption = f"{_size(sum(p.bytes for p in listed if p.ours))} in edgekit's parts; `edgekit cache --clear` removes them"
     console().print(table)

@@ -94,15 +94,17 @@ def _sharded(index: Path) -> Weights:
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise InputFileError(f"{index} is not a shard index (no weight_map of tensor name -> shard file)")
-    shards: list[str] = []
+    # a dict keeps the first-seen order and makes the duplicate check linear; the limit is checked as
+    # the set grows, so an index naming 100,000 shards is refused after MAX_SHARDS + 1 of them
+    shards: dict[str, None] = {}
     for key, name in weight_map.items():
         if not isinstance(name, str) or not _SHARD_NAME.match(name) or Path(name).name != name:
             raise InputFileError(f"{index}: tensor {str(key)[:80]!r} names the shard {str(name)[:80]!r}, "
                                  "not a file name beside the index")
         if name not in shards:
-            shards.append(name)
-    if len(shards) > MAX_SHARDS:
-        raise InputFileError(f"{index} names {len(shards)} shards (at most {MAX_SHARDS})")
+            shards[name] = None
+            if len(shards) > MAX_SHARDS:
+                raise InputFileError(f"{index} names more than {MAX_SHARDS} shards")
     files = tuple(index.parent / name for name in shards)
     for path in files:
         if not path.is_file():

@@ -100,7 +100,9 @@ def calibration_kind(path: Path) -> str:
                              f"or an image ({', '.join(IMAGE_SUFFIXES)})")
     if not path.is_dir():
         raise InputFileError(f"calibration data not found: {path}")
-    if any(p.suffix in SUFFIXES and p.is_file() for p in path.iterdir()):
+    from edgekit.limits import calibration_files
+
+    if calibration_files(path, SUFFIXES):
         return "arrays"
     found, foreign = scan_images(path)
     if found:
@@ -150,7 +152,9 @@ def open_calibration(
         calib = open_text(path, specs, Path(chosen) if chosen is not None else None, batch_size, max_samples,
                           max_length)
     else:
-        files = (path,) if path.is_file() else tuple(sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file()))
+        from edgekit.limits import calibration_files
+
+        files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)
         calib = CalibrationSet(files, specs, batch_size, max_samples)
     if next(calib.feeds(), None) is None:
         raise InputFileError(f"calibration data {path} holds no samples")
@@ -177,6 +181,7 @@ def _blocks(path: Path, specs: tuple[InputSpec, ...]) -> Iterator[dict[str, np.n
                 )
             yield {names[0]: NpyFile(path)}
             return
+        _check_npz(path)
         with np.load(path, allow_pickle=False) as archive:
             keys = list(archive.files)
             if set(names) <= set(keys):
@@ -189,6 +194,35 @@ def _blocks(path: Path, specs: tuple[InputSpec, ...]) -> Iterator[dict[str, np.n
                 raise InputFileError(f"calibration file {path} lacks array(s) for input(s): {', '.join(missing)}")
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise InputFileError(f"cannot read calibration file {path}: {str(exc).splitlines()[0]}") from None
+
+
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+MAX_NPZ_MEMBERS = 4096
+MEMORY_SHARE = 0.5  # one member is decompressed whole into memory
+
+
+def _check_npz(path: Path) -> None:
+    """``path`` is a zip of .npy members (by its first bytes and its directory), at most
+    ``MAX_NPZ_MEMBERS`` of them, none declaring more bytes than half the memory available."""
+    import psutil
+
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if not head.startswith(ZIP_MAGIC):
+        what = "a .npy array" if head.startswith(NPY_MAGIC) else "not an .npz archive (a zip of .npy arrays) by its first bytes"
+        raise InputFileError(f"calibration file {path} is named .npz but is {what}")
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_NPZ_MEMBERS:
+            raise InputFileError(f"calibration file {path} holds {len(members):,} arrays (at most {MAX_NPZ_MEMBERS:,})")
+        available = psutil.virtual_memory().available
+        for member in members:
+            if not member.filename.endswith(".npy"):
+                raise InputFileError(f"calibration file {path} holds {member.filename[:80]!r}, not a .npy array")
+            if member.file_size > MEMORY_SHARE * available:
+                raise InputFileError(f"calibration file {path}: array {member.filename[:80]!r} unpacks to "
+                                     f"{member.file_size / 2**30:.1f} GiB; this machine has {available / 2**30:.1f} GiB available")
 
 
 def _check_block(block: dict[str, np.ndarray], specs: tuple[InputSpec, ...], path: Path) -> int:

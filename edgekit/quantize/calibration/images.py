@@ -407,10 +407,17 @@ def scan_images(root: Path) -> tuple[tuple[Path, ...], Path | None]:
     """(every image under ``root`` in sorted order, the first other file) (hidden entries skipped)."""
     if root.is_file():
         return ((root,), None) if is_image(root) else ((), root)
+    from edgekit.limits import MAX_CALIB_FILES
+
     found: list[Path] = []
     foreign = None
+    seen = 0
     for folder, dirs, names in os.walk(root, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        seen += len(names) + len(dirs)
+        if seen > MAX_CALIB_FILES:  # before a stat or a header read per file
+            raise InputFileError(f"calibration folder {root} holds over {MAX_CALIB_FILES:,} files and folders; "
+                                 "a few hundred representative images are enough")
         for name in sorted(names):
             path = Path(folder) / name
             if name.startswith(".") or not path.is_file():

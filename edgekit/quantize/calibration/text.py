@@ -140,8 +140,9 @@ def _auto_tokenizer(folder: Path):
 # the file
 
 
-def text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every non-blank line, checked as it is read."""
+def text_lines(path: Path, max_lines: int | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-blank line, checked as it is read; past ``max_lines``
+    lines (blank ones too) the file is refused."""
     with open(path, "rb") as fh:
         if b"\x00" in fh.read(8192):  # as git and file(1) tell binary from text
             raise InputFileError(f"calibration text {path} is binary (NUL bytes in its first 8 KiB), not text "
@@ -153,6 +154,9 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
             if not raw:
                 return
             number += 1
+            if max_lines is not None and number > max_lines:
+                raise InputFileError(f"calibration text {path} has over {max_lines:,} lines; calibrate on a few hundred "
+                                     "representative ones, or pass --calib-max-samples N to use the first N")
             if len(raw) > MAX_LINE_BYTES:
                 raise InputFileError(f"calibration text {path}: line {number} is over {MAX_LINE_BYTES >> 20} MiB; "
                                      "the file holds one sample per line")
@@ -255,7 +259,14 @@ def open_text(path: Path, specs: tuple[InputSpec, ...], tokenizer: Path | None, 
     tok = load_tokenizer(tokenizer)
     length = lengths.pop() if lengths else None
     cap = min(x for x in (tok.max_length or DEFAULT_MAX_LENGTH, DEFAULT_MAX_LENGTH, max_length or math.inf))
-    samples = sum(1 for _ in text_lines(path))
+    from edgekit.limits import MAX_CALIB_LINES
+
+    enough = None if max_samples is None else max([max_samples, *batches])  # a fixed batch needs that many lines
+    samples = 0
+    for _ in text_lines(path, MAX_CALIB_LINES):  # the count stops at the limit, or at the samples used
+        samples += 1
+        if enough is not None and samples >= enough:
+            break
     if samples == 0:
         raise InputFileError(f"calibration text {path} holds no samples (no non-blank line)")
     fixed = bool(batches)
