@@ -30,6 +30,25 @@ def refused_content(message: str) -> str:
     return "content other than plain tensors"
 
 
+def check_pytorch_file(path: Path, what: str = "checkpoint") -> None:
+    """``path`` starts as a PyTorch file does (a zip archive, or a legacy pickle) before torch reads
+    it; a GGUF, safetensors file, image or script is refused naming what its first bytes show."""
+    from edgekit.fileio import signature_kind
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        other = signature_kind(path)
+    except OSError as exc:
+        raise InputFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if head.startswith(b"PK\x03\x04") or other == "a Python pickle":
+        return
+    if other is not None:
+        raise InputFileError(f"{what} {path} is {other}, not a PyTorch file")
+    raise InputFileError(f"{what} {path} is corrupt or truncated, or not a PyTorch file "
+                         "(its first bytes are neither a zip archive nor a pickle)")
+
+
 def load_plain(path: str | Path, what: str = "checkpoint") -> Any:
     """``torch.load(path, weights_only=True)`` on CPU, with one-line InputFileErrors.
 
@@ -44,6 +63,7 @@ def load_plain(path: str | Path, what: str = "checkpoint") -> Any:
     path = Path(path)
     if not path.is_file():
         raise InputFileError(f"{what} not found: {path}")
+    check_pytorch_file(path, what)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's note on pickle protocols is not the user's business

@@ -72,7 +72,24 @@ def weights_file(path: Path) -> Weights:
         raise InputFileError(f"weights file not found: {path}")
     if path.name.endswith(".index.json"):
         return _sharded(path)
+    _check_safetensors_name(path)
     return Weights((path,), "safetensors" if _is_safetensors(path) else "pytorch")
+
+
+def _check_safetensors_name(path: Path) -> None:
+    """A file named .safetensors must start as one (its header length, then ``{``) before the
+    safetensors library is handed it."""
+    if path.suffix != ".safetensors":
+        return
+    from edgekit.fileio import signature_kind
+
+    try:
+        other = signature_kind(path)
+    except OSError as exc:
+        raise InputFileError(f"cannot read weights file {path}: {exc.strerror or exc}") from None
+    if other != "a safetensors file":
+        shown = other or "not a safetensors file by its first bytes"
+        raise InputFileError(f"weights file {path} is named .safetensors but is {shown}")
 
 
 def _is_safetensors(path: Path) -> bool:
@@ -109,6 +126,7 @@ def _sharded(index: Path) -> Weights:
     for path in files:
         if not path.is_file():
             raise InputFileError(f"{index} names the shard {path.name}, which is not in {index.parent}")
+        _check_safetensors_name(path)
     formats = {"safetensors" if _is_safetensors(p) else "pytorch" for p in files}
     if len(formats) > 1:
         raise InputFileError(f"{index} mixes safetensors and PyTorch shards")

@@ -67,6 +67,7 @@ def test_a_calibration_folder_over_the_file_limit_is_refused_up_front(tmp_path, 
     assert not out.exists()
 
 
+@pytest.mark.slow  # 50,001 folders: about 15 s on a busy machine
 def test_a_calibration_folder_at_the_limit_of_nested_folders_is_refused(tmp_path):
     folder = tmp_path / "calib"
     for i in range(MAX_CALIB_FILES // 2 + 1):
@@ -254,3 +255,56 @@ def test_a_real_onnx_model_still_loads(tmp_path):
 
     model = onnx_files.load(_onnx_model(tmp_path / "net.onnx"))
     assert model.graph.node[0].op_type == "MatMul"
+
+
+PNG_HEAD = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
+GGUF_HEAD = b"GGUF" + struct.pack("<I", 3) + b"\0" * 32
+WEIGHT_CASES = [
+    ("gguf.safetensors", GGUF_HEAD, "is named .safetensors but is a GGUF file"),
+    ("zip.safetensors", _zip({"a.npy": b""}), "is named .safetensors but is a zip archive"),
+    ("text.safetensors", b"hello world, not weights", "is named .safetensors but is not a safetensors file"),
+    ("png.pt", PNG_HEAD, "is a PNG image, not a PyTorch file"),
+    ("gguf.bin", GGUF_HEAD, "is a GGUF file, not a PyTorch file"),
+    ("eps.pth", b"%!PS-Adobe-3.0 EPSF-3.0\n", "is a PostScript file, not a PyTorch file"),
+    ("noise.pt", b"\x01\x02garbage" * 8, "corrupt or truncated, or not a PyTorch file"),
+]
+
+
+@pytest.mark.parametrize("name, content, fragment", WEIGHT_CASES, ids=[c[0] for c in WEIGHT_CASES])
+def test_a_weights_file_holding_another_kind_is_refused_before_its_library_reads_it(tmp_path, name, content, fragment):
+    from edgekit.sources.hf_weights import read_weights
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputFileError, match=fragment) as caught:
+        read_weights(weights_file(path))
+    assert "\n" not in str(caught.value) and name in str(caught.value)
+
+
+def test_a_shard_named_safetensors_holding_another_kind_is_refused_at_the_index(tmp_path):
+    (tmp_path / "model-1.safetensors").write_bytes(GGUF_HEAD)
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"w": "model-1.safetensors"}}))
+    with pytest.raises(InputFileError, match="model-1.safetensors is named .safetensors but is a GGUF file"):
+        weights_file(index)
+
+
+@pytest.mark.parametrize("name, content, fragment", [c for c in WEIGHT_CASES if not c[0].endswith(".safetensors")],
+                         ids=[c[0] for c in WEIGHT_CASES if not c[0].endswith(".safetensors")])
+def test_a_checkpoint_file_is_checked_by_its_first_bytes_before_torch_loads_it(tmp_path, name, content, fragment):
+    from edgekit.safeload import load_plain
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputFileError, match=fragment):
+        load_plain(path)
+
+
+def test_real_pytorch_files_still_load(tmp_path):
+    torch = pytest.importorskip("torch")
+    from edgekit.safeload import load_plain
+
+    torch.save({"w": torch.ones(2)}, tmp_path / "zip.pt")
+    torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    for name in ("zip.pt", "legacy.pt"):
+        assert torch.equal(load_plain(tmp_path / name)["w"], torch.ones(2))
