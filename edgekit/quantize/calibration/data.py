@@ -211,17 +211,17 @@ def _check_npz(path: Path) -> None:
         head = fh.read(8)
     if not head.startswith(ZIP_MAGIC):
         what = "a .npy array" if head.startswith(NPY_MAGIC) else "not an .npz archive (a zip of .npy arrays) by its first bytes"
-        raise InputFileError(f"calibration file {path} is named .npz but is {what}")
+        raise InputFileError(f"cannot read calibration file {path}: it is named .npz but is {what}")
     with zipfile.ZipFile(path) as archive:
         members = archive.infolist()
         if len(members) > MAX_NPZ_MEMBERS:
-            raise InputFileError(f"calibration file {path} holds {len(members):,} arrays (at most {MAX_NPZ_MEMBERS:,})")
+            raise InputFileError(f"cannot read calibration file {path}: it holds {len(members):,} arrays (at most {MAX_NPZ_MEMBERS:,})")
         available = psutil.virtual_memory().available
         for member in members:
             if not member.filename.endswith(".npy"):
-                raise InputFileError(f"calibration file {path} holds {member.filename[:80]!r}, not a .npy array")
+                raise InputFileError(f"cannot read calibration file {path}: it holds {member.filename[:80]!r}, not a .npy array")
             if member.file_size > MEMORY_SHARE * available:
-                raise InputFileError(f"calibration file {path}: array {member.filename[:80]!r} unpacks to "
+                raise InputFileError(f"cannot read calibration file {path}: array {member.filename[:80]!r} unpacks to "
                                      f"{member.file_size / 2**30:.1f} GiB; this machine has {available / 2**30:.1f} GiB available")
 
 
