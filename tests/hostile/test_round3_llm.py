@@ -54,7 +54,25 @@ HOSTILE_TEMPLATES = [
     ("indent-filter", "{{ ('a\n' * 1000000)|indent(1000) }}", "the indent filter"),
     ("join-filter", "{{ (['x' * 4000000] * 1000)|join }}", "would make a value"),
     ("concat-growth", "{% set ns = namespace(x='y' * 4000000) %}{% for i in range(100000) %}"
-                      "{% set ns.x = ns.x ~ 'y' * 4000000 %}{% endfor %}{{ ns.x|length }}", "rendering"),
+                      "{% set ns.x = ns.x ~ 'y' * 4000000 %}{% endfor %}{{ ns.x|length }}", "'~' would make a value"),
+    ("print-list-of-refs", "{{ ['x' * 4000000] * 1000 }}", "an output would make a value"),
+    ("concat-list-of-refs", "{{ (['x' * 4000000] * 1000) ~ '' }}", "'~' would make a value"),
+    ("string-filter-refs", "{{ (['x' * 4000000] * 1000)|string|length }}", "the string filter's argument"),
+    ("tojson-refs", "{{ (['x' * 4000000] * 1000)|tojson|length }}", "would make a value"),
+    ("tojson-deep-indent", "{{ ([[[[[[[[[[1]]]]]]]]]] * 4000)|tojson(indent=100000)|length }}", "tojson would make"),
+    ("format-fields", "{{ ('{0}' * 1000000).format('x' * 4000) }}", "str.format would make a value"),
+    ("percent-fields", "{{ ('%(a)s' * 1000) % {'a': 'x' * 4000000} }}", "'%' formatting would make a value"),
+    ("translate", "{{ ('a' * 4000).translate({97: 'x' * 4000000}) }}", "str.translate would make a value"),
+    ("set-block", "{% set y = 'x' * 4000000 %}{% set x %}{% for i in range(1000) %}{{ y }}{% endfor %}{% endset %}"
+                  "{{ x|length }}", "a block's output would make a value"),
+    ("macro-growth", "{% macro m() %}{% for i in range(1000) %}{{ 'x' * 4000000 }}{% endfor %}{% endmacro %}"
+                     "{{ m()|length }}", "rendering grew memory"),
+    ("batch-count", "{{ [1]|batch(1000000000, 0)|list|length }}", "the batch filter's count"),
+    ("slice-count", "{{ [1]|slice(1000000000)|list|length }}", "the slice filter's count"),
+    ("sum-of-lists", "{{ ([[1] * 4000000] * 1000)|sum(start=[])|length }}", "the sum filter's argument"),
+    ("escape-refs", "{{ (['<' * 4000000] * 100)|e|length }}", "the e filter's argument"),
+    ("namespace-print", "{% set ns = namespace(a=['x' * 4000000] * 1000) %}{{ ns }}", "an output would make"),
+    ("lipsum", "{{ lipsum(1000000000)|length }}", "'lipsum' is undefined"),
     ("output-size", "{% for i in range(100000) %}{{ 'z' * 4000 }}{% endfor %}", "passes 4,194,304 characters"),
 ]
 
