@@ -9,8 +9,10 @@ hits every model alike.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -101,36 +103,41 @@ def bench(
         common += ["--input", str(input_file)]
     if tgt is not None:
         common += ["--target", tgt.name]
-    argvs = [_runner_argv(m, common, tgt) for m in models]
-    env = {**os.environ, "OMP_NUM_THREADS": str(n_threads)}
-    from edgekit.bench import workers  # several processes per model: rounds, merging
+    with contextlib.ExitStack() as stack:  # sandboxes of native bundles, removed when the runs end
+        argvs = [_runner_argv(m, common, tgt) if m.runner is None else
+                 _fenced_argv(stack, m, common, input_file, n_threads) for m in models]
+        if any(m.runner is not None for m in models):
+            notes = notes + ["the native bundle's edgekit-run ran in a sandbox (edgekit.emulate.sandbox): a copy of the "
+                             "bundle, no host files, no network, user 65534"]
+        env = {**os.environ, "OMP_NUM_THREADS": str(n_threads)}
+        from edgekit.bench import workers  # several processes per model: rounds, merging
 
-    if reference:
-        results = workers.with_reference(models, argvs, timing_args, env, processes=processes, min_runs=min_runs,
-                                         min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
-                                         timeout_s=timeout_s, progress=progress)
-        notes = notes + [f"{processes} worker process{'es' if processes > 1 else ''} per model and a reference "
-                         "workload timed in every round (reference)"]
-    elif len(models) == 1 and processes == 1:
-        progress(0, 0)
-        results = [run_plain(models[0], argvs[0], env, timeout_s)]
-        progress(0, results[0].timing.runs)
-    elif processes == 1:
-        raws, _ = run_interleaved(models, argvs, env, min_runs=min_runs, min_time_s=min_time_s,
-                                  max_runs=max_runs, block_size=block_size, timeout_s=timeout_s,
-                                  progress=progress)
-        results = [to_result(m, document(raw)) for m, raw in zip(models, raws)]
-    else:
-        results = workers.run_processes(models, argvs, env, processes=processes, min_runs=min_runs,
-                                        min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
-                                        timeout_s=timeout_s, progress=progress)
-        notes = notes + [f"{processes} worker processes per model, one round each; timing pools their calls, "
-                         "spread holds each process's median"]
-    if len(models) > 1:
-        others = len(models) - 1
-        notes = notes + [f"interleaved with {others} other model{'s' if others > 1 else ''} in turns of "
-                         f">= {block_size} calls and >= {MIN_BLOCK_S * 1000:g} ms"]
-    results = [replace(r, notes=tuple(notes) + r.notes) for r in results]
+        if reference:
+            results = workers.with_reference(models, argvs, timing_args, env, processes=processes, min_runs=min_runs,
+                                             min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
+                                             timeout_s=timeout_s, progress=progress)
+            notes = notes + [f"{processes} worker process{'es' if processes > 1 else ''} per model and a reference "
+                             "workload timed in every round (reference)"]
+        elif len(models) == 1 and processes == 1:
+            progress(0, 0)
+            results = [run_plain(models[0], argvs[0], env, timeout_s)]
+            progress(0, results[0].timing.runs)
+        elif processes == 1:
+            raws, _ = run_interleaved(models, argvs, env, min_runs=min_runs, min_time_s=min_time_s,
+                                      max_runs=max_runs, block_size=block_size, timeout_s=timeout_s,
+                                      progress=progress)
+            results = [to_result(m, document(raw)) for m, raw in zip(models, raws)]
+        else:
+            results = workers.run_processes(models, argvs, env, processes=processes, min_runs=min_runs,
+                                            min_time_s=min_time_s, max_runs=max_runs, block_size=block_size,
+                                            timeout_s=timeout_s, progress=progress)
+            notes = notes + [f"{processes} worker processes per model, one round each; timing pools their calls, "
+                             "spread holds each process's median"]
+        if len(models) > 1:
+            others = len(models) - 1
+            notes = notes + [f"interleaved with {others} other model{'s' if others > 1 else ''} in turns of "
+                             f">= {block_size} calls and >= {MIN_BLOCK_S * 1000:g} ms"]
+        results = [replace(r, notes=tuple(notes) + r.notes) for r in results]
     if lm_tokens:
         from edgekit.bench.lm import with_generation_rates
 
@@ -225,6 +232,25 @@ def _shape_args(shapes: Mapping[str, Sequence[int]] | None) -> list[str]:
             raise UsageError(f"shape of input {name!r} must be positive dimensions, got {dims!r}")
         out.append(f"{name}={'x'.join(str(d) for d in dims)}")
     return out
+
+
+def _fenced_argv(stack: contextlib.ExitStack, model: BenchModel, common: list[str], input_file, threads: int) -> list[str]:
+    """A native bundle's own ``edgekit-run`` (whatever its author put there) inside a sandbox holding a
+    copy of the bundle and the input file, with this host's libraries it names."""
+    from edgekit.bundle import native
+    from edgekit.emulate.sandbox import BUNDLE, WORK, bundle_sandbox
+    from edgekit.native.toolchain import host_arch
+
+    folder = model.runner.parent
+    box = stack.enter_context(bundle_sandbox(folder, [native.RUNNER], arch=host_arch(), libraries_from=Path("/")))
+    args = list(common)
+    if input_file is not None:
+        at = args.index("--input") + 1
+        name = "input" + Path(input_file).suffix[:16]
+        shutil.copyfile(input_file, box.root / WORK.lstrip("/") / name)
+        args[at] = f"{WORK}/{name}"
+    inside = f"{BUNDLE}/{model.path.resolve().relative_to(folder.resolve()).as_posix()}"
+    return box.standalone([f"{BUNDLE}/{native.RUNNER}", "bench", inside, *args], {"OMP_NUM_THREADS": str(threads)})
 
 
 def _runner_argv(model: BenchModel, common: list[str], target: Target | None) -> list[str]:

@@ -42,14 +42,17 @@ class Launcher:
     mode: str  # "binfmt" | "interpreter"
     qemu_cpu: str
     interpreter: str | None = None  # inside the rootfs; commands are prefixed with it in "interpreter" mode
+    fenced: bool = False  # a bundle's own programs: no network, own PID/IPC/UTS namespaces, user 65534
 
     def __post_init__(self) -> None:
         checked_cpu(self.qemu_cpu)
 
     def argv(self, command: Sequence[str], cwd: str = "/") -> list[str]:
         prefix = [self.interpreter] if self.mode == "interpreter" else []
+        fence = ["--net", "--pid", "--fork", "--ipc", "--uts", "--setuid", "65534", "--setgid", "65534"] \
+            if self.fenced else []
         return [
-            str(self.unshare), "--mount", "--propagation", "private", "--mount-proc=/proc",
+            str(self.unshare), "--mount", "--propagation", "private", "--mount-proc=/proc", *fence,
             f"--root={self.rootfs}", f"--wd={cwd}", "--", *prefix, *map(str, command),
         ]
 
@@ -62,7 +65,8 @@ class Launcher:
         return self.rootfs / inside.lstrip("/")
 
 
-def make_launcher(rootfs: Path, tools: Tools, binfmt: Binfmt, qemu_cpu: str, cores: int = 4) -> Launcher:
+def make_launcher(rootfs: Path, tools: Tools, binfmt: Binfmt, qemu_cpu: str, cores: int = 4,
+                  fenced: bool = False) -> Launcher:
     """A launcher for ``rootfs``: binfmt when the kernel handles aarch64, else the explicit interpreter.
 
     Either way the interpreter the command needs is placed in the rootfs when the kernel would
@@ -73,9 +77,9 @@ def make_launcher(rootfs: Path, tools: Tools, binfmt: Binfmt, qemu_cpu: str, cor
     if binfmt.usable:
         if not binfmt.fix_binary and binfmt.interpreter:
             _install(Path(binfmt.interpreter), rootfs / binfmt.interpreter.lstrip("/"))
-        return Launcher(rootfs, tools.unshare, "binfmt", qemu_cpu)
+        return Launcher(rootfs, tools.unshare, "binfmt", qemu_cpu, fenced=fenced)
     _install(tools.qemu, rootfs / INTERPRETER_IN_ROOTFS.lstrip("/"))
-    return Launcher(rootfs, tools.unshare, "interpreter", qemu_cpu, INTERPRETER_IN_ROOTFS)
+    return Launcher(rootfs, tools.unshare, "interpreter", qemu_cpu, INTERPRETER_IN_ROOTFS, fenced=fenced)
 
 
 def write_cpu_list(rootfs: Path, cores: int) -> None:

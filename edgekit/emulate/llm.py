@@ -25,16 +25,17 @@ def verify_llm(bundle, *, cache_dir: Path, release: str, timeout_s: float, progr
     from edgekit.bundle import llm, native
     from edgekit.bundle.layout import BUNDLE_JSON
     from edgekit.emulate import host
-    from edgekit.emulate.native import _entry_point, _last, emulated_runner
-    from edgekit.emulate.process import run_captured
+    from edgekit.emulate.native import _entry_point, _last, emulated_runner, fenced_runner
 
     started = time.monotonic()
     check = llm.read_check(bundle.info, str(bundle.path / BUNDLE_JSON))
     runner, qemu, cpu, cached, sysroot, prefix, env = emulated_runner(bundle, cache_dir, release)
 
-    progress(f"decoding {check['max_new_tokens']} tokens with {native.RUNNER} under emulation ({cpu})")
-    argv = [*prefix, str(runner), *llm.generate_argv(str(bundle.model), check, 1)]
-    done = run_captured(argv, what=f"{native.RUNNER} generate under emulation", timeout_s=timeout_s, env=env)
+    progress(f"decoding {check['max_new_tokens']} tokens with {native.RUNNER} under emulation ({cpu}; sandboxed: "
+             "no host files, no network)")
+    with fenced_runner(bundle, qemu, cpu, sysroot) as fenced:
+        done = fenced.run(llm.generate_argv(fenced.inside(bundle.model), check, 1),
+                          what=f"{native.RUNNER} generate under emulation", timeout_s=timeout_s)
     if done.returncode not in (0, 1):
         raise EdgekitError(f"running {bundle.model.name} under emulation failed: {_last(done)}")
     try:

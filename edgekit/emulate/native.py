@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,23 +41,23 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
                   progress: Progress, notes: list[str]) -> EmulationReport:
     from edgekit.bundle import native
     from edgekit.emulate import host
-    from edgekit.emulate.process import run_captured
 
     started = time.monotonic()
     seconds: dict[str, float] = {}
     runner, qemu, cpu, cached, sysroot, prefix, env = emulated_runner(bundle, cache_dir, release)
 
-    with tempfile.TemporaryDirectory(prefix="edgekit-verify-native-") as here:
+    with tempfile.TemporaryDirectory(prefix="edgekit-verify-native-") as here, \
+            fenced_runner(bundle, qemu, cpu, sysroot) as fenced:
         here = Path(here)
-        progress(f"running {bundle.model.name} with {native.RUNNER} under emulation ({cpu}, libraries from {sysroot})")
-        out = here / "emulated.npz"
-        argv = [*prefix, str(runner), "probe", str(bundle.model), str(bundle.reference), str(out), "--threads", "1"]
-        done = run_captured(argv, what=f"{native.RUNNER} under emulation", timeout_s=timeout_s, env=env)
+        progress(f"running {bundle.model.name} with {native.RUNNER} under emulation ({cpu}, libraries from {sysroot}; "
+                 "sandboxed: no host files, no network)")
+        done = fenced.run(["probe", fenced.inside(bundle.model), fenced.inside(bundle.reference), "/work/emulated.npz",
+                           "--threads", "1"], what=f"{native.RUNNER} under emulation", timeout_s=timeout_s)
         seconds["emulated_run"] = done.seconds
         if done.returncode != 0:
             raise EdgekitError(f"running {bundle.model.name} under emulation failed: {_last(done)}")
         emu_info = _json_line(done.stdout, f"{native.RUNNER} probe under emulation")
-        emulated = _load(out)
+        emulated = _load(fenced.sandbox.output("/work/emulated.npz"))
 
         progress(f"running {bundle.model.name} on the reference inputs on this host")
         hosted, host_info, seconds["host_run"] = _host_probe(bundle, here, timeout_s)
@@ -68,7 +69,7 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
         bench_report = None
         if bench:
             progress(f"running {native.RUNNER} bench under emulation (a functional check; not device latency)")
-            bench_report, seconds["bench"] = _bench(prefix, runner, bundle, cpu, timeout_s, env)
+            bench_report, seconds["bench"] = _bench(fenced, bundle, cpu, timeout_s)
 
     reference = {key: value for key, value in _load(bundle.reference).items() if key.endswith("/output")}
     tolerance = Tolerance.for_precision(bundle.precision, atol)
@@ -112,6 +113,40 @@ def emulated_runner(bundle, cache_dir: Path, release: str):
     prefix = [str(qemu), "-cpu", host.checked_cpu(cpu), "-L", str(sysroot)]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     return runner, qemu, cpu, cached, sysroot, prefix, env
+
+
+class FencedRunner:
+    """The bundle's ``edgekit-run`` under QEMU inside a sandbox (``emulate.sandbox``)."""
+
+    def __init__(self, bundle, sandbox, cpu: str) -> None:
+        self.bundle, self.sandbox, self.cpu = bundle, sandbox, cpu
+
+    def inside(self, path: Path) -> str:
+        """Where a file of the bundle lies inside the sandbox."""
+        from edgekit.emulate.sandbox import BUNDLE
+
+        return f"{BUNDLE}/{Path(path).resolve().relative_to(self.bundle.path.resolve()).as_posix()}"
+
+    def run(self, args: list[str], *, what: str, timeout_s: float):
+        from edgekit.bundle import native
+        from edgekit.emulate.host import checked_cpu
+        from edgekit.emulate.process import run_fenced
+        from edgekit.emulate.sandbox import BUNDLE, QEMU
+
+        # the runner's own step timer, as long as edgekit's deadline (its 30 s default is a board's, not QEMU's)
+        command = [QEMU, "-cpu", checked_cpu(self.cpu), "-L", "/", f"{BUNDLE}/{native.RUNNER}", *args,
+                   "--timeout", f"{max(1, int(timeout_s))}"]
+        return run_fenced(self.sandbox.argv(command), what=what, timeout_s=timeout_s, env=self.sandbox.env,
+                          preexec=self.sandbox.preexec)
+
+
+@contextlib.contextmanager
+def fenced_runner(bundle, qemu: Path, cpu: str, sysroot: Path):
+    from edgekit.bundle import native
+    from edgekit.emulate.sandbox import bundle_sandbox
+
+    with bundle_sandbox(bundle.path, [native.RUNNER], arch="aarch64", libraries_from=sysroot, qemu=qemu) as box:
+        yield FencedRunner(bundle, box, cpu)
 
 
 def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
@@ -162,11 +197,13 @@ def _entry_point(bundle, cached, cpu: str, timeout_s: float, progress: Progress,
     from edgekit.emulate import host
     from edgekit.emulate.board_root import make_board_root
     from edgekit.emulate.chroot import make_launcher
-    from edgekit.emulate.process import run_captured
+    from edgekit.emulate.process import run_fenced
+    from edgekit.emulate.sandbox import copy_bundle, check_available, preexec_limits
 
     if os.geteuid() != 0:
         notes.append("not root: run.sh was not run in a Python-free root (it needs a chroot)")
         return None
+    check_available()
     binfmt = host.ensure_binfmt(progress)
     if not binfmt.usable:
         notes.append(f"run.sh was not run in a Python-free root: {binfmt.reason}")
@@ -174,13 +211,14 @@ def _entry_point(bundle, cached, cpu: str, timeout_s: float, progress: Progress,
     with tempfile.TemporaryDirectory(prefix="edgekit-board-root-") as tmp:
         root = Path(tmp) / "root"
         make_board_root(cached.path, root, [bundle.path / native.RUNNER], own_libs=bundle.path / native.LIB_DIR)
-        shutil.copytree(bundle.path, root / "bundle", symlinks=True)
+        copy_bundle(bundle.path, root / "bundle")
         has_python = any("python" in p.name for p in root.rglob("*"))
         tools = host.find_tools(need_debootstrap=False)
-        launch = make_launcher(root, tools, binfmt, cpu, int(bundle.info.get("threads") or 1))
+        launch = make_launcher(root, tools, binfmt, cpu, int(bundle.info.get("threads") or 1), fenced=True)
         progress("running the bundle's run.sh check in a Python-free arm64 root under emulation")
-        done = run_captured(launch.argv(["/bin/sh", "/bundle/" + native.RUN_SCRIPT, "check"], cwd="/bundle"),
-                            what="run.sh under emulation", timeout_s=timeout_s, env=launch.env())
+        done = run_fenced(launch.argv(["/bin/sh", "/bundle/" + native.RUN_SCRIPT, "check", "--timeout",
+                                       f"{max(1, int(timeout_s))}"], cwd="/bundle"),
+                          what="run.sh under emulation", timeout_s=timeout_s, env=launch.env(), preexec=preexec_limits)
         report = {"command": f"sh {native.RUN_SCRIPT} check", "python_in_root": has_python,
                   "exit_code": done.returncode, "seconds": round(done.seconds, 2), "ok": False, "verdict": ""}
         try:
@@ -193,17 +231,16 @@ def _entry_point(bundle, cached, cpu: str, timeout_s: float, progress: Progress,
         return report
 
 
-def _bench(prefix: list[str], runner: Path, bundle, cpu: str, timeout_s: float, env: dict) -> tuple[dict, float]:
+def _bench(fenced: FencedRunner, bundle, cpu: str, timeout_s: float) -> tuple[dict, float]:
     from dataclasses import replace
 
     from edgekit.bench.result import from_document
-    from edgekit.emulate.process import run_captured
 
     threads = str(bundle.info.get("threads") or 1)
-    argv = [*prefix, str(runner), "bench", str(bundle.model), "--threads", threads, "--warmup", "2",
+    args = ["bench", fenced.inside(bundle.model), "--threads", threads, "--warmup", "2",
             "--min-runs", str(BENCH_RUNS), "--max-runs", str(BENCH_RUNS), "--min-time", "0", "--emulated",
             "--mode", "emulated", "--target", bundle.target]
-    done = run_captured(argv, what="edgekit-run bench under emulation", timeout_s=timeout_s, env=env)
+    done = fenced.run(args, what="edgekit-run bench under emulation", timeout_s=timeout_s)
     report = {"status": BENCH_STATUS, "note": BENCH_NOTE, "ok": False, "error": "", "result": None}
     if done.returncode != 0:
         report["error"] = _last(done)

@@ -50,12 +50,13 @@ def _dies_with_us() -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
 
 
-def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd, stdout, stderr, what: str) -> subprocess.Popen:
+def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd, stdout, stderr, what: str,
+           preexec=None) -> subprocess.Popen:
     try:
         return subprocess.Popen(
             [*_dies_with_us(), *(str(a) for a in argv)], env=None if env is None else dict(env), cwd=cwd,
             stdin=subprocess.DEVNULL,
-            stdout=stdout, stderr=stderr, start_new_session=True,
+            stdout=stdout, stderr=stderr, start_new_session=True, preexec_fn=preexec,
         )
     except OSError as exc:
         raise EmulationError(f"cannot start {what}: {exc.strerror or exc}") from None
@@ -116,6 +117,35 @@ def run_captured(
         raise
     lines = [line.rstrip() for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
     return Finished(proc.returncode, out.decode("utf-8", "replace"), tuple(lines[-TAIL_LINES:]),
+                    time.monotonic() - started)
+
+
+MAX_CAPTURED_BYTES = 64 << 20
+
+
+def run_fenced(argv: Sequence[str], *, what: str, timeout_s: float, env: Mapping[str, str], preexec) -> Finished:
+    """``run_captured`` for a program nobody vouches for (``emulate.sandbox``): ``preexec`` sets its
+    limits, and its output goes to files (bounded by the file-size limit) of which at most
+    ``MAX_CAPTURED_BYTES`` are read back, so no amount of printing can fill this process's memory."""
+    import tempfile
+
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = _start(argv, env, None, out, err, what, preexec)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            raise EmulationError(f"{what} timed out after {timeout_s:g} s; it was stopped") from None
+        except BaseException:
+            _stop_group(proc)
+            raise
+        _stop_group(proc)  # what it left behind in its session goes too
+        out.seek(0)
+        err.seek(max(0, err.seek(0, os.SEEK_END) - MAX_CAPTURED_BYTES))
+        stdout, stderr = out.read(MAX_CAPTURED_BYTES), err.read(MAX_CAPTURED_BYTES)
+    lines = [line.rstrip() for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return Finished(proc.returncode, stdout.decode("utf-8", "replace"), tuple(lines[-TAIL_LINES:]),
                     time.monotonic() - started)
 
 
