@@ -72,6 +72,7 @@ def load_torchscript(path, engine: str | None = None):
 
     from edgekit.errors import InputFileError
 
+    check_file(path)
     if engine:
         torch.backends.quantized.engine = engine
     try:
@@ -83,9 +84,27 @@ def load_torchscript(path, engine: str | None = None):
     return module.eval()
 
 
+def check_file(path) -> None:
+    """A TorchScript file is a zip archive: anything else (a GGUF, a pickle, an image named .pt) is
+    refused naming what it is before torch's reader is handed it."""
+    from edgekit.errors import InputFileError
+    from edgekit.fileio import signature_kind
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        other = signature_kind(path)
+    except OSError as exc:
+        raise InputFileError(f"cannot read TorchScript model {path}: {exc.strerror or exc}") from None
+    if head != b"PK\x03\x04":
+        shown = f"it is {other}" if other else "its first bytes are not a zip archive's"
+        raise InputFileError(f"{path} is not a TorchScript model: {shown}")
+
+
 def read_provenance(path) -> dict:
     import torch
 
+    check_file(path)
     extra = {PROVENANCE_KEY: ""}
     with quiet():
         torch.jit.load(str(path), map_location="cpu", _extra_files=extra)

@@ -308,3 +308,24 @@ def test_real_pytorch_files_still_load(tmp_path):
     torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     for name in ("zip.pt", "legacy.pt"):
         assert torch.equal(load_plain(tmp_path / name)["w"], torch.ones(2))
+
+
+@pytest.mark.parametrize("content, fragment", [(GGUF_HEAD, "it is a GGUF file"), (PNG_HEAD, "it is a PNG image"),
+                                               (b"\x80\x04\x95" + b"\0" * 40, "it is a Python pickle"),
+                                               (b"noise" * 10, "its first bytes are not a zip archive's")])
+def test_a_torchscript_file_holding_another_kind_is_refused_before_torch_reads_it(tmp_path, content, fragment):
+    from edgekit.formats.torchscript_backend import load_torchscript, read_provenance
+
+    path = tmp_path / "model.pt"
+    path.write_bytes(content)
+    for read in (load_torchscript, read_provenance):
+        with pytest.raises(InputFileError, match=f"is not a TorchScript model: {fragment}"):
+            read(path)
+
+
+def test_a_real_torchscript_file_still_loads(tmp_path):
+    torch = pytest.importorskip("torch")
+    from edgekit.formats.torchscript_backend import load_torchscript
+
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(tmp_path / "model.pt"))
+    assert load_torchscript(tmp_path / "model.pt")(torch.ones(1, 2)).shape == (1, 2)
