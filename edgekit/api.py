@@ -23,19 +23,46 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.artifacts import Manifest, load_manifest
-from edgekit.bench.api import bench
+import functools
+import os
+
+from edgekit.artifacts import Manifest
+from edgekit.artifacts import load_manifest as _load_manifest
+from edgekit.bench.api import bench as _bench
+from edgekit.bench.result import BenchResult
+from edgekit.bounds import check_call
 from edgekit.errors import EdgekitError, GateFailed, UsageError
-from edgekit.export.api import export
-from edgekit.gates.evaluate import gate_results as gate
+from edgekit.export.api import export as _export
+from edgekit.gates.evaluate import gate_results as _gate_results
 from edgekit.gates.evaluate import raise_for_status
-from edgekit.pipeline import PipelineConfig, run_pipeline
+from edgekit.pipeline import PipelineConfig
+from edgekit.pipeline import run_pipeline as _run_pipeline
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import Method, QuantConfig, layer_lister, method, method_names, register_method, route
-from edgekit.targets import Target, load_target
+from edgekit.targets import Target
+from edgekit.targets import load_target as _load_target
+from edgekit.train.loop import train as _train
 from edgekit.train.config import TrainConfig
-from edgekit.train.loop import train
+
+
+def _front_door(function, name: str | None = None):
+    """``function`` with its arguments checked against its annotations first (edgekit.bounds.check_call):
+    a wrong type is one UsageError naming the argument, before any file is written."""
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        check_call(function, args, kwargs, name, {"BenchResult": BenchResult, "Target": Target, "os": os})
+        return function(*args, **kwargs)
+    return checked
+
+
+bench = _front_door(_bench)
+export = _front_door(_export)
+gate = _front_door(_gate_results, "gate")
+load_manifest = _front_door(_load_manifest)
+load_target = _front_door(_load_target)
+run_pipeline = _front_door(_run_pipeline)
+train = _front_door(_train)
 
 __all__ = [
     "DynamicConfig",
@@ -70,6 +97,7 @@ __all__ = [
 ]
 
 
+@_front_door
 def quantize(
     source: str | Path,
     config: Any,

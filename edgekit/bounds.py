@@ -214,3 +214,69 @@ def _describe(expected) -> str:
     if origin is dict:
         return "a dict" + (f" with {plural.get(args[0], 'typed')[:-1]} keys" if args else "")
     return getattr(expected, "__name__", str(expected))
+
+
+# -- public functions' arguments --------------------------------------------------------------
+def check_call(function, args: tuple, kwargs: dict, name: str | None = None, names: dict | None = None) -> None:
+    """Each argument of a call to ``function`` holds a value of its annotated type (as
+    ``check_field_types`` reads them, plus: a float must be finite, ``os.PathLike`` and other classes
+    by ``isinstance``, ``list[X]``/``Iterable[X]``/``Mapping[K, V]``/``Callable``), or a UsageError
+    names the function, the argument, the value and what it may be, before any work starts: the
+    Python API's front door, so ``export(None, out)`` or ``quantize(..., force="yes")`` never reach a
+    raw TypeError (or a silent truth test) deep in a stage."""
+    import inspect
+    import typing
+
+    called = name or function.__name__
+    signature = inspect.signature(function)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise UsageError(f"{called}(): {exc}") from None
+    try:
+        hints = typing.get_type_hints(function, localns=names)  # names: those its module imports only for typing
+    except Exception:  # noqa: BLE001 - an annotation this module cannot resolve is left to the stage
+        hints = {}
+    for arg, value in bound.arguments.items():
+        if signature.parameters[arg].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        expected = hints.get(arg)
+        if expected is not None and not _arg_conforms(value, expected):
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise UsageError(f"{called}() argument {arg} must be {_describe(expected)}, got {shown} ({type(value).__name__})")
+
+
+def _arg_conforms(value, expected) -> bool:
+    import collections.abc as abc
+    import types
+    import typing
+
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_arg_conforms(value, arg) for arg in args)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if origin in (list, abc.Sequence, abc.Iterable, set, frozenset):
+        if isinstance(value, (str, bytes, abc.Mapping)) or not isinstance(value, abc.Iterable):
+            return False
+        if origin is list and not isinstance(value, list):
+            return False
+        if args and isinstance(value, (list, tuple)):  # other iterables are not consumed here
+            return all(_arg_conforms(item, args[0]) for item in value)
+        return True
+    if origin is abc.Mapping:
+        if not isinstance(value, abc.Mapping):
+            return False
+        return len(args) != 2 or all(_arg_conforms(k, args[0]) and _arg_conforms(v, args[1]) for k, v in value.items())
+    if origin is abc.Callable or expected is abc.Callable:
+        return callable(value)
+    if origin is tuple and isinstance(value, (tuple, list)) and len(args) == 2 and args[1] is Ellipsis:
+        return all(_arg_conforms(item, args[0]) for item in value)
+    if origin is None and isinstance(expected, type) and expected not in (bool, int, str, type(None)) \
+            and expected.__module__ != "pathlib":
+        try:
+            return isinstance(value, expected)
+        except TypeError:  # a Protocol that is not runtime-checkable
+            return True
+    return _conforms(value, expected)

@@ -119,8 +119,55 @@ class Format:
 _TABLE: dict[str, Format] = {}
 
 
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+_FIELD_TYPES = {"str": str, "bool": bool, "int": int, "float": (int, float)}
+
+
+def _bad_field(entry: Format) -> str | None:
+    """What is wrong with a plug-in's entry (a field of the wrong type, a file name that is a path), or None."""
+    import math
+    import typing
+
+    if not _NAME.match(entry.name if isinstance(entry.name, str) else ""):
+        return f"name {entry.name!r} is not a lowercase word (letters, digits, '-', '_')"
+    for group, kind in (("files", Files), ("host", Host), ("board", Board), ("quantization", Quantization)):
+        value = getattr(entry, group)
+        if type(value) is not kind:
+            return f"{group} is a {type(value).__name__}, not edgekit.formats.{kind.__name__}"
+        for name, hint in typing.get_type_hints(kind).items():
+            field = getattr(value, name)
+            text = hint.__name__ if isinstance(hint, type) else str(hint)
+            if text.startswith("tuple"):
+                ok = isinstance(field, tuple) and all(isinstance(item, str) and item for item in field)
+            elif "None" in text:
+                ok = field is None or (isinstance(field, str) and bool(field))
+            else:
+                want = _FIELD_TYPES[text]
+                ok = isinstance(field, want) and (want is bool or not isinstance(field, bool))
+                ok = ok and (not isinstance(field, float) or math.isfinite(field))
+                ok = ok and (want is not str or bool(field))
+            if not ok:
+                return f"{group}.{name} is {field!r}, not a {text.replace('typing.', '')}"
+    file_name = entry.files.file_name
+    if file_name in (".", "..") or "/" in file_name or "\\" in file_name or "\0" in file_name:
+        return f"files.file_name {file_name!r} is not a plain file name"
+    if not entry.files.suffixes or any(not suffix.startswith(".") or "/" in suffix for suffix in entry.files.suffixes):
+        return f"files.suffixes {entry.files.suffixes!r} are not file suffixes ('.ext')"
+    if entry.board.footprint_mb <= 0:
+        return f"board.footprint_mb {entry.board.footprint_mb!r} is not a positive number of MB"
+    if entry.quantization.layer_names not in ("torch", "onnx"):
+        return f"quantization.layer_names {entry.quantization.layer_names!r} is not 'torch' or 'onnx'"
+    return None
+
+
 def register(entry: Format) -> Format:
-    """Add ``entry`` to the table; a name, file name or suffix another format has is refused."""
+    """Add ``entry`` to the table; a name, file name or suffix another format has is refused, and so
+    is an entry that is not a well-formed Format (a plug-in's garbage fails here, not in a later command)."""
+    if type(entry) is not Format:
+        raise UsageError(f"format register() takes an edgekit.formats.Format, not a {type(entry).__name__}")
+    problem = _bad_field(entry)
+    if problem:
+        raise UsageError(f"format {str(entry.name)[:40]!r} cannot be registered: its {problem}")
     for other in _TABLE.values():
         if other.name == entry.name and other == entry:
             return entry  # the same module imported again

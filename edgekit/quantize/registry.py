@@ -60,7 +60,31 @@ _LAYER_LISTERS: dict[str, Handler] = {}
 _LOADED: list[bool] = []
 
 
+def _same(one: Any, other: Any) -> bool:
+    """The same function or class, perhaps from its module imported again."""
+    return one is other or (getattr(one, "__module__", None), getattr(one, "__qualname__", None)) == (
+        getattr(other, "__module__", None), getattr(other, "__qualname__", None))
+
+
+def _check_name(kind: str, name: Any) -> None:
+    if not isinstance(name, str) or not name.strip() or len(name) > 40 or not name.isprintable():
+        raise UsageError(f"a quantize plug-in's {kind} name {str(name)[:40]!r} is not a short printable name")
+
+
 def register_method(entry: Method) -> Method:
+    """Add a method; garbage (not a Method, a config that is not a class, a handler that is not
+    callable) or a name another method has is refused in one line."""
+    if type(entry) is not Method:
+        raise UsageError(f"register_method() takes an edgekit Method, not a {type(entry).__name__}")
+    _check_name("method", entry.name)
+    if not isinstance(entry.config_type, type):
+        raise UsageError(f"method {entry.name!r} cannot be registered: its config {entry.config_type!r} is not a class")
+    if entry.handler is not None and not callable(entry.handler):
+        raise UsageError(f"method {entry.name!r} cannot be registered: its handler is not callable")
+    other = _METHODS.get(entry.name)
+    if other is not None and not _same(other.config_type, entry.config_type):
+        raise UsageError(f"method {entry.name!r} cannot be registered: the name is already "
+                         f"{other.config_type.__module__}.{other.config_type.__qualname__}'s")
     _METHODS[entry.name] = entry
     return entry
 
@@ -75,7 +99,17 @@ def method(name: str, summary: str = ""):
 
 def route(config_type: type, fmt: str):
     """Function decorator: ``fmt``'s files for ``config_type`` (and its subclasses) come from it."""
+    if not isinstance(config_type, type):
+        raise UsageError(f"a quantize route's config {config_type!r} is not a class")
+    _check_name("format", fmt)
+
     def register(function: Handler) -> Handler:
+        if not callable(function):
+            raise UsageError(f"the {fmt!r} route of {config_type.__name__} is not a function")
+        other = _ROUTES.get((config_type, fmt))
+        if other is not None and not _same(other, function):
+            raise UsageError(f"the {fmt!r} route of {config_type.__name__} cannot be registered: "
+                             f"{other.__module__}.{other.__qualname__} is already that route")
         _ROUTES[(config_type, fmt)] = function
         return function
     return register
@@ -84,7 +118,11 @@ def route(config_type: type, fmt: str):
 def layer_lister(fmt: str):
     """Function decorator: ``(QuantJob, config) -> [(layer, op)]``, the weighted layers of ``fmt``'s
     int8 file that ``--max-drop`` may keep in float, named as its routes' ``exclude`` takes them."""
+    _check_name("format", fmt)
+
     def register(function: Handler) -> Handler:
+        if not callable(function):
+            raise UsageError(f"the {fmt!r} layer lister is not a function")
         _LAYER_LISTERS[fmt] = function
         return function
     return register

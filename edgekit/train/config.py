@@ -71,21 +71,22 @@ class TrainConfig:
     cpu_offload: bool = False  # FSDP only: keep parameters and optimizer state in host memory
 
     def __post_init__(self) -> None:
-        from edgekit.bounds import check_field_types
+        from edgekit.bounds import MAX_RUNS, check_field_types
 
         check_field_types(self)  # the Python API takes anything: a wrong type is named here, not deep in training
         for name in ("batch_size", "grad_accum", "log_every", "max_nonfinite"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RUNS:
+                raise UsageError(f"{name} must be a positive integer (at most {MAX_RUNS}), got {value!r}")
         for name in ("epochs", "max_steps", "seq_len", "save_every", "eval_every", "threads"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise UsageError(f"{name} must be a positive integer, got {value!r}")
+            # a bound past any real run: --epochs 1e22 is a typo that would train forever
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RUNS):
+                raise UsageError(f"{name} must be a positive integer (at most {MAX_RUNS}), got {value!r}")
         for name in ("warmup_steps", "workers"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise UsageError(f"{name} must be an integer >= 0, got {value!r}")
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RUNS):
+                raise UsageError(f"{name} must be an integer >= 0 (at most {MAX_RUNS}), got {value!r}")
         from edgekit.bounds import check_seed, check_threads
 
         check_threads(self.threads)
