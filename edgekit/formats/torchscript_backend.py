@@ -98,7 +98,7 @@ def check_file(path) -> None:
         raise InputFileError(f"cannot read TorchScript model {path}: {exc.strerror or exc}") from None
     if head != b"PK\x03\x04":
         shown = f"it is {other}" if other else "its first bytes are not a zip archive's"
-        raise InputFileError(f"{path} is not a TorchScript model: {shown}")
+        raise InputFileError(f"{path} is not a loadable TorchScript model: {shown}")
 
 
 def read_provenance(path) -> dict:

@@ -319,7 +319,7 @@ def test_a_torchscript_file_holding_another_kind_is_refused_before_torch_reads_i
     path = tmp_path / "model.pt"
     path.write_bytes(content)
     for read in (load_torchscript, read_provenance):
-        with pytest.raises(InputFileError, match=f"is not a TorchScript model: {fragment}"):
+        with pytest.raises(InputFileError, match=f"is not a loadable TorchScript model: {fragment}"):
             read(path)
 
 
