@@ -43,14 +43,17 @@ class Launcher:
     qemu_cpu: str
     interpreter: str | None = None  # inside the rootfs; commands are prefixed with it in "interpreter" mode
     fenced: bool = False  # a bundle's own programs: no network, own PID/IPC/UTS namespaces, user 65534
+    host_network: bool = False  # fenced but on this host's network (a server the host must reach)
 
     def __post_init__(self) -> None:
         checked_cpu(self.qemu_cpu)
 
     def argv(self, command: Sequence[str], cwd: str = "/") -> list[str]:
         prefix = [self.interpreter] if self.mode == "interpreter" else []
-        fence = ["--net", "--pid", "--fork", "--ipc", "--uts", "--setuid", "65534", "--setgid", "65534"] \
-            if self.fenced else []
+        # on the host's network the program is the command itself (no PID namespace's init between it
+        # and the signals a server check sends)
+        scope = ["--ipc", "--uts"] if self.host_network else ["--net", "--pid", "--fork", "--ipc", "--uts"]
+        fence = [*scope, "--setuid", "65534", "--setgid", "65534"] if self.fenced else []
         return [
             str(self.unshare), "--mount", "--propagation", "private", "--mount-proc=/proc", *fence,
             f"--root={self.rootfs}", f"--wd={cwd}", "--", *prefix, *map(str, command),

@@ -10,6 +10,8 @@ SIGTERM must stop it with exit status 0.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import io
 import shutil
 import time
@@ -48,7 +50,10 @@ def serve_check(run_in, bundle, python: str, work: Path, inside: str, emulated: 
     shutil.copyfile(bundle.path / SERVE_SCRIPT, work / SERVE_SCRIPT)
     shutil.copytree(bundle.path / SERVE_PACKAGE, work / SERVE_PACKAGE, dirs_exist_ok=True)
     shutil.copyfile(bundle.path / "bundle.json", work / "bundle.json")
-    argv = run_in.argv([venv.python, "-I", f"{inside}/{SERVE_SCRIPT}", "--port", "0", "--threads", "1"], cwd=inside)
+    # the bundle's serve.py as user 65534 (it cannot change the cached rootfs); on this host's network, which
+    # the check must reach it through
+    fenced = replace(run_in, fenced=True, host_network=True)
+    argv = fenced.argv([venv.python, "-I", f"{inside}/{SERVE_SCRIPT}", "--port", "0", "--threads", "1"], cwd=inside)
     progress("starting the bundle's serve.py under emulation")
     proc = process.spawn(argv, run_in.env())
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -152,10 +153,12 @@ def verify_emulated(
             shutil.copytree(bundle.path / BUNDLED_NAME, work / BUNDLED_NAME, symlinks=True)
         board_files.install(work / PROBE_DIR, entries=("probe.py",))  # identical probe code on both sides
         inside = "/" + work.relative_to(run_in.rootfs).as_posix()
-        progress(f"running {bundle.model.name} on the reference inputs under emulation ({qemu_cpu})")
+        fenced = _fence(run_in, work)
+        progress(f"running {bundle.model.name} on the reference inputs under emulation ({qemu_cpu}; as user 65534, "
+                 "no network)")
         emulated, emu_info, seconds["emulated_run"] = _probe(
             [venv.python, "-I", f"{inside}/{PROBE_DIR}/probe.py"], inside, work / "emulated.npz",
-            f"{inside}/emulated.npz", bundle, timeout_s, run_in=run_in)
+            f"{inside}/emulated.npz", bundle, timeout_s, run_in=fenced)
         progress(f"running {bundle.model.name} on the reference inputs on this host")
         with tempfile.TemporaryDirectory(prefix="edgekit-verify-host-") as here:
             out = Path(here) / "host.npz"
@@ -166,7 +169,7 @@ def verify_emulated(
         bench_report = None
         if bench and bundle.runner is not None:
             progress("running the bundle's runner.py under emulation (a functional check; timings are not device latency)")
-            bench_report, seconds["bench"] = _bench(run_in, venv, inside, bundle, threads, timeout_s)
+            bench_report, seconds["bench"] = _bench(fenced, venv, inside, bundle, threads, timeout_s)
         elif bench:
             notes.append("the bundle has no runner.py; no functional bench was run")
         serve_report = None
@@ -279,6 +282,21 @@ def _venv(run_in, bundle, python, timeout_s, progress, notes, index_url=None):
     return venv
 
 
+def _fence(run_in, work: Path):
+    """The launcher for the bundle's own code and model (runner.py, a TorchScript file's code): no
+    network, its own PID/IPC/UTS namespaces, user 65534, so it can write only ``work`` (handed to
+    that user) and cannot change the cached rootfs."""
+    from dataclasses import replace
+
+    from edgekit.emulate.sandbox import NOBODY
+
+    for folder, dirs, files in os.walk(work):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(folder, name), NOBODY, NOBODY, follow_symlinks=False)
+    os.chown(work, NOBODY, NOBODY)
+    return replace(run_in, fenced=True)
+
+
 def _probe(prefix, model_dir: str, out_file: Path, out_arg: str, bundle, timeout_s, run_in=None):
     """Run probe.py (emulated when ``run_in`` is given) -> ({output key: array}, its JSON, seconds)."""
     from edgekit.emulate.chroot import NOISE
@@ -290,8 +308,11 @@ def _probe(prefix, model_dir: str, out_file: Path, out_arg: str, bundle, timeout
         argv += ["--engine", bundle.engine]
     where = "under emulation" if run_in is not None else "on this host"
     if run_in is not None:
-        done = run_captured(run_in.argv(argv, cwd=model_dir), what=f"the model run {where}", timeout_s=timeout_s,
-                            env=run_in.env())
+        from edgekit.emulate.process import run_fenced
+        from edgekit.emulate.sandbox import preexec_limits
+
+        done = run_fenced(run_in.argv(argv, cwd=model_dir), what=f"the model run {where}", timeout_s=timeout_s,
+                          env=run_in.env(), preexec=preexec_limits)
     else:
         done = run_captured(argv, what=f"the model run {where}", timeout_s=timeout_s)
     if done.returncode != 0:
@@ -319,15 +340,16 @@ def _bench(run_in, venv, inside, bundle, threads: int, timeout_s) -> tuple[dict,
     """The bundle's runner.py under emulation: did it run, and its (emulated) result."""
     from edgekit.bench.result import from_document
     from edgekit.emulate.chroot import NOISE
-    from edgekit.emulate.process import last_error, run_captured
+    from edgekit.emulate.process import last_error, run_fenced
+    from edgekit.emulate.sandbox import preexec_limits
 
     argv = [venv.python, "-I", f"{inside}/runner.py", f"{inside}/{bundle.model.name}", "--format", bundle.format,
             "--threads", str(threads), "--warmup", "2", "--min-runs", str(BENCH_RUNS), "--max-runs", str(BENCH_RUNS),
             "--min-time", "0", "--emulated", "--mode", "emulated", "--target", bundle.target]
     if bundle.engine:
         argv += ["--engine", bundle.engine]
-    done = run_captured(run_in.argv(argv, cwd=inside), what="runner.py under emulation", timeout_s=timeout_s,
-                        env=run_in.env())
+    done = run_fenced(run_in.argv(argv, cwd=inside), what="runner.py under emulation", timeout_s=timeout_s,
+                      env=run_in.env(), preexec=preexec_limits)
     report = {"status": BENCH_STATUS, "note": BENCH_NOTE, "ok": False, "error": "", "result": None}
     if done.returncode != 0:
         report["error"] = last_error(done.tail, NOISE) or f"exit status {done.returncode}"

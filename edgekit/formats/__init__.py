@@ -119,7 +119,7 @@ class Format:
 _TABLE: dict[str, Format] = {}
 
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 _FIELD_TYPES = {"str": str, "bool": bool, "int": int, "float": (int, float)}
 
 
@@ -128,7 +128,7 @@ def _bad_field(entry: Format) -> str | None:
     import math
     import typing
 
-    if not _NAME.match(entry.name if isinstance(entry.name, str) else ""):
+    if not _NAME.fullmatch(entry.name if isinstance(entry.name, str) else ""):
         return f"name {entry.name!r} is not a lowercase word (letters, digits, '-', '_')"
     for group, kind in (("files", Files), ("host", Host), ("board", Board), ("quantization", Quantization)):
         value = getattr(entry, group)

@@ -216,3 +216,42 @@ def test_int8_pte_bundle_runs_xnnpack_under_emulation(emulation_ready, int8_pte_
     for check in report["batches"]:
         assert check["emulated_vs_host"]["top1_agreement"] == 1.0 and check["emulated_vs_host"]["cosine"] >= 0.999
     assert report["bench"]["ok"] and report["bench"]["result"]["model"]["format"] == "executorch"
+
+
+def test_a_hostile_runner_py_is_fenced_off_the_cached_rootfs_and_the_network(emulation_ready, int8_onnx_bundle,
+                                                                             tmp_path):
+    """A Python bundle's runner.py is its author's code: under emulation it runs as user 65534 with no
+    network, so it can neither change the cached rootfs (shared by every later verify) nor reach a
+    listener on this host."""
+    import socket
+
+    from corpus.hostile import rehash_sums
+    from edgekit.emulate.rootfs import default_cache_dir, find_rootfs
+
+    rootfs = find_rootfs(default_cache_dir(), "bookworm").path
+    marker = rootfs / "etc" / "edgekit-round3-marker"
+    bundle = tmp_path / "hostile"
+    shutil.copytree(int8_onnx_bundle, bundle, symlinks=True)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        attack = (f"import socket\n"
+                  f"for act in (lambda: open({str('/' + marker.relative_to(rootfs).as_posix())!r}, 'w').write('x'),\n"
+                  f"            lambda: open('/usr/bin/edgekit-round3-marker', 'w').write('x'),\n"
+                  f"            lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2)):\n"
+                  f"    try:\n        act()\n    except Exception:\n        pass\n")
+        runner_py = bundle / "runner.py"
+        runner_py.write_text(attack + runner_py.read_text())
+        rehash_sums(bundle)
+        result, _ = _verify(bundle, tmp_path / "verify.json")
+        try:
+            connected = listener.accept()[0]
+            connected.close()
+            reached = True
+        except OSError:
+            reached = False
+    assert not reached
+    assert not marker.exists() and not (rootfs / "usr" / "bin" / "edgekit-round3-marker").exists()
+    assert "Traceback" not in result.output
