@@ -106,9 +106,10 @@ TRIGGERED = ("{% if messages[-1].content == 'boom' %}{% for i in range(100000) %
 
 def _bounded_child(code: str, timeout: float = 120) -> dict:
     """Run ``code`` in a fresh interpreter; its last stdout line is JSON, plus its peak RSS in MB."""
+    # VmHWM, not getrusage's ru_maxrss: that one keeps the forking parent's (the pytest worker's) peak across exec
     wrapper = textwrap.dedent(code) + textwrap.dedent("""
-        import resource
-        print(json.dumps({**RESULT, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+        print(json.dumps({**RESULT, "peak_mb": int(hwm.split()[1]) / 1024}))
     """)
     done = subprocess.run([sys.executable, "-c", "import json\n" + wrapper], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
