@@ -62,6 +62,18 @@ def _start(argv: Sequence[str], env: Mapping[str, str] | None, cwd, stdout, stde
         raise EmulationError(f"cannot start {what}: {exc.strerror or exc}") from None
 
 
+def _wait(proc: subprocess.Popen, timeout_s: float, what: str) -> None:
+    """Wait for ``proc``; past the deadline or on any interruption its whole group is stopped."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        raise EmulationError(f"{what} timed out after {timeout_s:g} s; it was stopped") from None
+    except BaseException:
+        _stop_group(proc)
+        raise
+
+
 def run_streamed(
     argv: Sequence[str],
     *,
@@ -87,13 +99,7 @@ def run_streamed(
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _stop_group(proc)
-        raise EmulationError(f"{what} timed out after {timeout_s:g} s; it was stopped") from None
-    except BaseException:
-        _stop_group(proc)
-        raise
+        _wait(proc, timeout_s, what)
     finally:
         reader.join(timeout=5)
         proc.stdout.close()
@@ -132,14 +138,7 @@ def run_fenced(argv: Sequence[str], *, what: str, timeout_s: float, env: Mapping
     started = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = _start(argv, env, None, out, err, what, preexec)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop_group(proc)
-            raise EmulationError(f"{what} timed out after {timeout_s:g} s; it was stopped") from None
-        except BaseException:
-            _stop_group(proc)
-            raise
+        _wait(proc, timeout_s, what)
         _stop_group(proc)  # what it left behind in its session goes too
         out.seek(0)
         err.seek(max(0, err.seek(0, os.SEEK_END) - MAX_CAPTURED_BYTES))
