@@ -152,14 +152,14 @@ def fenced_runner(bundle, qemu: Path, cpu: str, sysroot: Path):
 def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
     """The QEMU CPU for a runner compiled for ``cpu``: that core itself, never ``max`` (whose SME
     kernels gave wrong int8 outputs) and never a core older than the binary's instructions."""
-    from edgekit.emulate.host import checked_cpu
+    from edgekit.emulate.host import NEVER, checked_cpu
 
     if not cpu:
         return "cortex-a72"  # the oldest core edgekit's aarch64 targets have but the A53 (ARMv8.0 either way)
     checked_cpu(cpu)  # a bundle.json naming max is refused, not emulated
     if cpu not in available:
         raise EmulationError(f"this qemu cannot emulate {cpu}, the core the runner is built for "
-                             f"(it has: {', '.join(c for c in available if c != 'max')}); upgrade qemu-user-static")
+                             f"(it has: {', '.join(c for c in available if c not in NEVER)}); upgrade qemu-user-static")
     return cpu
 
 
