@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import ParityError
-
-INT8_MIN_COSINE = 0.95
+from edgekit.formats.parity import INT8_MIN_COSINE
 
 
 @dataclass(frozen=True)
