@@ -7,9 +7,8 @@ p50), and ``edgekit generate`` of a transformer-lm ran at 12-14 tokens/s on torc
 both cores against 456 with one. The cap applies to runs on this host; on the board the runner
 gets the target's threads.
 
-    from edgekit.threads import resolve_threads, use_torch_threads
+    from edgekit.threads import resolve_threads
     threads, notes = resolve_threads(user_threads, target)   # target: a Target, or None
-    use_torch_threads(threads)                               # torch.set_num_threads, when torch is loaded
 
 Light: no torch import (``edgekit --help`` and the bench parent stay free of it).
 """
@@ -55,11 +54,3 @@ def target_of(manifest) -> "Target | None":
         return load_target(name)
     except EdgekitError:
         return None
-
-
-def use_torch_threads(threads: int) -> None:
-    """Run torch's intra-op work on ``threads`` threads (in this process)."""
-    import torch
-
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)

@@ -21,7 +21,6 @@ REQUIREMENTS = "requirements.txt"
 README = "README.txt"
 CHECKSUMS = "SHA256SUMS"
 WHEELS_DIR = "wheels"
-SERVE = "serve.py"  # ONNX bundles only (edgekit.bundle.serving)
 
 DEFAULT_PYTHON_VERSION = "3.11"  # Raspberry Pi OS bookworm's python3
 

@@ -1,7 +1,7 @@
 """Tar archives of a bundle folder, reproducible (no times, owners or directory order leak in).
 
-``write_tarball`` makes the ``.tar.gz`` beside a bundle; ``stream_tar`` writes the same files,
-uncompressed, to a pipe (the copy to a board).
+``write_archive`` makes the ``.tar.gz`` beside a bundle; ``is_bundle_archive`` tells whether an
+existing one is a bundle's own (so it may be replaced).
 """
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import IO
-
-from edgekit.fileio import atomic_path
-
-
-def write_tarball(folder: Path, final: Path, top: str, mtime: int = 0) -> Path:
-    """Write ``folder``'s files to ``final`` (atomically) under the directory ``top/``."""
-    with atomic_path(final) as tmp:
-        write_archive(folder, tmp, top, mtime)
-    return final
 
 
 def write_archive(folder: Path, path: Path, top: str, mtime: int = 0) -> None:
@@ -36,7 +26,7 @@ MAX_ARCHIVE_MEMBERS = 100_000  # far more than any bundle holds (wheels included
 
 
 def is_bundle_archive(path: Path, top: str) -> bool:
-    """Whether ``path`` is a .tar.gz that ``write_tarball`` made of a bundle named ``top``: every
+    """Whether ``path`` is a .tar.gz that ``write_archive`` made of a bundle named ``top``: every
     member must be the bundle's own, so replacing it loses nothing.
 
     That is: the folder ``top/`` first, then only folders and regular files below it (no links,
@@ -84,12 +74,6 @@ def is_bundle_archive(path: Path, top: str) -> bool:
     listed = set(sums)
     on_the_way = {"/".join(p.split("/")[:i]) for p in listed for i in range(1, p.count("/") + 1)}
     return files <= listed | {"SHA256SUMS"} and folders <= on_the_way
-
-
-def stream_tar(folder: Path, out: IO[bytes], mtime: int = 0) -> None:
-    """Write ``folder``'s files as an uncompressed tar stream (names relative to the folder)."""
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.GNU_FORMAT) as tar:
-        add_folder(tar, folder, "", mtime)
 
 
 def add_folder(tar: tarfile.TarFile, folder: Path, top: str, mtime: int) -> None:

@@ -39,10 +39,6 @@ _LOADERS: dict[str, Callable] = {
 }
 
 
-def dataset_names() -> list[str]:
-    return sorted(_LOADERS)
-
-
 def load_split(dataset: str, split: str):
     """An ``ArraySplit`` (inputs, labels) of a named dataset."""
     if dataset not in _LOADERS:

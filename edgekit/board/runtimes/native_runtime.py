@@ -8,8 +8,6 @@ want arrays in and out, ``run`` through its ``probe`` command on temporary files
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -88,14 +86,3 @@ class NativeRuntime(Runtime):
             self._call(["probe", str(self.path), str(reference), str(out), "--threads", str(self.threads)])
             with np.load(out, allow_pickle=False) as data:
                 return [data[data.files[0]]]
-
-
-def staged_runner(folder: Path, dest: Path) -> Path:
-    """A copy of a native bundle's runner and lib/ in ``dest`` (e.g. inside an emulated root)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(folder / RUNNER, dest / RUNNER)
-    if (folder / "lib").is_dir():
-        shutil.copytree(folder / "lib", dest / "lib", dirs_exist_ok=True)
-    os.chmod(dest / RUNNER, 0o755)
-    return dest / RUNNER
-

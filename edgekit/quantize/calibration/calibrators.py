@@ -289,9 +289,6 @@ register_calibration(CalibrationMethod("percentile", PercentileCalibration, Perc
 register_calibration(CalibrationMethod("entropy", EntropyCalibration, EntropyCalibrator, "KL-optimal clipping"))
 register_calibration(CalibrationMethod("mse", MseCalibration, MseCalibrator, "MSE-optimal clipping"))
 
-CALIBRATION_METHODS = tuple(_METHODS)
-
-
 def make_calibration(method: str, **settings: Any):
     """The method's config from the settings it takes (``None`` values mean "default")."""
     if method not in _METHODS:

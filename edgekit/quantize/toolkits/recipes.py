@@ -17,7 +17,7 @@ architecture (a generic ``x86-64`` profile cannot know whether the box has VNNI;
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from edgekit.errors import UsageError
@@ -130,7 +130,3 @@ def onnx_recipe(
     if not pc and per_channel is None:
         notes.append("per-tensor weights from the target profile")
     return OnnxRecipe(act, wt, pc, rr, tuple(notes), tuple(warnings))
-
-
-def with_overrides(recipe: OnnxRecipe, **changes) -> OnnxRecipe:
-    return replace(recipe, **{k: v for k, v in changes.items() if v is not None})
