@@ -55,7 +55,9 @@ def prepared_onnx(job) -> Path:
     if _PREPARED not in job.memo:
         from edgekit.quantize.toolkits.ort_backend import preprocess
 
-        job.memo[_PREPARED] = preprocess(float_onnx(job), job.scratch / "prepared.onnx")
+        notes: list[str] = []
+        job.memo[_PREPARED] = preprocess(float_onnx(job), job.scratch / "prepared.onnx", notes)
+        job.warnings.extend(note for note in notes if note not in job.warnings)
     return job.memo[_PREPARED]
 
 

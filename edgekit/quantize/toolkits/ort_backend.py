@@ -46,21 +46,30 @@ def _quant_type(name: str):
     return {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[name]
 
 
-def preprocess(float_path: Path, out_path: Path) -> Path:
+def preprocess(float_path: Path, out_path: Path, notes: list[str] | None = None) -> Path:
     """Shape inference + graph optimisation recommended before quantization; every node named.
 
     ``auto_merge`` lets symbolic shape inference merge conflicting symbolic dims (transformer
-    exports otherwise fail with "Incomplete symbolic shape inference").
+    exports otherwise fail with "Incomplete symbolic shape inference"). Where ORT's symbolic shape
+    inference fails on a valid model (it asserts on some ``Concat``/``If`` nodes), the model is
+    pre-processed with ONNX's own shape inference instead, and where the pre-processing fails as a
+    whole the model is quantized as it is; ``notes`` gets one line saying which, naming the node.
     """
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     external = bool(onnx_files.data_files(float_path))
     float_path, out_path = Path(float_path).absolute(), Path(out_path).absolute()
     float_path, wanted = _weights_as_constants(float_path, out_path, external)
-    # ORT's shape inference drops sym_shape_infer_temp.onnx into the working folder when it fails
-    with quiet(), working_dir(out_path.parent):
-        quant_pre_process(str(float_path), str(out_path), auto_merge=True, save_as_external_data=external,
-                          all_tensors_to_one_file=True, external_data_location=onnx_files.data_file_name(out_path))
+    try:
+        _pre_process(float_path, out_path, external)
+    except Exception as exc:  # noqa: BLE001 - ORT's shape inference asserts/raises anything on graphs it does not know
+        where = failing_node(exc)
+        try:
+            _pre_process(float_path, out_path, external, skip_symbolic_shape=True)
+            done = "pre-processed with ONNX's shape inference instead"
+        except Exception:  # noqa: BLE001 - the optimiser may fail the same way: quantize the graph as it is
+            onnx_files.save(onnx_files.load(float_path), out_path, external or None)
+            done = "quantized without ONNX Runtime's pre-processing (no graph optimisation)"
+        if notes is not None:
+            notes.append(f"ONNX Runtime's symbolic shape inference failed{where} ({type(exc).__name__}); {done}")
     model = onnx_files.load(out_path)
     got = [vi.name for vi in onnx_files.model_inputs(model)]
     if got != wanted:
@@ -81,6 +90,29 @@ def preprocess(float_path: Path, out_path: Path) -> Path:
     if changed:
         onnx_files.save(model, out_path, external or None)
     return out_path
+
+
+def _pre_process(float_path: Path, out_path: Path, external: bool, skip_symbolic_shape: bool = False) -> None:
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    # ORT's shape inference drops sym_shape_infer_temp.onnx into the working folder when it fails
+    with quiet(), working_dir(out_path.parent):
+        quant_pre_process(str(float_path), str(out_path), auto_merge=True, save_as_external_data=external,
+                          skip_symbolic_shape=skip_symbolic_shape, all_tensors_to_one_file=True,
+                          external_data_location=onnx_files.data_file_name(out_path))
+
+
+def failing_node(exc: BaseException) -> str:
+    """`` at node NAME (OP)`` for the innermost ONNX node a failing shape inference was working on
+    (a ``node`` local of the frames the exception passed through), else ``""``."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("node")
+        if hasattr(node, "op_type") and hasattr(node, "name"):
+            found = f" at node {node.name or '(unnamed)'} ({node.op_type})"
+        tb = tb.tb_next
+    return found
 
 
 QDQ_MIN_OPSET = 13  # DequantizeLinear's per-channel ``axis``: ORT's own upgrade (to 11) stops short of it

@@ -1,0 +1,61 @@
+"""Whether edgekit may make up the sizes of a model's free axes.
+
+Without data, edgekit feeds a model inputs of its own making: a dynamic batch axis gets a few rows
+and a sequence axis a few tokens, but any other free axis (an image's height and width) gets 1. A
+detector with up-sampling and skip connections cannot run at 1x1; ONNX Runtime then fails deep
+inside a ``Resize`` or ``Concat``. Such a model is run once here at the made-up sizes, and when it
+fails the user is asked for the sizes in one line, before any work.
+"""
+
+from __future__ import annotations
+
+from edgekit.errors import UsageError
+
+KNOWN_AXES = ("batch", "sequence")  # the free axes edgekit sizes itself (formats/reference.py)
+
+
+def free_axes(spec) -> dict[int, str]:
+    """The axes of ``spec`` edgekit would fill with 1 (neither the batch axis nor a sequence)."""
+    return {axis: name for axis, name in spec.dynamic_axes.items() if axis != 0 and name not in KNOWN_AXES}
+
+
+def check_made_up_sizes(src) -> None:
+    """UsageError when ``src`` (an ONNX file) has free axes it cannot run with at the sizes edgekit
+    would choose; names the input, its free axes and the ``--input-shape`` to give."""
+    if getattr(src, "onnx_path", None) is None:
+        return
+    free = {spec.name: free_axes(spec) for spec in src.inputs}
+    if not any(free.values()):
+        return
+    from edgekit.formats.reference import random_inputs, sequence_length
+
+    feed = random_inputs(src.inputs, 1, sequence_length(1))
+    failure = _run_once(src.onnx_path, feed)
+    if failure is None:
+        return
+    spec = next(s for s in src.inputs if free[s.name])
+    shape = "x".join(
+        f"<{free[spec.name][axis]}>" if axis in free[spec.name] else str(dim or 1) for axis, dim in enumerate(spec.shape)
+    )
+    made_up = "x".join(str(d) for d in feed[spec.name].shape)
+    raise UsageError(
+        f"{src.label} has free {'/'.join(free[spec.name].values())} axes on input {spec.name!r} and fails at the "
+        f"size edgekit would make up ({made_up}: {failure}); give the size it runs at: --input-shape "
+        f"{spec.name}={shape} (or --calib with real inputs)"
+    )
+
+
+def _run_once(path, feed) -> str | None:
+    """None when the model runs on ``feed``, else the first line of ONNX Runtime's complaint."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # the failure is reported in one line below, not in ORT's log
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session.run(None, feed)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types (Fail, InvalidArgument)
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return first.split("Status Message: ")[-1][:200]
+    return None
