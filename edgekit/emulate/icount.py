@@ -1,0 +1,187 @@
+"""Executed aarch64 instructions per inference, on a board's core, under QEMU: deterministic counts.
+
+The model runs in ``edgekit-run bench`` under Debian's dynamic ``qemu-aarch64 -cpu <core>`` with
+edgekit's counting plugin (``icount_plugin``), inside the bundle sandbox (``emulate.sandbox``: the
+program and the model come from a bundle or a user). Two runs, with 1 and ``runs + 1`` timed
+inferences and no warm-up, differ by exactly ``runs`` inferences:
+
+    per_run = (count(runs + 1) - count(1)) / runs
+    startup = count(1) - 2 * per_run       (process start, loading, the first call's extra work, exit)
+
+Counts depend on the core (the kernels a runtime picks from its HWCAP), the runner build, the C
+library, QEMU's version and the plugin; the result records them, so a gate compares like with like.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from edgekit.emulate import EmulationError
+from edgekit.errors import UsageError
+
+CLASSES = ("simd_fp", "integer", "load", "store", "branch", "other")
+DEFAULT_RUNS = 20
+MAX_RUNS = 10_000
+MAX_THREADS = 64
+TIMEOUT_S = 1800.0
+INSIDE = "/qemu-plugin"  # where the host's qemu-aarch64, its libraries' loader and the plugin lie in the sandbox
+LOG_BYTES = 1 << 20
+Progress = Callable[[str], None]
+
+
+def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS,
+                  progress: Progress | None = None, timeout_s: float = TIMEOUT_S) -> dict:
+    """Instructions per inference of an ExecuTorch program (``fmt`` "executorch", a .pte) on ``cpu``
+    (a QEMU core name such as cortex-a72), run by edgekit's cached aarch64 ``edgekit-run``."""
+    from edgekit.native.build import RUNNER_NAME, build_runner
+
+    if fmt != "executorch":
+        raise UsageError(f"emulated instruction counts run ExecuTorch programs (.pte) with edgekit-run; "
+                         f"{Path(program).name} is {fmt}")
+    program = Path(program)
+    if not program.is_file():
+        raise UsageError(f"{program} is not a file")
+    _check_settings(cpu, threads, runs)
+    runner = build_runner("aarch64", cpu, progress)
+    with tempfile.TemporaryDirectory(prefix="edgekit-icount-") as tmp:
+        folder = Path(tmp)
+        shutil.copyfile(runner.binary, folder / RUNNER_NAME)
+        os.chmod(folder / RUNNER_NAME, 0o755)
+        shutil.copytree(runner.folder / "lib", folder / "lib")
+        shutil.copyfile(program, folder / "model.pte")
+        counts = count_in_folder(folder, RUNNER_NAME, "model.pte", cpu, threads=threads, runs=runs,
+                                 progress=progress, timeout_s=timeout_s)
+    return {**counts, "runner": f"edgekit-run {runner.key} (cached aarch64 build for {runner.cpu})"}
+
+
+def count_bundle(bundle, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS, progress: Progress | None = None,
+                 timeout_s: float = TIMEOUT_S) -> dict:
+    """``count_per_run`` for a native bundle (``emulate.bundle.read_bundle``), with the bundle's own runner."""
+    from edgekit.bundle import native
+
+    if bundle.format != "executorch" or not (bundle.path / native.RUNNER).is_file():
+        raise UsageError(f"{bundle.path} is not a native bundle (edgekit-run with an ExecuTorch program); emulated "
+                         "instruction counts need one")
+    _check_settings(cpu, threads, runs)
+    model = Path(bundle.model).resolve().relative_to(bundle.path.resolve()).as_posix()
+    counts = count_in_folder(bundle.path, native.RUNNER, model, cpu, threads=threads, runs=runs, progress=progress,
+                             timeout_s=timeout_s)
+    return {**counts, "runner": f"{native.RUNNER} of the bundle"}
+
+
+def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads: int, runs: int,
+                    progress: Progress | None, timeout_s: float) -> dict:
+    """Count ``folder/runner bench folder/model`` (paths relative to ``folder``) in a sandbox holding a copy of it."""
+    from edgekit.emulate.host import qemu_cpus, qemu_version
+    from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
+    from edgekit.emulate.icount_root import add_host_program
+    from edgekit.emulate.sandbox import bundle_sandbox
+
+    progress = progress or (lambda message: None)
+    qemu = plugin_qemu()
+    version = qemu_version(qemu)
+    if cpu not in qemu_cpus(qemu):
+        raise EmulationError(f"{qemu} cannot emulate {cpu}")
+    library = plugin_library(version, progress)
+    sysroot = _sysroot()
+    with bundle_sandbox(folder, [runner], arch="aarch64", libraries_from=sysroot) as box:
+        add_host_program(box.root, qemu, f"{INSIDE}/qemu-aarch64")
+        add_host_program(box.root, library, f"{INSIDE}/{library.name}")
+        totals = {}
+        for n in (1, runs + 1):
+            progress(f"counting instructions of {Path(model).name} on {cpu} under emulation ({n} timed runs)")
+            totals[n] = _counted_run(box, runner, model, cpu, library.name, n, threads, timeout_s)
+    one, many = totals[1], totals[runs + 1]
+    per_class = {name: _per_run(many[name] - one[name], runs) for name in CLASSES}
+    per_run = _per_run(many["total"] - one["total"], runs)
+    return {
+        "cpu": cpu, "per_run": per_run, "startup": max(one["total"] - 2 * per_run, 0), "classes": per_class,
+        "runs": runs, "threads": threads, "qemu": version, "plugin": library.parent.name,
+        "libc": str(sysroot), "counted": {"1": one["total"], str(runs + 1): many["total"]},
+    }
+
+
+def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int, threads: int,
+                 timeout_s: float) -> dict[str, int]:
+    from edgekit.emulate.host import checked_cpu
+    from edgekit.emulate.process import last_error, run_fenced
+    from edgekit.emulate.sandbox import BUNDLE
+
+    tag = secrets.token_hex(8)  # the program cannot know it, so it cannot forge the plugin's line
+    log = f"/work/icount-{tag}.log"
+    options = f"{INSIDE}/{plugin},tag={tag}" + (",atomic=on" if threads > 1 else "")
+    command = [f"{INSIDE}/qemu-aarch64", "-cpu", checked_cpu(cpu), "-L", "/", "-plugin", options, "-d", "plugin",
+               "-D", log, f"{BUNDLE}/{runner}", "bench", f"{BUNDLE}/{model}", "--threads", str(threads),
+               "--warmup", "0", "--min-runs", str(timed), "--max-runs", str(timed), "--min-time", "0",
+               "--timeout", str(max(1, int(timeout_s)))]
+    done = run_fenced(box.argv(command), what="edgekit-run under emulation with the counting plugin",
+                      timeout_s=timeout_s, env=box.env, preexec=box.preexec)
+    if done.returncode != 0:
+        raise EmulationError(f"the model failed under emulation: {last_error(done.tail) or f'exit {done.returncode}'}")
+    _check_runs(done.stdout, timed)
+    return parse_log(box.output(log, LOG_BYTES).read_text(encoding="utf-8", errors="replace"), tag)
+
+
+def parse_log(text: str, tag: str) -> dict[str, int]:
+    """The plugin's one line for ``tag``: ``edgekit-icount TAG total=N simd_fp=N ...``."""
+    lines = [line for line in text.splitlines() if line.startswith(f"edgekit-icount {tag} ")]
+    if len(lines) != 1:
+        raise EmulationError(f"the counting plugin reported {len(lines)} results (expected one)")
+    fields = dict(item.split("=", 1) for item in lines[0].split()[2:] if "=" in item)
+    try:
+        counts = {name: int(fields[name]) for name in ("total", *CLASSES)}
+    except (KeyError, ValueError):
+        raise EmulationError(f"the counting plugin's line is malformed: {lines[0][:200]}") from None
+    if sum(counts[name] for name in CLASSES) != counts["total"]:
+        raise EmulationError("the counting plugin's classes do not add up to its total")
+    return counts
+
+
+def _check_runs(stdout: str, timed: int) -> None:
+    try:
+        runs = json.loads(stdout)["results"][0]["timing"]["runs"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise EmulationError("edgekit-run printed no bench result under emulation") from None
+    if runs != timed:
+        raise EmulationError(f"edgekit-run timed {runs} runs where {timed} were asked for")
+
+
+def _per_run(difference: int, runs: int) -> int:
+    if difference < 0:
+        raise EmulationError("more inferences counted fewer instructions: the run is not deterministic")
+    return round(difference / runs)
+
+
+def _check_settings(cpu: str, threads: int, runs: int) -> None:
+    from edgekit.emulate.host import checked_cpu
+
+    checked_cpu(cpu)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.+_-]{0,39}", cpu):
+        raise UsageError(f"{cpu!r} is not a QEMU CPU name such as cortex-a72")
+    if not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"threads must be 1..{MAX_THREADS}, got {threads}")
+    if not 1 <= runs <= MAX_RUNS:
+        raise UsageError(f"runs must be 1..{MAX_RUNS}, got {runs}")
+
+
+def _sysroot() -> Path:
+    """The arm64 C library: the cross toolchain's (what CI has, so counts agree across machines), else
+    edgekit's cached Debian rootfs."""
+    from edgekit.emulate import rootfs
+    from edgekit.native.toolchain import CROSS
+
+    cross = Path(CROSS["aarch64"][2])
+    if (cross / "lib" / "libc.so.6").is_file():
+        return cross
+    cache = rootfs.default_cache_dir()
+    cached = rootfs.find_rootfs(cache, rootfs.DEFAULT_RELEASE) if cache.is_dir() else None
+    if cached is not None:
+        return cached.path
+    raise EmulationError(f"an arm64 C library is needed: apt-get install {CROSS['aarch64'][1]}")

@@ -1,0 +1,135 @@
+/* edgekit's QEMU TCG plugin: executed aarch64 instructions, by class.
+ *
+ * At translation, each block's instructions are classed by their A64 encoding and the block gets a
+ * record of its class counts; at execution, one inline add bumps the record's hit counter (or, with
+ * atomic=on, a callback adds atomically: exact when several guest threads run at once). At exit the
+ * totals (hits x class counts, over all records) go to QEMU's log as one line:
+ *   edgekit-icount <tag> total=N simd_fp=N integer=N load=N store=N branch=N other=N
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qemu-plugin.h"
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+enum { SIMD_FP, INTEGER, LOAD, STORE, BRANCH, OTHER, CLASSES };
+static const char *const NAMES[CLASSES] = {"simd_fp", "integer", "load", "store", "branch", "other"};
+
+typedef struct Block {
+    uint64_t hits;
+    uint32_t count[CLASSES];
+    struct Block *next;
+} Block;
+
+static Block *blocks;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int atomic_counts;
+static char tag[64] = "-";
+
+static int load_or_store(uint32_t insn)
+{
+    uint32_t op0 = (insn >> 28) & 3; /* bits 29:28 */
+    if (op0 == 1 && !((insn >> 24) & 1))
+        return LOAD; /* load register (literal) */
+    if (op0 == 3) { /* load/store register: opc in bits 23:22 */
+        uint32_t opc = (insn >> 22) & 3, vector = (insn >> 26) & 1, size = insn >> 30;
+        if (opc == 0 || (vector && size == 0 && opc == 2))
+            return STORE; /* STR*, STR Qt */
+        return LOAD; /* LDR*, LDRS*, PRFM, atomics (read first) */
+    }
+    return ((insn >> 22) & 1) ? LOAD : STORE; /* exclusive, pair, SIMD structures: the L bit */
+}
+
+static int classify(uint32_t insn)
+{
+    uint32_t op0 = (insn >> 25) & 0xf; /* the A64 top-level group, bits 28:25 */
+    if (op0 == 0x8 || op0 == 0x9)
+        return INTEGER; /* data processing, immediate */
+    if (op0 == 0xa || op0 == 0xb) {
+        if ((insn >> 24) == 0xd4 || (insn >> 22) == 0x354)
+            return OTHER; /* exception generation, system (hints, barriers, MRS/MSR) */
+        return BRANCH;
+    }
+    if ((op0 & 0x5) == 0x4)
+        return load_or_store(insn);
+    if ((op0 & 0x7) == 0x5)
+        return INTEGER; /* data processing, register */
+    if ((op0 & 0x7) == 0x7)
+        return SIMD_FP; /* data processing, SIMD and floating point */
+    return OTHER; /* SVE, SME, unallocated */
+}
+
+static void on_exec(unsigned int vcpu, void *userdata)
+{
+    __atomic_fetch_add(&((Block *)userdata)->hits, 1, __ATOMIC_RELAXED);
+}
+
+static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    Block *block = calloc(1, sizeof(Block));
+    if (!block)
+        abort();
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        uint32_t word = 0;
+        if (qemu_plugin_insn_size(insn) == sizeof(word)) {
+            memcpy(&word, qemu_plugin_insn_data(insn), sizeof(word));
+            block->count[classify(word)]++;
+        } else {
+            block->count[OTHER]++;
+        }
+    }
+    pthread_mutex_lock(&lock);
+    block->next = blocks;
+    blocks = block;
+    pthread_mutex_unlock(&lock);
+    if (atomic_counts)
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, QEMU_PLUGIN_CB_NO_REGS, block);
+    else
+        qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &block->hits, 1);
+}
+
+static void on_guest_exit(qemu_plugin_id_t id, void *userdata)
+{
+    uint64_t totals[CLASSES] = {0}, total = 0;
+    pthread_mutex_lock(&lock);
+    for (Block *b = blocks; b; b = b->next)
+        for (int c = 0; c < CLASSES; c++)
+            totals[c] += b->hits * b->count[c];
+    pthread_mutex_unlock(&lock);
+    for (int c = 0; c < CLASSES; c++)
+        total += totals[c];
+    char line[512];
+    int used = snprintf(line, sizeof line, "edgekit-icount %s total=%" PRIu64, tag, total);
+    for (int c = 0; c < CLASSES && used > 0 && (size_t)used < sizeof line; c++)
+        used += snprintf(line + used, sizeof line - used, " %s=%" PRIu64, NAMES[c], totals[c]);
+    if (used > 0 && (size_t)used < sizeof line - 1) {
+        line[used] = '\n';
+        line[used + 1] = '\0';
+    }
+    qemu_plugin_outs(line);
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
+{
+    if (strcmp(info->target_name, "aarch64") != 0)
+        return -1;
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "tag=", 4) == 0 && strlen(argv[i] + 4) < sizeof tag) {
+            strcpy(tag, argv[i] + 4);
+        } else if (strcmp(argv[i], "atomic=on") == 0) {
+            atomic_counts = 1;
+        } else if (strcmp(argv[i], "atomic=off") != 0) {
+            fprintf(stderr, "insn_count: unknown argument %s\n", argv[i]);
+            return -1;
+        }
+    }
+    qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+    qemu_plugin_register_atexit_cb(id, on_guest_exit, NULL);
+    return 0;
+}
