@@ -263,14 +263,13 @@ def runtime_versions() -> dict[str, str]:
 
 
 def describe_file(folder: Path, rel: str, fmt: str, **extra) -> ModelFile:
-    """The manifest entry of ``folder/rel``; an ONNX model's external data files are listed with it."""
+    """The manifest entry of ``folder/rel``; the files that belong with it (an ONNX model's external
+    data, ncnn's weights: its format's ``data_files``) are listed with it."""
     path = folder / rel
     data_files = []
     if fmt != CHECKPOINT and formats.get(fmt).files.external_data:
-        from edgekit import onnx_files
-
         parent = Path(rel).parent
-        for name in onnx_files.data_files(path):
+        for name in formats.get(fmt).ops().data_files(path):
             data = path.parent / name
             data_files.append({"path": (parent / name).as_posix(), "sha256": sha256_file(data), "bytes": data.stat().st_size})
     return ModelFile(path=rel, format=fmt, sha256=sha256_file(path), bytes=path.stat().st_size, data_files=data_files, **extra)

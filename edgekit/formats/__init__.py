@@ -39,7 +39,7 @@ class Files:
 
     file_name: str  # inside an artifact or bundle folder
     suffixes: tuple[str, ...]  # file suffixes that identify it
-    external_data: bool = False  # weights may sit in data files beside the model file
+    external_data: bool = False  # weights may sit in files beside the model file (the backend's data_files(path) names them)
 
 
 @dataclass(frozen=True)

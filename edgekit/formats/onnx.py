@@ -52,6 +52,13 @@ def predictor(path, details: dict | None = None, threads: int = 1):
     return evaluation.board_predictor(FORMAT.name, path, threads)
 
 
+def data_files(path) -> list[str]:
+    """The external data files the graph names (beside it)."""
+    from edgekit import onnx_files
+
+    return onnx_files.data_files(path)
+
+
 def check_file(path) -> None:
     from edgekit.formats import onnx_export
 
