@@ -65,6 +65,16 @@ def quantize_command(
     fusion: Optional[str] = typer.Option(None, "--fusion", help="ONNX graph layout: no-skip-ln (default) | runtime | transformer (dynamic only)."),
     smooth: bool = typer.Option(False, "--smooth", help="ONNX static: SmoothQuant scale migration of outlier channels into the weights, alpha searched on the calibration data."),
     report: bool = typer.Option(False, "--report", help="Per-tensor int8 error table (SQNR, range, outliers), worst first; kept in the manifest."),
+    eval_data: Optional[Path] = typer.Option(
+        None, "--eval-data", metavar="PATH",
+        help="Data the files are judged on (every output vs the float model): what --calib takes (arrays, images "
+             "with --calib-preprocess, a .txt file). Default: a held-out part of --calib (all of it for dynamic), "
+             "else synthetic inputs, labelled as no evidence of accuracy. A stateful model: each array file one stream."),
+    require_eval_data: bool = typer.Option(False, "--require-eval-data", help="Refuse to judge on synthetic inputs (for CI): give --eval-data or --calib."),
+    output_kind: Optional[list[str]] = typer.Option(
+        None, "--output-kind", metavar="OUTPUT=KIND",
+        help="What an output is, when its values do not tell: scalar | classes | sequence | tensor (repeatable); "
+             "decides the metric that binds (correlation, argmax agreement, per-timestep agreement, cosine)."),
     epochs: Optional[int] = typer.Option(None, "--qat-epochs", help="QAT: fine-tuning epochs (default 3)."),
     lr: Optional[float] = typer.Option(None, "--qat-lr", help="QAT: Adam learning rate (default 5e-4)."),
     input_shape: InputShapeOpt = None,
@@ -102,7 +112,8 @@ def quantize_command(
             "--no-calib-cache": no_calib_cache, "--activation-type": activation_type, "--weight-type": weight_type,
             "--per-channel/--per-tensor": per_channel, "--reduce-range": reduce_range, "--op-types": op_types,
             "--exclude": exclude, "--max-drop": max_drop, "--auto": auto, "--fusion": fusion, "--smooth": smooth,
-            "--report": report, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
+            "--report": report, "--eval-data": eval_data, "--require-eval-data": require_eval_data or None,
+            "--output-kind": output_kind, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
             "--input-dtype": input_dtype, "--dynamic-axes": dynamic_axes, "--input-range": input_range,
             "--state-dict": state_dict, "--random-init": random_init,
         }, f"--method {method} (a language model's .pte program)")
@@ -117,6 +128,9 @@ def quantize_command(
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None
     err = console(stderr=True)
+    if auto and (eval_data is not None or require_eval_data or output_kind):
+        raise UsageError("--eval-data, --require-eval-data and --output-kind judge one method's files; drop --auto "
+                         "and give --method")
     if auto:
         chosen_by_auto = (
             ("--method", method != "static" or None), ("--calibrate-method", calibrate_method),
@@ -165,6 +179,7 @@ def quantize_command(
         "exclude": tuple(exclude) if exclude else None, "epochs": epochs, "lr": lr,
         "op_types": tuple(split_csv(op_types)) if op_types else None, "fusion": fusion,
         "smooth": smooth or None, "calib_preprocess": calib_preprocess, "tokenizer": tokenizer,
+        "eval_data": eval_data, "require_eval_data": require_eval_data, "output_kinds": output_kind,
     }
     with _calibration_progress(err) as progress:
         try:
@@ -270,29 +285,41 @@ def _calibration_progress(err):
 
 
 def render_files(manifest, title: str) -> None:
-    """One row per file. Labelled models show accuracy and its drop in points; others show fidelity
-    to the float model (cosine, SQNR), which is not an accuracy and is never called a drop."""
+    """One row per file. Labelled models show accuracy and its drop in points; every quantized file
+    leads its fidelity with the metric that binds (``edgekit/fidelity``) and says what it was
+    measured on: figures from synthetic inputs are never shown as a verdict."""
     from rich.table import Table
+
+    from edgekit.fidelity.render import binding_text, evidence_lines, output_lines, verdict_text, worst
 
     labelled = any(entry.metrics.get("accuracy") is not None or entry.metrics.get("float_accuracy") is not None
                    for entry in manifest.files)
     headers = ["file", "format", "precision", "size KB"]
     if labelled:
         headers += ["accuracy", "float acc", "drop pts"]
-    headers += ["fidelity (cosine)", "SQNR dB"]
+    headers += ["fidelity (binding metric)", "verdict", "cosine", "SQNR dB"]
     table = Table(*headers, title=title)
     for entry in manifest.files:
         acc, ref = entry.metrics.get("accuracy"), entry.metrics.get("float_accuracy")
         parity = entry.metrics.get("parity") or {}
+        fidelity = entry.metrics.get("fidelity") or {}
         drop = entry.metrics.get("accuracy_drop_points") if acc is not None else None
         row = [" + ".join(entry.paths()), entry.format, entry.precision, f"{entry.total_bytes / 1024:.1f}"]
         if labelled:
             row += ["-" if acc is None else f"{acc:.4f}", "-" if ref is None else f"{ref:.4f}",
                     "-" if drop is None else f"{drop:.2f}"]
-        row += ["-" if "cosine" not in parity else f"{parity['cosine']:.5f}",
-                "-" if "sqnr_db" not in parity else f"{parity['sqnr_db']:.1f}"]
+        cosine, sqnr = worst(fidelity, "cosine"), worst(fidelity, "sqnr_db")  # over every output
+        cosine, sqnr = parity.get("cosine") if cosine is None else cosine, parity.get("sqnr_db") if sqnr is None else sqnr
+        row += [binding_text(fidelity), verdict_text(fidelity), "-" if cosine is None else f"{cosine:.5f}",
+                "-" if sqnr is None else f"{sqnr:.1f}"]
         table.add_row(*row)
+    lines = evidence_lines(manifest.files)
+    if lines:
+        table.caption = "\n".join(lines)
     console().print(table)
+    for entry in manifest.files:
+        for line in output_lines(entry.metrics.get("fidelity") or {}):
+            console().print(f"  {entry.path}: {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _is_fidelity(report: dict) -> bool:

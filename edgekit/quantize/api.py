@@ -43,11 +43,15 @@ def quantize(
     from edgekit.quantize.registry import get_method, make_config
 
     source_options = {k: options.pop(k) for k in SOURCE_OPTIONS if k in options}
+    from edgekit.fidelity.options import pop_evaluation
+
+    evaluation = pop_evaluation(get_method(method).config_type.calibrated, options)  # --eval-data, --calib to judge on
     src = resolve(source, source_options)
     options = _default_calibration(src, get_method(method), options)
-    config = make_config(method, **_default_formats(src, options))
+    config = make_config(method, **_default_formats(src, options, get_method(method)))
     return quantize_config(src, config, out, target, max_drop=max_drop, progress=progress, force=force,
-                           with_report=with_report, source=source, source_options=source_options)
+                           with_report=with_report, source=source, source_options=source_options,
+                           evaluation=evaluation)
 
 
 def quantize_config(
@@ -62,6 +66,7 @@ def quantize_config(
     with_report: bool = False,
     source: str | Path | None = None,
     source_options: dict | None = None,
+    evaluation=None,
 ) -> tuple[Path, Manifest]:
     """``quantize`` with the method's config object itself (what ``edgekit.api.quantize`` passes);
     ``src``: a ``ModelSource``, or what ``quantize`` takes as ``source``."""
@@ -80,17 +85,33 @@ def quantize_config(
     if config.calibrated and getattr(config, "calib", None) is None:
         config = dataclasses.replace(config, **_default_calibration(src, method_spec, {"calib": None}))
     _check_fit(src, method, config)
+    if getattr(config, "calib", None) is None and getattr(evaluation, "data", None) is None:
+        from edgekit.sources.spatial_sizes import check_made_up_sizes
+
+        check_made_up_sizes(src)  # no data to take an image's height/width from
     if method_spec.handler is None:
         for fmt in config.formats:
             route_for(type(config), fmt)  # a format the method has no route to is refused before any work
     target = target if isinstance(target, Target) else load_target(target)
     if max_drop is not None and not (isinstance(max_drop, (int, float)) and 0 <= max_drop <= 100):
         raise UsageError(f"max drop must be between 0 and 100 points, got {max_drop!r}")
+    from edgekit.fidelity.options import plan
+    from edgekit.quantize.job import calibration_reading, open_source_calibration
+
+    # what the files are judged on (a held-out part of --calib may leave calibration); real data if required
+    evaluation, config, eval_warning = plan(src, config, evaluation, lambda calib: open_source_calibration(
+        src, calib, reading=calibration_reading(config)))
     calibrated = config.calibrated
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    options["eval_data"] = evaluation.data
 
     with commit_dir(out, "quantized", inputs=input_paths(source, options, source_options, target), force=force) as work:
         job = new_job(src, target, work, method, progress)
+        from edgekit.fidelity.assess import SETTINGS_KEY
+
+        job.memo[SETTINGS_KEY] = evaluation
+        if eval_warning:
+            job.warnings.append(eval_warning)
         from edgekit.quantize.job import calibration_reading
 
         job.calib_reading = calibration_reading(config)
@@ -118,7 +139,8 @@ def quantize_config(
                 found = error_report(job, job.dest / item.path, getattr(config, "calib", None), cases,
                                      activation_ranges(job, config) if calibrated else None)
                 item = replace(item, details={**item.details, "error_report": found})
-            files.append(describe_produced(job, item, cases, f"int8-{method}-{item.format}", method))
+            files.append(describe_produced(job, item, cases, f"{method_spec.config_type.precision}-{method}-{item.format}",
+                                           method))
         quantization = {
             "method": method,
             "config": _jsonable(config),
@@ -144,14 +166,26 @@ def _default_calibration(src, method_spec, options: dict) -> dict:
     return {**options, "calib": calib}
 
 
-def _default_formats(src, options: dict) -> dict:
+def _default_formats(src, options: dict, method_spec=None) -> dict:
+    """``options`` with ``formats`` filled in when none is given: the default formats, less those the
+    method has no route to (a method that writes only some formats is not refused for the others)."""
+    import dataclasses
+
     from edgekit import formats
+    from edgekit.quantize.registry import formats_for
 
     if options.get("formats") is None:
         options = dict(options)
         options.pop("formats", None)
         if src.kind in ("onnx", "hf"):  # an .onnx file has no torch model; transformers go the ONNX way
             options["formats"] = formats.default_names(need_torch=False)
+        field = {f.name: f for f in dataclasses.fields(method_spec.config_type)}.get("formats") if method_spec else None
+        if field is not None and method_spec.handler is None:
+            given = options.get("formats") or (field.default_factory() if field.default_factory is not dataclasses.MISSING
+                                                else field.default)
+            routed = tuple(name for name in given if name in formats_for(method_spec.config_type))
+            if routed and routed != tuple(given):
+                options["formats"] = routed
     return options
 
 

@@ -15,7 +15,7 @@ from edgekit.targets import Target
 def input_paths(source, options: dict, source_options: dict, target) -> list:
     """The files and folders a quantize run reads: its output may be none of them, nor hold one."""
     paths = [hf_config_file(source) if str(source).startswith("hf:") else source, options.get("calib"),
-             source_options.get("state_dict"), options.get("tokenizer")]
+             source_options.get("state_dict"), options.get("tokenizer"), options.get("eval_data")]
     preprocess = options.get("calib_preprocess")
     if isinstance(preprocess, (str, Path)) and "=" not in str(preprocess):  # a TOML file
         paths.append(preprocess)
@@ -91,16 +91,19 @@ def calibration_feed(calib, specs, job=None):
     from edgekit.formats.reference import BATCH_SIZES
     from edgekit.quantize.calibration.data import fixed_batch, open_calibration
 
-    feeds = (job.open_calibration(calib, max(BATCH_SIZES)) if job is not None else
-             open_calibration(calib, specs, batch_size=max(BATCH_SIZES))).feeds()
+    opened = (job.open_calibration(calib, max(BATCH_SIZES)) if job is not None else
+              open_calibration(calib, specs, batch_size=max(BATCH_SIZES)))
+    axes = dict(getattr(opened, "axes", ()))  # a state's samples are on its batch axis, not axis 0
+    feeds = opened.feeds()
     first = next(feeds)
     if fixed_batch(specs):  # the model takes only its own batch size: one calibration batch per case
         cases = {size: next(feeds, first) if size != min(BATCH_SIZES) else first for size in BATCH_SIZES}
         return lambda batch: {name: np.ascontiguousarray(value) for name, value in cases.get(batch, first).items()}
 
     def feed(batch: int) -> dict:
-        rows = np.arange(batch) % len(next(iter(first.values())))
-        return {name: np.ascontiguousarray(value[rows]) for name, value in first.items()}
+        name, value = next(iter(first.items()))
+        rows = np.arange(batch) % value.shape[axes.get(name, 0)]
+        return {name: np.ascontiguousarray(np.take(value, rows, axis=axes.get(name, 0))) for name, value in first.items()}
 
     return feed
 
@@ -110,19 +113,25 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
     from edgekit.quantize.search import accuracy
 
     predict = accuracy.predictor(job.dest / item.path, item.format, item.details)
-    label = f"int8 {method} {item.format}"
+    from edgekit.quantize.registry import precision as method_precision
+
+    precision = method_precision(method)  # what the method's files hold: the label everywhere they go
+    label = f"{precision} {method} {item.format}"
     parity = accuracy.check(job.source, predict, cases, label)
     measured = accuracy.measure(job.source, predict, cases)
+    from edgekit.fidelity.assess import assess
+
+    judged = assess(job, job.dest / item.path, item.format, item.details, cases, label)  # every output, on the evidence
     metrics = {
         "accuracy": measured.value if measured.metric == "accuracy" else None,
         "float_accuracy": job.source.float_accuracy,
         "accuracy_drop_points": round(measured.drop_points, 4),
-        "fidelity": measured.fidelity,
+        "fidelity": {**measured.fidelity, **judged},
         "metric": measured.metric,
         "parity": parity,
     }
     details = {**item.details, "variant": variant}
-    return describe_file(job.dest, item.path, item.format, precision="int8", metrics=metrics, details=details)
+    return describe_file(job.dest, item.path, item.format, precision=precision, metrics=metrics, details=details)
 
 
 def finish(job, files: list, quantization: dict) -> Manifest:

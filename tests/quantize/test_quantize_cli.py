@@ -49,11 +49,13 @@ def test_onnx_model_from_cli_with_calibration_options(digits_fp32_export, tmp_pa
         "--calibrate-method", "mse", "--calib-batch-size", "50", "--no-calib-cache", "--out", str(tmp_path / "q"),
     ])
     assert result.exit_code == 0, result.output + result.stderr
-    assert "fidelity (cosine)" in result.stdout
+    assert "fidelity (binding metric)" in result.stdout
     assert "drop pts" not in result.stdout  # an unlabelled ONNX model: fidelity, never an accuracy drop
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
     calib = manifest["quantization"]["calibration"]
-    assert calib["method"] == "mse" and calib["cache"] == "off" and calib["samples"] == 256
+    # 256 samples: 1/5 (51) held out of calibration to judge the file on (edgekit/fidelity/options.py)
+    assert calib["method"] == "mse" and calib["cache"] == "off" and calib["samples"] == 205
+    assert manifest["files"][0]["metrics"]["fidelity"]["evidence"] == "calib-holdout"
     qat = runner.invoke(app, ["quantize", str(digits_fp32_export / "model.onnx"), "--method", "qat",
                               "--out", str(tmp_path / "x")])
     assert qat.exit_code == 2 and "QAT needs the PyTorch model" in qat.stderr

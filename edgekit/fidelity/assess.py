@@ -1,0 +1,208 @@
+"""Judge one quantized file against the float model of a quantize job: every output, on the run's
+evaluation data (``evidence.EvalSettings``), streams for a stateful model; the verdict and its evidence.
+
+A file measured on real data whose binding metric misses its floor is refused (``ParityError``);
+one measured on synthetic inputs is written, its figures labelled as no evidence of accuracy.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from edgekit.errors import ParityError
+from edgekit.fidelity import evidence as ev
+from edgekit.fidelity.compare import compare_batches, compare_streams
+from edgekit.fidelity.metrics import headline
+
+SETTINGS_KEY = ("fidelity", "settings")  # where a job keeps its EvalSettings (job.memo)
+SYNTHETIC_STREAMS = 4
+SYNTHETIC_STEPS = 32
+EVAL_BATCH = 16
+
+
+def settings_of(job) -> ev.EvalSettings:
+    return job.memo.get(SETTINGS_KEY) or ev.EvalSettings()
+
+
+def runtime_runner(fmt: str, path: Path, names: list[str], engine: str | None = None):
+    """``run(feed) -> every output`` of the model file at ``path`` in the board's runtime for ``fmt``."""
+    from edgekit.board.errors import BoardError
+    from edgekit.board.runtimes import open_model
+    from edgekit.errors import InputFileError, first_line
+
+    try:
+        runtime = open_model(fmt, path, None, engine)  # threads as this process has them (torch trains here too)
+    except BoardError as exc:
+        raise InputFileError(f"{path} is not a loadable {fmt} model ({first_line(exc)})") from None
+
+    def run(feed: dict) -> list:
+        order = runtime.call_order(feed, names)
+        with runtime.context():
+            return [np.asarray(out) for out in runtime.run([np.ascontiguousarray(feed[n]) for n in order])]
+
+    run.runtime = runtime
+    return run
+
+
+def float_runner(job):
+    """The float model (torch when the source has it, else its float ONNX file), every output."""
+    names = [spec.name for spec in job.source.inputs]
+    if job.reference_model is not None or job.source.has_torch:
+        import torch
+
+        model = job.reference_model if job.reference_model is not None else job.float_model()
+
+        def run(feed: dict) -> list:
+            with torch.inference_mode():
+                out = model(*(torch.from_numpy(np.ascontiguousarray(feed[n])) for n in names))
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            return [o.float().numpy() for o in outs]
+
+        return run
+    from edgekit import formats
+    from edgekit.quantize.toolkits.onnx_graphs import float_onnx
+
+    return runtime_runner(formats.by_suffix(".onnx").name, float_onnx(job), names)
+
+
+def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: str) -> dict:
+    """The fidelity record of the file at ``path`` (for the manifest's ``metrics.fidelity``)."""
+    from edgekit.sources.state_pairs import state_pairs
+
+    started = time.monotonic()
+    settings = settings_of(job)
+    names = [spec.name for spec in job.source.inputs]
+    float_run = float_runner(job)
+    candidate_run = runtime_runner(fmt, path, names, (details or {}).get("quantized_engine"))
+    outputs = list(job.source.outputs)
+    pairs = state_pairs(job.source.inputs, outputs, declared=settings.state)
+    kind = settings.kind if settings.data is not None else (ev.TEST_SPLIT if job.source.labelled else ev.SYNTHETIC)
+    labelled = job.source.labelled
+    streams = None
+    if pairs:
+        initial = _initial_state(job.source.inputs, pairs)
+        comparison, streams, samples = compare_streams(
+            float_run, candidate_run, _streams(job, settings, pairs, kind), outputs, pairs, initial,
+            settings.kinds, labelled)
+    else:
+        counted = _Counted(_feeds(job, settings, cases, kind))
+        comparison = compare_batches(float_run, candidate_run, counted, outputs, settings.kinds, labelled)
+        samples = counted.samples
+    results = comparison.results()
+    if not results:
+        raise ParityError(f"{label}: no evaluation samples were read from {settings.data}")
+    ok = all(r["ok"] for r in results)
+    record = {
+        "evidence": kind,
+        "evidence_note": ev.describe(kind, settings.data, samples, streams),
+        "data": str(settings.data) if settings.data is not None else None,
+        "samples": samples,
+        "streams": streams,
+        "state_pairs": [p.to_dict() for p in pairs],
+        "outputs": results,
+        "headline": headline(results),
+        "ok": ok,
+        "verdict": ("pass" if ok else "fail") if kind in ev.REAL else "unverified",
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    if kind in ev.REAL and not ok:
+        bad = next(r for r in results if not r["ok"])
+        why = next((b for b in bad["binding"] if not b["ok"]), None)
+        what = (f"{why['metric']} {why['value']} {'<' if why['sense'] == 'min' else '>'} {why['floor']}" if why
+                else "non-finite values")
+        raise ParityError(f"{label}: output {bad['output']!r} ({bad['kind']}) diverges from the float model: "
+                          f"{what} ({record['evidence_note']})")
+    return record
+
+
+class _Counted:
+    def __init__(self, feeds):
+        self.feeds, self.samples = feeds, 0
+
+    def __iter__(self):
+        for feed in self.feeds:
+            self.samples += len(next(iter(feed.values())))
+            yield feed
+
+
+def _feeds(job, settings: ev.EvalSettings, cases: dict, kind: str) -> Iterator[dict]:
+    if settings.data is None:  # the reference cases: the test split, or synthetic inputs
+        for _, (inputs, _) in sorted(cases.items()):
+            yield inputs
+        return
+    calib = job.open_calibration(settings.data, EVAL_BATCH, settings.skip + settings.max_samples, settings.reading)
+    skip = settings.skip
+    for feed in calib.feeds():
+        rows = len(next(iter(feed.values())))
+        if skip >= rows:
+            skip -= rows
+            continue
+        if skip:
+            feed = {name: value[skip:] for name, value in feed.items()}
+            skip = 0
+        yield feed
+
+
+def _initial_state(specs, pairs) -> dict:
+    """Zeros of each state input's shape (a dynamic axis: 1, one stream at a time)."""
+    by_name = {spec.name: spec for spec in specs}
+    return {p.input: np.zeros(by_name[p.input].concrete_shape(), dtype=by_name[p.input].dtype) for p in pairs}
+
+
+def _streams(job, settings: ev.EvalSettings, pairs, kind: str):
+    """Streams of per-call feeds of the inputs that are not state: each array file of the data is one
+    stream, its rows the calls in order; synthetic streams when there is no data."""
+    states = {p.input for p in pairs}
+    specs = tuple(spec for spec in job.source.inputs if spec.name not in states)
+    if settings.data is None:
+        for index in range(SYNTHETIC_STREAMS):
+            yield _synthetic_stream(specs, np.random.default_rng(1000 + index))
+        return
+    from edgekit.limits import calibration_files
+    from edgekit.quantize.calibration.data import SUFFIXES, CalibrationSet
+
+    path = Path(settings.data)
+    files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)
+    if not files or any(f.suffix not in SUFFIXES for f in files):
+        from edgekit.errors import UsageError
+
+        raise UsageError(f"evaluation data {path} for a stateful model must be .npy/.npz arrays: each file one "
+                         f"stream, its rows the calls in order")
+    left = settings.max_samples
+    for file in files:
+        if left <= 0:
+            return
+        steps = list(_rows(CalibrationSet((file,), specs, 1, left)))
+        left -= len(steps)
+        yield iter(steps)
+
+
+def _rows(calib) -> Iterator[dict]:
+    """One call per row: a model that takes one sample a call gets each row with its batch axis."""
+    for feed in calib.feeds():
+        rows = len(next(iter(feed.values())))
+        for i in range(rows):
+            yield {name: value[i:i + 1] for name, value in feed.items()}
+
+
+def _synthetic_stream(specs, rng) -> Iterator[dict]:
+    """SYNTHETIC_STEPS calls of one made-up signal: float inputs drift slowly (frames of one signal,
+    not fresh noise every call), integer inputs (token ids) stay inside their value range."""
+    last: dict = {}
+    for _ in range(SYNTHETIC_STEPS):
+        step = {}
+        for spec in specs:
+            shape = spec.concrete_shape(batch=1, sequence=16)
+            if np.dtype(spec.dtype).kind in "iu":
+                low, high = spec.value_range or (0, 2)
+                step[spec.name] = rng.integers(int(low), int(high), size=shape).astype(spec.dtype)
+            else:
+                fresh = rng.standard_normal(shape)
+                value = fresh if spec.name not in last else 0.8 * last[spec.name] + 0.6 * fresh
+                step[spec.name] = value.astype(spec.dtype)
+        last = step
+        yield step

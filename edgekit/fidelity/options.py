@@ -1,0 +1,83 @@
+"""A quantize run's evaluation options -> ``EvalSettings``: what it judges its files on.
+
+``--eval-data`` is read like ``--calib`` (arrays, an image folder through ``--calib-preprocess``, a
+text file through the tokenizer). A method that does not calibrate (dynamic) takes ``--calib`` as
+data to judge on: the quantizer never sees it, so all of it is held out. A static run given
+``--calib`` and no ``--eval-data`` keeps a part of it out of calibration to judge on
+(``evidence.holdout``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from edgekit.errors import UsageError
+from edgekit.fidelity import evidence as ev
+from edgekit.fidelity.metrics import KINDS
+
+EVAL_OPTIONS = ("eval_data", "require_eval_data", "output_kinds")
+
+
+def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
+    """The evaluation settings among ``options`` (removed from it; CLI-style values)."""
+    data = options.pop("eval_data", None)
+    require = bool(options.pop("require_eval_data", False))
+    kinds = parse_output_kinds(options.pop("output_kinds", None))
+    kind = ev.EVAL_DATA
+    if calibrated:
+        preprocess, tokenizer = options.get("calib_preprocess"), options.get("tokenizer")
+    else:
+        calib = options.pop("calib", None)
+        preprocess, tokenizer = options.pop("calib_preprocess", None), options.pop("tokenizer", None)
+        if data is None and calib is not None:
+            data, kind = calib, ev.CALIB_HOLDOUT
+        if data is None and (preprocess is not None or tokenizer is not None):
+            raise UsageError("--calib-preprocess and --tokenizer say how --calib or --eval-data is read; give one")
+    return ev.EvalSettings(data=Path(data) if data is not None else None, kind=kind if data is not None else ev.SYNTHETIC,
+                           preprocess=preprocess, tokenizer=Path(tokenizer) if tokenizer is not None else None,
+                           require=require, kinds=kinds)
+
+
+def parse_output_kinds(texts) -> dict[str, str]:
+    """``--output-kind NAME=scalar|classes|sequence|tensor`` options -> {output: kind}."""
+    out = {}
+    for text in texts or ():
+        name, sep, kind = str(text).partition("=")
+        if not sep or not name.strip() or kind.strip() not in KINDS:
+            raise UsageError(f"--output-kind takes OUTPUT=KIND with KIND one of {', '.join(KINDS)}, got {text!r}")
+        out[name.strip()] = kind.strip()
+    return out
+
+
+def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tuple[ev.EvalSettings, object, str | None]:
+    """(settings, config, warning): a static run with --calib and no --eval-data holds a part of
+    --calib out of calibration (its config's ``calib_max_samples`` set to the rest) and judges on it.
+    ``open_calibration(calib)`` opens the run's calibration data. Raises UsageError when real data is
+    required and there is none."""
+    settings = settings or ev.EvalSettings()
+    warning = None
+    if settings.data is not None:
+        from edgekit.errors import InputFileError
+        from edgekit.quantize.calibration.data import calibration_kind
+
+        if not settings.data.exists():
+            raise InputFileError(f"evaluation data not found: {settings.data}")
+        calibration_kind(settings.data)  # a path that holds no data is refused before any work
+    calib = getattr(config, "calib", None)
+    if settings.data is None and config.calibrated and calib is not None and not src.labelled:
+        count = open_calibration(calib).count()
+        limit = getattr(config, "calib_max_samples", None)
+        if limit is not None and count > limit:
+            settings = dataclasses.replace(settings, data=Path(calib), kind=ev.CALIB_HOLDOUT, skip=limit,
+                                           max_samples=min(ev.EVAL_MAX_SAMPLES, count - limit))
+        elif limit is None and (held := ev.holdout(count)):
+            config = dataclasses.replace(config, calib_max_samples=count - held)
+            settings = dataclasses.replace(settings, data=Path(calib), kind=ev.CALIB_HOLDOUT, skip=count - held,
+                                           max_samples=held)
+        else:
+            warning = (f"--calib {calib} holds {count} samples, all used to calibrate (a held-out part needs "
+                       f"{ev.HOLDOUT_MIN_SAMPLES}); fidelity is {ev.SYNTHETIC_NOTE}: give --eval-data")
+    if settings.require and settings.data is None and not src.labelled:
+        raise UsageError(f"--require-eval-data: {src.label} would be judged on synthetic inputs; give --eval-data "
+                         f"(or --calib{' with at least ' + str(ev.HOLDOUT_MIN_SAMPLES) + ' samples' if config.calibrated else ''})")
+    return settings, config, warning
