@@ -41,9 +41,9 @@ def import_command(
         return
     src = manifest.model.get("source", {})
     config = manifest.model.get("config", {})
-    console().print(f"wrote {folder}: llama, {src.get('parameters', 0) / 1e6:.1f} M parameters from "
-                    f"{src.get('file')} ({', '.join(src.get('quant_types') or {})}), context {config.get('max_len')} tokens",
-                    markup=False, highlight=False)
+    console().print(f"wrote {folder}: {config.get('family', 'llama')}, {src.get('parameters', 0) / 1e6:.1f} M parameters "
+                    f"from {src.get('file')} ({', '.join(src.get('quant_types') or {})}), context {config.get('max_len')} "
+                    f"tokens\nint4 program: {src.get('int4_codes')}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

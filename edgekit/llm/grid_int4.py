@@ -1,4 +1,5 @@
-"""int4 linears that keep a GGUF's own 4-bit blocks exactly (Q4_1: 32 values ``m + d*q``, q in 0..15).
+"""int4 linears that keep a GGUF's own 4-bit blocks exactly (Q4_0, Q4_1 and Q4_K's sub-blocks: 32
+values ``m + d*q``, q in 0..15).
 
 A Q4_1 model dequantized to float is still on its grid, but torchao's int4 (symmetric, or with an
 integer zero point) cannot hold ``m``: re-quantizing it from the floats cost SmolLM2-135M 63 % of
@@ -17,7 +18,10 @@ MARK = "_edgekit_quantized"  # set on the linears inside, so a later quantize_ p
 
 def grid_codes(weight, block: int = BLOCK):
     """(scales (out, in/block), codes (out, in) int8 in -8..7, offsets (out, in/block)) when every
-    block of ``weight`` is exactly ``m + d*q`` with q in 0..15; else None."""
+    block of ``weight`` is exactly ``m + d*q`` with q in 0..15; else None.
+
+    ``d`` is the block's range / 15 when its codes reach 0 and 15 (Q4_0, Q4_1), else the smallest
+    gap between its values (Q4_K's sub-blocks, whose fitted scales often leave codes unused)."""
     import torch
 
     out_f, in_f = weight.shape
@@ -25,11 +29,19 @@ def grid_codes(weight, block: int = BLOCK):
         return None
     w = weight.detach().float().reshape(out_f, in_f // block, block)
     lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
-    step = (hi - lo) / 15
-    step = torch.where(step > 0, step, torch.ones_like(step))
-    q = torch.round((w - lo) / step).clamp(0, 15)
-    # float32 rounding of the dequantized values only: a weight off the grid misses by up to d/2
-    if float(((lo + step * q - w).abs() / step).max()) > 1e-3:
+    ordered = w.sort(-1).values
+    gaps = ordered[..., 1:] - ordered[..., :-1]
+    gaps = torch.where(gaps > (hi - lo) * 1e-3, gaps, torch.full_like(gaps, float("inf")))
+    best = None
+    for step in ((hi - lo) / 15, gaps.amin(-1, keepdim=True)):
+        step = torch.where((step > 0) & torch.isfinite(step), step, torch.ones_like(step))
+        q = torch.round((w - lo) / step)
+        # float32 rounding of the dequantized values only: a weight off the grid misses by up to d/2
+        fits = (((lo + step * q - w).abs() / step).amax(-1, keepdim=True) <= 1e-3) & (q.amax(-1, keepdim=True) <= 15)
+        best = (step, q, fits) if best is None else (torch.where(best[2], best[0], step),
+                                                     torch.where(best[2], best[1], q), best[2] | fits)
+    step, q, fits = best
+    if not bool(fits.all()):
         return None
     return step.reshape(out_f, -1), (q - 8).to(torch.int8).reshape(out_f, in_f), (lo + 8 * step).reshape(out_f, -1)
 

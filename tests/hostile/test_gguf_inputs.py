@@ -56,12 +56,14 @@ def test_a_good_tiny_gguf_imports(tmp_path, tiny_gguf):
 
 def test_unsupported_architecture(tmp_path):
     bad = write_tiny_gguf(tmp_path / "gpt2.gguf", arch="gpt2")
-    _refused(tmp_path, bad, "holds a gpt2 model; edgekit imports these GGUF architectures: llama")
+    _refused(tmp_path, bad, "cannot be imported: architecture gpt2 (edgekit imports llama, qwen2, qwen3, gemma3)")
 
 
 def test_unsupported_quantization_type_is_named(tmp_path):
-    bad = write_tiny_gguf(tmp_path / "q5.gguf", qtype="Q5_0")
-    _refused(tmp_path, bad, "is type Q5_0; edgekit dequantizes F32, F16, BF16, Q8_0, Q4_0, Q4_1")
+    q4 = write_tiny_gguf(tmp_path / "q4.gguf", qtype="Q4_0")  # IQ4_NL blocks have Q4_0's size: 18 bytes per 32
+    bad = _patched(q4, tmp_path / "iq4.gguf", _tensor_info_at(q4, "blk.0.attn_q.weight") + 4 + 2 * 8, "<I", 20)
+    _refused(tmp_path, bad, "cannot be imported: tensor types IQ4_NL x1 (edgekit dequantizes F32, F16, BF16, Q8_0, "
+                            "Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")
 
 
 def test_an_unknown_tensor_type_id(tmp_path, tiny_gguf):
@@ -242,7 +244,7 @@ def test_the_prompt_given_twice(tiny_artifact):
     assert_one_line_error(result, 2, "give the prompt once")
 
 
-@pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"])
+@pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
 def test_every_supported_type_dequantizes_as_gguf_reads_it(tmp_path, qtype):
     """Each type edgekit accepts, against llama.cpp's own Python reader (``gguf.GGUFReader``)."""
     import numpy as np
