@@ -106,9 +106,12 @@ def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, ma
 
     reading = reading or {}
     positions = (source.model_info.get("config") or {}).get("max_position_embeddings") if source.kind == "hf" else None
+    from edgekit.sources.state_pairs import stream_layout
+
+    axes, streams = stream_layout(source)  # a state input's batch axis; outputs fed back between calls
     return open_calibration(calib, source.inputs, batch_size, max_samples,
                             preprocess=reading.get("preprocess"), tokenizer=reading.get("tokenizer"),
-                            model_tokenizer=source.tokenizer,
+                            model_tokenizer=source.tokenizer, axes=axes, streams=streams,
                             max_length=positions if isinstance(positions, int) and not isinstance(positions, bool) else None)
 
 

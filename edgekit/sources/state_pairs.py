@@ -155,3 +155,25 @@ def parse_state_pairs(texts: Sequence[str] | None) -> dict[str, str]:
             raise UsageError(f"--state takes INPUT=OUTPUT (the output fed back into the input), got {text!r}")
         out[name.strip()] = output.strip()
     return out
+
+
+def output_shapes(onnx_path) -> dict[str, tuple]:
+    """Output name -> shape (ints, dim names or None) as an ONNX file declares them."""
+    from edgekit import onnx_files
+
+    model = onnx_files.load(onnx_path, load_data=False)
+    shapes = {}
+    for out in model.graph.output:
+        tensor = out.type.tensor_type
+        if tensor.HasField("shape"):
+            shapes[out.name] = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                     for d in tensor.shape.dim)
+    return shapes
+
+
+def stream_layout(source, declared_axes: Mapping[str, int] | None = None,
+                  declared_states: Mapping[str, str] | None = None) -> tuple[dict[str, int], tuple[tuple[str, str], ...]]:
+    """(sample axis by input name, (state input, output) pairs) of a ``ModelSource``."""
+    shapes = output_shapes(source.onnx_path) if getattr(source, "onnx_path", None) is not None else {}
+    pairs = state_pairs(source.inputs, source.outputs, shapes, declared_states)
+    return sample_axes(source.inputs, declared_axes), tuple((p.input, p.output) for p in pairs)

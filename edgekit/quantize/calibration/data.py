@@ -19,6 +19,12 @@ Layout: for a single-input model every array is a block of samples (``.npy``, or
 ``.npz``). For a model with several inputs each ``.npz`` holds one block with one array per input
 name, all with the same number of samples. Dynamic axes (sequence length) may differ from block to
 block: variable-length samples go in separate blocks, one length per block.
+
+Samples are counted along each input's sample axis (``sources/state_pairs.sample_axes``: axis 0,
+or the axis carrying the batch name, e.g. axis 1 of a (layers, batch, hidden) state). A model that
+carries state between calls (``sources/state_pairs.state_pairs``) is calibrated on streams: each
+block is one stream, fed in order a call at a time, and its state inputs are optional in the block
+(the initial state; zeros when absent): later calls get the state the model returned.
 """
 
 from __future__ import annotations
@@ -42,7 +48,13 @@ class CalibrationSet:
     specs: tuple[InputSpec, ...]
     batch_size: int = 32
     max_samples: int | None = None
+    axes: tuple[tuple[str, int], ...] = ()  # sample axis by input name, where not 0
+    streams: tuple[tuple[str, str], ...] = ()  # (state input, output fed back into it)
     settings = None  # model-ready arrays: nothing but the files' contents
+
+    @property
+    def state_inputs(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.streams)
 
     @property
     def spec(self) -> InputSpec:
@@ -51,11 +63,12 @@ class CalibrationSet:
     def feeds(self) -> Iterator[dict[str, np.ndarray]]:
         """Yield model-ready batches by input name, at most ``max_samples`` samples in all."""
         remaining = self.max_samples if self.max_samples is not None else float("inf")
-        fixed = fixed_batch(self.specs)  # a model that takes exactly that many rows a call gets them so
-        step = fixed or self.batch_size
+        axes, states = dict(self.axes), self.state_inputs
+        fixed = fixed_batch(self.specs, axes, states)  # a model that takes exactly that many rows a call gets them so
+        step = fixed or (1 if states else self.batch_size)  # a stream goes a call at a time, in order
         for path in self.files:
-            for block in _blocks(path, self.specs):
-                length = _check_block(block, self.specs, path)
+            for block in _blocks(path, self.specs, states):
+                length = _check_block(block, self.specs, path, axes, states)
                 for start in range(0, length, step):
                     if remaining <= 0:
                         return
@@ -64,7 +77,11 @@ class CalibrationSet:
                         break
                     feed = {}
                     for spec in self.specs:
-                        batch = np.array(block[spec.name][start : start + take], dtype=spec.dtype, copy=True)
+                        if spec.name in states:
+                            if start == 0:  # a stream begins: its initial state (the model's output after)
+                                feed[spec.name] = _initial_state(block, spec, axes.get(spec.name, 0), take, path)
+                            continue
+                        batch = _rows(block[spec.name], axes.get(spec.name, 0), start, take, spec.dtype)
                         _check_values(batch, spec, path)
                         feed[spec.name] = batch
                     remaining -= take
@@ -77,11 +94,37 @@ class CalibrationSet:
             yield feed[name]
 
     def count(self) -> int:
+        axes, states = dict(self.axes), self.state_inputs
         total = 0
         for path in self.files:
-            for block in _blocks(path, self.specs):
-                total += len(next(iter(block.values())))
+            for block in _blocks(path, self.specs, states):
+                name = next(n for n in block if n not in states)
+                total += block[name].shape[axes.get(name, 0)]
         return total if self.max_samples is None else min(total, self.max_samples)
+
+
+def _rows(array, axis: int, start: int, take: int, dtype) -> np.ndarray:
+    """Samples ``start`` to ``start + take`` along ``axis`` (a copy)."""
+    if axis == 0:
+        return np.array(array[start : start + take], dtype=dtype, copy=True)
+    whole = np.asarray(array[:])  # a .npy read whole: only inputs whose samples are not axis 0
+    return np.array(np.take(whole, np.arange(start, start + take), axis=axis), dtype=dtype, copy=True)
+
+
+def _initial_state(block, spec: InputSpec, axis: int, batch: int, path: Path) -> np.ndarray:
+    """The state a stream starts from: the block's array for it, else zeros (``batch`` samples)."""
+    free = spec.shape[axis] is None  # a fixed shape says the batch itself
+    if spec.name in block:
+        state = np.array(block[spec.name][:], dtype=spec.dtype, copy=True)
+        if free and state.shape[axis] != batch:
+            raise InputFileError(f"calibration data {path}: state input {spec.name!r} holds {state.shape[axis]} "
+                                 f"sample(s) along axis {axis}; each stream is fed {batch} at a time")
+        _check_values(state, spec, path)
+        return state
+    shape = list(spec.concrete_shape())
+    if free:
+        shape[axis] = batch
+    return np.zeros(shape, dtype=spec.dtype)
 
 
 def calibration_kind(path: Path) -> str:
@@ -123,13 +166,17 @@ def open_calibration(
     tokenizer: str | Path | None = None,
     model_tokenizer: str | Path | None = None,
     max_length: int | None = None,
+    axes: dict[str, int] | None = None,
+    streams: tuple[tuple[str, str], ...] = (),
 ):
     """Open what ``path`` holds (``calibration_kind``) and check the first batch now.
 
     ``preprocess``: how images become model inputs (``--calib-preprocess`` text, a TOML path or an
     ``ImagePreprocess``). ``tokenizer``: the one ``--tokenizer`` names; ``model_tokenizer``: the one
     the model brings (an hf: folder's), used when none is named; ``max_length``: the model's
-    longest sequence (its position table). Each is refused for a kind of data that does not use it."""
+    longest sequence (its position table). Each is refused for a kind of data that does not use it.
+    ``axes``: each input's sample axis where not 0; ``streams``: (state input, output) pairs of a
+    stateful model (arrays only: each block is one stream)."""
     if batch_size < 1:
         raise UsageError(f"calibration batch size must be >= 1, got {batch_size}")
     if max_samples is not None and max_samples < 1:
@@ -155,42 +202,47 @@ def open_calibration(
         from edgekit.limits import calibration_files
 
         files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)
-        calib = CalibrationSet(files, specs, batch_size, max_samples)
+        calib = CalibrationSet(files, specs, batch_size, max_samples,
+                               tuple(sorted((n, a) for n, a in (axes or {}).items() if a)), tuple(streams))
     if next(calib.feeds(), None) is None:
         raise InputFileError(f"calibration data {path} holds no samples")
     return calib
 
 
-def fixed_batch(specs: tuple[InputSpec, ...]) -> int | None:
-    """The batch size the model fixes, when every input declares the same fixed first axis (the
-    ONNX model zoo's 1x3x224x224): calibration files still hold any number of samples, fed that many
-    at a time. None when the batch axis is free."""
-    sizes = {spec.shape[0] for spec in specs if spec.shape}
+def fixed_batch(specs: tuple[InputSpec, ...], axes: dict[str, int] | None = None,
+                states: frozenset[str] = frozenset()) -> int | None:
+    """The batch size the model fixes, when every input declares the same fixed size on its sample
+    axis (the ONNX model zoo's 1x3x224x224): calibration files still hold any number of samples, fed
+    that many at a time. None when the batch axis is free."""
+    axes = axes or {}
+    sizes = {spec.shape[axes.get(spec.name, 0)] for spec in specs if spec.shape and spec.name not in states}
     return sizes.pop() if len(sizes) == 1 and None not in sizes else None
 
 
-def _blocks(path: Path, specs: tuple[InputSpec, ...]) -> Iterator[dict[str, np.ndarray]]:
-    """Blocks of samples by input name (arrays stay memory-mapped / lazily loaded)."""
+def _blocks(path: Path, specs: tuple[InputSpec, ...], states: frozenset[str] = frozenset()) -> Iterator[dict[str, np.ndarray]]:
+    """Blocks of samples by input name (arrays stay memory-mapped / lazily loaded); a state input
+    is in a block only when the file has it."""
     names = [s.name for s in specs]
+    needed = [n for n in names if n not in states]
     try:
         if path.suffix == ".npy":
-            if len(specs) > 1:
+            if len(needed) > 1:
                 raise InputFileError(
                     f"calibration file {path}: a model with several inputs ({', '.join(names)}) "
                     "takes .npz files holding one array per input name"
                 )
-            yield {names[0]: NpyFile(path)}
+            yield {needed[0]: NpyFile(path)}
             return
         _check_npz(path)
         with np.load(path, allow_pickle=False) as archive:
             keys = list(archive.files)
-            if set(names) <= set(keys):
-                yield {name: archive[name] for name in names}
-            elif len(specs) == 1:
+            if set(needed) <= set(keys):
+                yield {name: archive[name] for name in names if name in keys}
+            elif len(needed) == 1:
                 for key in keys:
-                    yield {names[0]: archive[key]}
+                    yield {needed[0]: archive[key]}
             else:
-                missing = sorted(set(names) - set(keys))
+                missing = sorted(set(needed) - set(keys))
                 raise InputFileError(f"calibration file {path} lacks array(s) for input(s): {', '.join(missing)}")
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise InputFileError(f"cannot read calibration file {path}: {str(exc).splitlines()[0]}") from None
@@ -225,19 +277,29 @@ def _check_npz(path: Path) -> None:
                                      f"{member.file_size / 2**30:.1f} GiB; this machine has {available / 2**30:.1f} GiB available")
 
 
-def _check_block(block: dict[str, np.ndarray], specs: tuple[InputSpec, ...], path: Path) -> int:
-    lengths = set()
-    fixed = fixed_batch(specs)
+def _check_block(block: dict[str, np.ndarray], specs: tuple[InputSpec, ...], path: Path,
+                 axes: dict[str, int] | None = None, states: frozenset[str] = frozenset()) -> int:
+    axes = axes or {}
+    counts = {}
+    fixed = fixed_batch(specs, axes, states)
     for spec in specs:
-        _check(block[spec.name], spec, path, samples_axis=fixed is not None)
-        lengths.add(len(block[spec.name]))
-    if len(lengths) > 1:
-        raise InputFileError(f"calibration data {path}: inputs have different sample counts {sorted(lengths)}")
-    return lengths.pop()
+        if spec.name not in block:
+            continue
+        axis = axes.get(spec.name, 0)
+        state = spec.name in states  # a stream's initial state: its own batch, not counted
+        _check(block[spec.name], spec, path, samples_axis=fixed is not None and not state, axis=axis)
+        if not state:
+            counts[spec.name] = block[spec.name].shape[axis]
+    if len(set(counts.values())) > 1:
+        said = ", ".join(f"{name} {count} (axis {axes.get(name, 0)})" for name, count in counts.items())
+        raise InputFileError(f"calibration data {path}: inputs have different sample counts ({said}); "
+                             "a state or other input whose samples are not on axis 0 needs --sample-axis NAME=AXIS")
+    return next(iter(counts.values()))
 
 
-def _check(array: np.ndarray, spec: InputSpec, path: Path, samples_axis: bool = False) -> None:
-    """``samples_axis``: the model fixes its batch size, so axis 0 counts samples (any number)."""
+def _check(array: np.ndarray, spec: InputSpec, path: Path, samples_axis: bool = False, axis: int = 0) -> None:
+    """``samples_axis``: the model fixes its batch size, so ``axis`` counts samples (any number)."""
+    sample_axis = axis
     expected = spec.shape
     label = f"model input {spec.name!r}"
     if array.ndim != len(expected):
@@ -245,12 +307,12 @@ def _check(array: np.ndarray, spec: InputSpec, path: Path, samples_axis: bool = 
             f"calibration data {path} has shape {tuple(array.shape)}; {label} expects {_layout(expected)}"
         )
     for axis, (got, want) in enumerate(zip(array.shape, expected)):
-        if want is not None and got != want and not (axis == 0 and samples_axis and got > want):
+        if want is not None and got != want and not (axis == sample_axis and samples_axis and got > want):
             raise InputFileError(
                 f"calibration data {path} has shape {tuple(array.shape)}; {label} "
                 f"expects {_layout(expected)} (axis {axis} differs)"
             )
-    if len(array) == 0:
+    if array.shape[sample_axis] == 0:
         raise InputFileError(f"calibration data {path} holds zero samples")
     kind = np.dtype(spec.dtype).kind
     if kind == "f" and array.dtype.kind not in "fiu":

@@ -82,8 +82,12 @@ def collect_ranges(
     total: int | None = None,
     progress: Progress | None = None,
     threads: int | None = None,
+    streams: tuple[tuple[str, str], ...] = (),
 ) -> tuple[dict[str, TensorRange], int]:
-    """(ranges by tensor name, samples seen). Raises InputFileError when no batch arrives."""
+    """(ranges by tensor name, samples seen). Raises InputFileError when no batch arrives.
+
+    ``streams``: (state input, output) pairs: a batch that lacks a state input gets the output the
+    previous call returned (the batches of one stream come in order; a stream starts with its state)."""
     from edgekit import onnx_files
     from edgekit.errors import InputFileError, UsageError
 
@@ -100,22 +104,28 @@ def collect_ranges(
     session = unoptimised_session(model, threads)
     feeds = {i.name for i in session.get_inputs()}
 
+    fed_back = [out for _, out in streams if out not in names]
+    states = {name for name, _ in streams}
+    carried: dict[str, np.ndarray] = {}
     started = time.perf_counter()
     samples = 0
     padding = PaddingCheck()
     for batch in batches:
+        batch = {**{name: carried[out] for name, out in streams if name not in batch and out in carried}, **batch}
         missing = feeds - set(batch)
         if missing:
             raise UsageError(f"calibration batch lacks model input(s): {', '.join(sorted(missing))}")
         padding.add(batch)
         try:
-            values = session.run(names, {k: v for k, v in batch.items() if k in feeds})
+            values = session.run(names + fed_back, {k: v for k, v in batch.items() if k in feeds})
         except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument)
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InputFileError(f"the model rejects a calibration batch: {first}") from None
-        calibrator.collect(dict(zip(names, values)))
-        del values
-        samples += len(next(iter(batch.values())))
+        produced = dict(zip(names + fed_back, values))
+        carried = {out: produced[out] for _, out in streams}
+        calibrator.collect({name: produced[name] for name in names})
+        del values, produced
+        samples += len(next(v for k, v in batch.items() if k not in states))
         if progress:
             progress(CalibrationProgress(samples, total, time.perf_counter() - started))
     if samples == 0:

@@ -112,7 +112,8 @@ def activation_ranges(job, config) -> dict:
     else:
         total = calib.count()
         ranges, samples = collect_ranges(
-            prepared, calib.feeds(), make_calibrator(config.calibrate_method, settings), total, job.progress
+            prepared, calib.feeds(), make_calibrator(config.calibrate_method, settings), total, job.progress,
+            streams=getattr(calib, "streams", ()),
         )
         if config.calib_cache:
             cache.store(key, ranges, samples, {"model": job.source.label, **about, "samples": samples})
