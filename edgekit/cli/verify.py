@@ -161,6 +161,11 @@ def footer(report) -> list[str]:
         if entry:
             state = "ok" if entry.get("ok") else f"FAILED (exit {entry.get('exit_code')})"
             lines.append(f"entry point: {entry['command']} in a root without Python: {state}: {entry.get('verdict') or entry.get('error', '')}")
+    own = report.bundle_check
+    if own is not None:
+        limits = ", ".join(f"{k} {v:g}" for k, v in (own.get("limits") or {}).items()) or "its cosine floor"
+        lines.append(f"bundle check: {own.get('command')} ({limits}) on the emulated outputs: "
+                     + ("ok" if own.get("ok") else "FAILED: " + "; ".join(own.get("failures") or ())))
     runner_name = "edgekit-run" if native else "runner.py"
     bench = report.bench
     if bench is not None:

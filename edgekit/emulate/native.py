@@ -74,6 +74,9 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
     reference = {key: value for key, value in _load(bundle.reference).items() if key.endswith("/output")}
     tolerance = Tolerance.for_precision(bundle.precision, atol)
     batches = check_batches(emulated, hosted, reference, tolerance, notes)
+    from edgekit.emulate.bundle_check import own_check, own_limits
+
+    bundle_check = own_check(emulated, reference, own_limits(bundle), f"sh {native.RUN_SCRIPT} check")
     exact = all(b.emulated_vs_host.get("max_abs") == 0.0 for b in batches)
     seconds["total"] = time.monotonic() - started
     return EmulationReport(
@@ -91,6 +94,7 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
         bench=bench_report,
         seconds={key: round(value, 2) for key, value in seconds.items()},
         notes=tuple(notes),
+        bundle_check=bundle_check,
     )
 
 

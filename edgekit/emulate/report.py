@@ -76,12 +76,18 @@ class EmulationReport:
     seconds: dict[str, float]
     notes: tuple[str, ...] = field(default_factory=tuple)
     serve: dict[str, Any] | None = None  # the bundle's serve.py under emulation (edgekit.emulate.serve_check)
+    # the bundle's own output check on the emulated outputs (edgekit.emulate.bundle_check)
+    bundle_check: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
         bench_ok = self.bench is None or bool(self.bench.get("ok"))
         serve_ok = self.serve is None or bool(self.serve.get("ok"))
-        return bool(self.batches) and all(b.passed for b in self.batches) and bench_ok and serve_ok
+        own_ok = self.bundle_check is None or bool(self.bundle_check.get("ok"))
+        entry = self.emulation.get("entry_point")  # run.sh check in a Python-free root, where it ran
+        entry_ok = not isinstance(entry, dict) or bool(entry.get("ok"))
+        return (bool(self.batches) and all(b.passed for b in self.batches) and bench_ok and serve_ok and own_ok
+                and entry_ok)
 
     def failure(self) -> str:
         """One line: why the verification failed ("" when it passed)."""
@@ -90,6 +96,13 @@ class EmulationReport:
                 return f"the emulated {self.emulation.get('machine', 'aarch64')} run differs from the host at batch {check.batch}: {check.reason}"
         if not self.batches:
             return "no reference batches were compared"
+        if self.bundle_check is not None and not self.bundle_check.get("ok"):
+            return (f"the bundle's own check ({self.bundle_check.get('command')}) fails on the emulated board's outputs: "
+                    f"{'; '.join(self.bundle_check.get('failures') or ())}; it will fail on the device too")
+        entry = self.emulation.get("entry_point")
+        if isinstance(entry, dict) and not entry.get("ok"):
+            return (f"the bundle's {entry.get('command')} failed under emulation: "
+                    f"{entry.get('verdict') or entry.get('error') or 'exit status ' + str(entry.get('exit_code'))}")
         if self.bench is not None and not self.bench.get("ok"):
             return f"the bundle's runner.py failed under emulation: {self.bench.get('error') or 'no result'}"
         if self.serve is not None and not self.serve.get("ok"):

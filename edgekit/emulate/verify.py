@@ -189,6 +189,10 @@ def verify_emulated(
     reference = _reference_outputs(bundle.reference)
     tolerance = Tolerance.for_precision(bundle.precision, atol)
     batches = check_batches(emulated, hosted, reference, tolerance, notes)
+    from edgekit.bundle.layout import CHECK_OUTPUTS
+    from edgekit.emulate.bundle_check import own_check, own_limits
+
+    bundle_check = own_check(emulated, reference, own_limits(bundle), f"python3 {CHECK_OUTPUTS}")
     seconds["total"] = time.monotonic() - started
     return EmulationReport(
         **bundle_fields(bundle),
@@ -208,6 +212,7 @@ def verify_emulated(
         serve=serve_report,
         seconds={key: round(value, 2) for key, value in seconds.items()},
         notes=tuple(notes),
+        bundle_check=bundle_check,
     )
 
 
