@@ -20,6 +20,16 @@ def debug_enabled() -> bool:
     return bool(os.environ.get("EDGEKIT_DEBUG"))
 
 
+def debug_hint() -> str:
+    """How to rerun the running command with tracebacks: ``--debug`` is an option of ``edgekit``
+    itself, so it goes before the command's name (``edgekit quantize ... --debug`` is refused)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    command = ctx.info_name if ctx is not None and ctx.parent is not None else None
+    return f"rerun as `edgekit --debug {command} ...`" if command else "rerun as `edgekit --debug ...`"
+
+
 def report_error(exc: BaseException, code: int, unexpected: bool = False) -> typer.Exit:
     """Print ``Error: <one line>`` on stderr (traceback only in debug) and return the Exit to raise."""
     if debug_enabled():
@@ -31,7 +41,7 @@ def report_error(exc: BaseException, code: int, unexpected: bool = False) -> typ
     text = str(exc).strip()
     message = safe_text(text.splitlines()[0] if text else type(exc).__name__)
     if unexpected:
-        message = f"internal error ({type(exc).__name__}): {message} (rerun with --debug for the traceback)"
+        message = f"internal error ({type(exc).__name__}): {message} ({debug_hint()} for the traceback)"
     typer.echo(f"Error: {message}", err=True)
     return typer.Exit(code)
 

@@ -20,12 +20,13 @@ def free_axes(spec) -> dict[int, str]:
 
 
 def check_made_up_sizes(src) -> None:
-    """UsageError when ``src`` (an ONNX file) has free axes it cannot run with at the sizes edgekit
-    would choose; names the input, its free axes and the ``--input-shape`` to give."""
+    """UsageError when ``src`` (an ONNX file whose inputs have free axes besides the batch) cannot
+    run at the sizes edgekit would feed it (made up, or given with ``--input-shape``); names the
+    input, its free axes and the ``--input-shape`` to give."""
     if getattr(src, "onnx_path", None) is None:
         return
-    free = {spec.name: free_axes(spec) for spec in src.inputs}
-    if not any(free.values()):
+    declared = _declared_free_axes(src.onnx_path)
+    if not any(declared.get(spec.name) for spec in src.inputs):
         return
     from edgekit.formats.reference import random_inputs, sequence_length
 
@@ -33,16 +34,29 @@ def check_made_up_sizes(src) -> None:
     failure = _run_once(src.onnx_path, feed)
     if failure is None:
         return
-    spec = next(s for s in src.inputs if free[s.name])
-    shape = "x".join(
-        f"<{free[spec.name][axis]}>" if axis in free[spec.name] else str(dim or 1) for axis, dim in enumerate(spec.shape)
-    )
-    made_up = "x".join(str(d) for d in feed[spec.name].shape)
+    spec = next(s for s in src.inputs if declared.get(s.name))
+    names = declared[spec.name]
+    wanted = "x".join(f"<{names[axis]}>" if axis in names else str(dim or 1) for axis, dim in enumerate(spec.shape))
+    fed = "x".join(str(d) for d in feed[spec.name].shape)
+    how = "edgekit would make up" if free_axes(spec) else "--input-shape gives"
     raise UsageError(
-        f"{src.label} has free {'/'.join(free[spec.name].values())} axes on input {spec.name!r} and fails at the "
-        f"size edgekit would make up ({made_up}: {failure}); give the size it runs at: --input-shape "
-        f"{spec.name}={shape} (or --calib with real inputs)"
+        f"{src.label} has free {'/'.join(names.values())} axes on input {spec.name!r} and fails at the size {how} "
+        f"({fed}: {failure}); give a size it runs at: --input-shape {spec.name}={wanted} (or --calib with real inputs)"
     )
+
+
+def _declared_free_axes(path) -> dict[str, dict[int, str]]:
+    """Input name -> {axis: name} of the axes after the first that the ONNX file leaves free."""
+    from edgekit import onnx_files
+
+    model = onnx_files.load(path, load_data=False)
+    out = {}
+    for vi in onnx_files.model_inputs(model):
+        dims = vi.type.tensor_type.shape.dim
+        out[vi.name] = {axis: dim.dim_param or f"dim{axis}" for axis, dim in enumerate(dims)
+                        if axis > 0 and not (dim.HasField("dim_value") and dim.dim_value > 0)
+                        and (dim.dim_param or f"dim{axis}") not in KNOWN_AXES}
+    return out
 
 
 def _run_once(path, feed) -> str | None:
