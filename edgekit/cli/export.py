@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from edgekit.cli import registry_help
 from edgekit.cli.common import echo_json, handles_errors, split_csv
 from edgekit.cli.options import (
     DynamicAxesOpt,
@@ -101,4 +102,4 @@ def export_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export")(export_command)
+    app.command("export", cls=registry_help.EXPORT)(export_command)

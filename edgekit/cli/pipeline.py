@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from edgekit.cli import registry_help
 from edgekit.cli.common import console, handles_errors, split_csv
 from edgekit.cli.options import (
     ConfigOpt,
@@ -144,4 +145,4 @@ def pipeline_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("pipeline")(pipeline_command)
+    app.command("pipeline", cls=registry_help.PIPELINE)(pipeline_command)

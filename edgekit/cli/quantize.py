@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from edgekit.cli import registry_help
 from edgekit.cli.common import console, echo_json, handles_errors, progress_enabled, split_csv
 from edgekit.cli.options import (
     DynamicAxesOpt,
@@ -406,4 +407,4 @@ def render_candidates(candidates, title: str, bench_inputs: dict | None = None):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("quantize")(quantize_command)
+    app.command("quantize", cls=registry_help.QUANTIZE)(quantize_command)

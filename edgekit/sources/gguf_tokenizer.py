@@ -13,7 +13,7 @@ pre-tokenizers llama.cpp names in ``tokenizer.ggml.pre``:
 
 Tokens marked CONTROL (type 3) are special (matched whole, e.g. ``<|im_start|>``), USER_DEFINED
 (type 4) are added tokens. SentencePiece vocabularies (``tokenizer.ggml.model = llama``: Llama 2,
-TinyLlama) are refused by name for now.
+TinyLlama, Gemma) are built by ``edgekit.sources.gguf_spm``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,13 @@ def build_tokenizer(meta: dict, where: str, vocab_size: int):
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     kind = meta.get("tokenizer.ggml.model")
+    if kind == "llama":
+        from edgekit.sources.gguf_spm import build_spm_tokenizer
+
+        return build_spm_tokenizer(meta, where, vocab_size)
     if kind != "gpt2":
         raise InputFileError(f"{where} has a {safe_text(str(kind))} tokenizer; edgekit builds byte-level BPE "
-                             "tokenizers (tokenizer.ggml.model = gpt2: SmolLM2, Llama 3), not SentencePiece ones yet")
+                             "(tokenizer.ggml.model = gpt2: SmolLM2, Llama 3, Qwen) and SentencePiece (llama) ones")
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise InputFileError(f"{where} uses the pre-tokenizer {safe_text(str(pre))}; edgekit knows "

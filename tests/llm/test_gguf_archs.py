@@ -82,7 +82,7 @@ def _gguf_name(key: str, arch: str) -> str:
     return f"blk.{i}.{name}.{kind}"
 
 
-def write_gguf(path, model, arch: str, metadata, quantized: dict, seed: int = 0):
+def write_gguf(path, model, arch: str, metadata, quantized: dict, seed: int = 0, tokenizer=_tokenizer_metadata):
     """``model``'s weights as a GGUF of ``arch``; ``quantized`` maps a GGUF tensor suffix (e.g.
     ``ffn_down.weight``) to the K-quant type its matrices get (random blocks); the rest F32."""
     import gguf
@@ -92,7 +92,7 @@ def write_gguf(path, model, arch: str, metadata, quantized: dict, seed: int = 0)
     cfg = model.config
     writer = gguf.GGUFWriter(str(path), arch)
     metadata(writer)
-    _tokenizer_metadata(writer)
+    tokenizer(writer)
     tied = getattr(cfg, "tie_word_embeddings", False)
     for key, value in model.state_dict().items():
         if key == "lm_head.weight" and tied:

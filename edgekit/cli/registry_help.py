@@ -1,0 +1,85 @@
+"""``--method``/``--format`` help written from the registries (plug-ins included), when help is shown.
+
+A command registered with ``cls=registry_help.command(...)`` replaces the help of the named
+options just before its help is printed: listing the registries loads every format module,
+route module and plug-in, which a command that is only run need not pay for.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from typer.core import TyperCommand
+
+
+def methods() -> str:
+    """The registered methods: name (precision; the formats it writes)."""
+    from edgekit.quantize.registry import formats_for, get_method, method_names
+
+    listed = []
+    for name in method_names():
+        entry = get_method(name)
+        writes = "its own handler" if entry.handler is not None else ", ".join(formats_for(entry.config_type))
+        listed.append(f"{name} ({entry.config_type.precision}: {writes})")
+    return "; ".join(listed)
+
+
+def formats(with_methods: bool = False) -> str:
+    """The format table in order, with what this host lacks (and, for quantize, the methods each takes)."""
+    from edgekit import formats as table
+    from edgekit.quantize.registry import methods_for
+
+    listed = []
+    for name in table.names():
+        entry = table.get(name)
+        notes = [f"takes {'/'.join(methods_for(name)) or 'no method'}"] if with_methods else []
+        if not entry.available():
+            notes.append(f"needs edgekit-ml[{entry.host.extra}]")
+        listed.append(f"{name} ({', '.join(notes)})" if notes else name)
+    return ", ".join(listed)
+
+
+def command(helps: dict[str, Callable[[], str]]) -> type[TyperCommand]:
+    """A command class whose options named in ``helps`` (by flag, e.g. "--method") get their help
+    from ``helps[flag]()`` when the help is printed."""
+
+    class RegistryHelpCommand(TyperCommand):
+        def format_help(self, ctx, formatter) -> None:
+            for param in self.params:
+                for flag in getattr(param, "opts", ()):
+                    if flag in helps:
+                        param.help = helps[flag]()
+            super().format_help(ctx, formatter)
+
+    return RegistryHelpCommand
+
+
+def _defaults() -> str:
+    from edgekit import formats as table
+
+    return ", ".join(table.default_names()) or "none installed"
+
+
+def _available() -> str:
+    from edgekit import formats as table
+
+    return ", ".join(table.available_names())
+
+
+QUANTIZE = command({
+    "--method": lambda: (f"A registered method (precision: the formats it writes): {methods()}. An unknown name is "
+                         "refused with this list. For a language model imported from GGUF: int4 | int8."),
+    "--format": lambda: (f"Comma-separated, from the format table: {formats(with_methods=True)}. Default: the "
+                         f"default formats ({_defaults()}) the method writes; for .onnx and hf: sources, those "
+                         "written without a PyTorch model."),
+})
+EXPORT = command({
+    "--format": lambda: (f"Comma-separated, from the format table: {formats()}. Default: {_defaults()}; for a "
+                         "quantized artifact, the formats it holds."),
+})
+PIPELINE = command({
+    "--methods": lambda: (f"Comma-separated methods: {methods()} (default: dynamic,static; a format a method has no "
+                          "route to is a skipped row; static is skipped, and said, when there is no calibration "
+                          "data; asked for, it needs --calib)."),
+    "--format": lambda: f"Comma-separated formats: {formats()} (default: every one this host can write: {_available()}).",
+})
