@@ -1,12 +1,16 @@
-"""A native bundle: ``edgekit-run`` and the ExecuTorch libraries a ``.pte`` needs, no Python on the board.
+"""A native bundle: ``edgekit-run`` and the runtime library its model needs, no Python on the board.
+
+An ExecuTorch ``.pte`` gets the ExecuTorch build of ``edgekit-run`` and the ExecuTorch libraries the
+program needs; an ONNX model (a format whose board runtime is ``onnxruntime``) gets the ONNX Runtime
+build (``edgekit.native.ort_build``) and ``lib/libonnxruntime.so`` from the onnxruntime wheel.
 
 Layout (beside the model, manifest.json, reference.npz, bundle.json, README.txt and SHA256SUMS
 every bundle has)::
 
     edgekit-run              the runner, built for the target's architecture and core (RUNPATH $ORIGIN/lib)
-    lib/*.so                 only the ExecuTorch libraries this program needs
+    lib/*.so                 only the runtime libraries this model needs
     run.sh                   POSIX sh entry point: check (default), bench, info, verify
-    THIRD_PARTY_NOTICES.txt  ExecuTorch's licence and those of the code inside the libraries
+    THIRD_PARTY_NOTICES.txt  the runtime's licence and those of the code inside the libraries
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ LIB_DIR = "lib"
 RUN_SCRIPT = "run.sh"
 NOTICES = "THIRD_PARTY_NOTICES.txt"
 RUNTIME_NAME = "executorch-native"
+ORT_RUNTIME_NAME = "onnxruntime-native"
+# board runtimes (Board.runtime) whose own wheel carries a C library edgekit-run binds natively
+LIBRARY_RUNTIMES = {"onnxruntime": ORT_RUNTIME_NAME}
 RUNTIMES = ("python", "native")
 CHECK_TIMEOUT_S = 600.0
 Progress = Callable[[str], None]
@@ -33,8 +40,8 @@ Progress = Callable[[str], None]
 
 def check_native(spec: formats.Format, target: Target) -> None:
     """A one-line UsageError unless the format ``spec`` runs on the native runner and ``target`` has a build of it."""
-    if not spec.board.native_runner:
-        natives = [name for name in formats.names() if formats.get(name).board.native_runner]
+    if not runs_natively(spec):
+        natives = [name for name in formats.names() if runs_natively(formats.get(name))]
         raise UsageError(f"--runtime native runs {', '.join(natives)} programs; this model is {spec.name} "
                          f"(export it with --format {natives[0]}, or bundle it with --runtime python)")
     from edgekit.native.toolchain import CROSS
@@ -44,10 +51,22 @@ def check_native(spec: formats.Format, target: Target) -> None:
                          f"{' and '.join(CROSS)} only (a 32-bit OS has no aarch64 build; use a 64-bit OS)")
 
 
+def runs_natively(spec: formats.Format) -> bool:
+    """Whether a build of edgekit-run runs the format: ExecuTorch's (``native_runner``) or a runtime library's."""
+    return spec.board.native_runner or spec.board.runtime in LIBRARY_RUNTIMES
+
+
+def _format_of(model_name: str) -> formats.Format | None:
+    return next((formats.get(name) for name in formats.names() if formats.get(name).files.file_name == model_name), None)
+
+
 def add_native(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
                script: str | None = None) -> dict:
     """Put the runner, its libraries, run.sh (``script``, else the output check's) and the notices into
     the bundle being built; what bundle.json records about them."""
+    spec = _format_of(model_name)
+    if spec is not None and not spec.board.native_runner and spec.board.runtime in LIBRARY_RUNTIMES:
+        return _add_library_runtime(work, model_name, target, precision, progress, script)
     from edgekit.native.build import build_runner
     from edgekit.native.libraries import needed_libraries, notices_text
 
@@ -67,6 +86,36 @@ def add_native(work: Path, model_name: str, target: Target, precision: str, prog
                    "arch": target.arch, "cpu": target.mcpu or None, "compiler": runner.toolchain.version,
                    "executorch_version": runner.dist.version, "executorch_source": runner.dist.source,
                    "executorch_wheel_sha256": runner.dist.wheel_sha256, "build_key": runner.key},
+    }
+
+
+def _add_library_runtime(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
+                         script: str | None) -> dict:
+    """The ONNX Runtime build of edgekit-run and the wheel's libonnxruntime.so (bound at run time)."""
+    from edgekit.native.ort_build import build_ort_runner
+    from edgekit.native.ort_headers import API_VERSION
+    from edgekit.native.ort_wheel import LIBRARY
+
+    runner = build_ort_runner(target.arch, target.mcpu or None, progress)
+    shutil.copyfile(runner.binary, work / RUNNER)
+    os.chmod(work / RUNNER, 0o755)
+    (work / LIB_DIR).mkdir()
+    shutil.copyfile(runner.library, work / LIB_DIR / LIBRARY)
+    (work / RUN_SCRIPT).write_text(script or run_script(model_name, target, precision), encoding="utf-8")
+    os.chmod(work / RUN_SCRIPT, 0o755)
+    dist = runner.dist
+    parts = [f"edgekit-run is edgekit's own code; lib/{LIBRARY} is ONNX Runtime {dist.version} "
+             "(https://github.com/microsoft/onnxruntime), from its onnxruntime wheel, with the notices it ships:\n"]
+    for notice in dist.notices:
+        parts.append(f"== {notice.name} ==\n\n{notice.read_text(encoding='utf-8', errors='replace').strip()}\n")
+    (work / NOTICES).write_text("\n".join(parts), encoding="utf-8")
+    return {
+        "runtime": {"name": ORT_RUNTIME_NAME, "version": dist.version},
+        "native": {"runner": RUNNER, "entry": RUN_SCRIPT, "libraries": [f"{LIB_DIR}/{LIBRARY}"],
+                   "arch": target.arch, "cpu": target.mcpu or None, "compiler": runner.toolchain.version,
+                   "runtime_label": f"ONNX Runtime {dist.version}", "onnxruntime_version": dist.version,
+                   "onnxruntime_source": dist.source, "onnxruntime_wheel_sha256": dist.wheel_sha256,
+                   "c_api_version": API_VERSION, "build_key": runner.key},
     }
 
 
@@ -159,5 +208,6 @@ def bundle_size(folder: Path) -> int:
 
 
 def is_native(info: dict) -> bool:
-    return (info.get("runtime") or {}).get("name") == RUNTIME_NAME and isinstance(info.get("native"), dict)
+    return (info.get("runtime") or {}).get("name") in (RUNTIME_NAME, *LIBRARY_RUNTIMES.values()) \
+        and isinstance(info.get("native"), dict)
 

@@ -73,7 +73,7 @@ def native_readme_text(info: dict, bundle_name: str, description: str = "") -> s
         "=" * len(title),
         *([description] if description else []),
         f"model: {model} ({info['format']}, {info.get('precision', 'fp32')}), run by edgekit-run "
-        f"(ExecuTorch {native['executorch_version']}, built for {built_for})",
+        f"({native.get('runtime_label') or 'ExecuTorch ' + str(native.get('executorch_version'))}, built for {built_for})",
         f"made by edgekit {info.get('edgekit_version', '?')} at {info.get('created', '?')}",
         "No Python, pip or network is needed on the board: the folder runs as it is, from anywhere.",
         "",

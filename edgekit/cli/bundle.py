@@ -17,7 +17,7 @@ def bundle_command(
     target: TargetOpt = None,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Bundle folder (default: dist/TARGET); the .tar.gz is written beside it."),
     fmt: Optional[str] = typer.Option(None, "--format", help="onnx | torchscript | executorch: the one model to bundle (default: onnx when the export has it; executorch with --runtime native)."),
-    runtime: str = typer.Option("python", "--runtime", help="python: the board installs numpy + the model's runtime with pip; native: edgekit-run, a C++ runner cross-compiled for the target's CPU (ExecuTorch .pte only; no Python on the board; needs the cross compiler, apt-get install crossbuild-essential-arm64). A language model imported from GGUF is always bundled native."),
+    runtime: str = typer.Option("python", "--runtime", help="python: the board installs numpy + the model's runtime with pip; native: edgekit-run, a C++ runner cross-compiled for the target's CPU (ExecuTorch .pte, or ONNX through ONNX Runtime's C library; no Python on the board; needs the cross compiler, apt-get install crossbuild-essential-arm64). A language model imported from GGUF is always bundled native."),
     wheels: bool = typer.Option(False, "--wheels", help="Download into wheels/ every wheel the board installs, for an offline board (needs network here): binary wheels of each manylinux tag the board's glibc accepts, and pure-Python ones; serve.py's too."),
     platform: Optional[str] = typer.Option(None, "--platform", help="The newest wheel platform tag the board accepts (default: the target's; manylinux_2_28_aarch64, glibc 2.28, for the Raspberry Pi targets); --wheels also takes the older tags that glibc runs, down to manylinux2014."),
     python_version: str = typer.Option("3.11", "--python-version", help="The board's Python version, for --wheels."),
@@ -66,7 +66,8 @@ def summary(info: dict, folder: Path, archive: Path) -> list[str]:
     ]
     native = info.get("native")
     if native:
-        lines.append(f"runtime: {native['runner']} (ExecuTorch {runtime['version']}, native {native['arch']}"
+        lines.append(f"runtime: {native['runner']} ({native.get('runtime_label') or 'ExecuTorch ' + str(runtime['version'])}, "
+                     f"native {native['arch']}"
                      f"{' ' + native['cpu'] if native.get('cpu') else ''}) + {len(native['libraries'])} libraries; "
                      f"no Python on the board; {_size(info['bytes_on_disk'])} on disk")
     else:

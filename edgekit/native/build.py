@@ -32,6 +32,11 @@ SOURCES = Path(__file__).resolve().parent / "runner"
 LINKED = ("libexecutorch.so", "libexecutorch_threadpool.so", "libexecutorch_backend_xnnpack.so")
 # ... and loaded at start when they sit in lib/ (a program with operators outside the delegate needs them).
 KERNELS = ("libexecutorch_kernels_optimized.so", "libexecutorch_kernels_quantized.so")
+# The files of each runtime's backend (backend.h); every other source is shared by both programs.
+BACKEND_SOURCES = {
+    "executorch": ("program.cpp", "runtime_setup.cpp", "executorch_log.cpp"),
+    "onnxruntime": ("ort_backend.cpp",),
+}
 BUILT = "build.json"  # written last into a finished build's folder
 BUILD_PREFIX = ".build."  # a build in progress, in the entry's folder
 COMPILE_TIMEOUT_S = 900.0
@@ -57,8 +62,11 @@ class NativeRunner:
         return self.folder / "lib" / name
 
 
-def sources() -> list[Path]:
-    found = sorted(p for p in SOURCES.iterdir() if p.suffix in (".cpp", ".h")) if SOURCES.is_dir() else []
+def sources(backend: str = "executorch") -> list[Path]:
+    """The shared sources and ``backend``'s own (the other backends' files left out)."""
+    others = {name for key, names in BACKEND_SOURCES.items() if key != backend for name in names}
+    found = sorted(p for p in SOURCES.iterdir() if p.suffix in (".cpp", ".h") and p.name not in others) \
+        if SOURCES.is_dir() else []
     if not any(p.suffix == ".cpp" for p in found):
         raise EdgekitError(f"the native runner's sources are missing from {SOURCES}; reinstall edgekit")
     return found
@@ -83,21 +91,27 @@ def link_argv(toolchain: Toolchain, dist: ExecutorchDist, objects: list[Path], o
 
 
 def compile_runner(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None, out: Path) -> None:
-    """Every source to an object file (one compiler per core at a time), then the link; the
-    compiler's temporary files in a folder beside ``out``, removed with it."""
+    compile_program(toolchain, sources("executorch"), compile_flags(toolchain, dist, cpu),
+                    lambda objects: link_argv(toolchain, dist, objects, out), out)
+
+
+def compile_program(toolchain: Toolchain, files: list[Path], flags: list[str],
+                    link: Callable[[list[Path]], list[str]], out: Path) -> None:
+    """Every ``.cpp`` of ``files`` to an object file (one compiler per core at a time), then the
+    link (``link(objects)``'s argument list); the compiler's temporary files in a folder beside
+    ``out``, removed with it."""
     from concurrent.futures import ThreadPoolExecutor
 
     folder = out.parent
     scratch = folder / ".cc-tmp"
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(scratch), "TMP": str(scratch), "TEMP": str(scratch)}
-    units = [p for p in sources() if p.suffix == ".cpp"]
+    units = [p for p in files if p.suffix == ".cpp"]
     objects = [folder / f"{p.stem}.o" for p in units]
-    flags = compile_flags(toolchain, dist, cpu)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(lambda pair: _compile([toolchain.cxx, *flags, "-c", str(pair[0]), "-o", str(pair[1])], env),
                       zip(units, objects)))
-    _compile(link_argv(toolchain, dist, objects, out), env)
+    _compile(link(objects), env)
     for path in objects:
         path.unlink()
     shutil.rmtree(scratch, ignore_errors=True)
@@ -166,7 +180,7 @@ def _prune_older(current: Path, arch: str, cpu: str | None) -> None:
 
 def _key(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None) -> str:
     digest = hashlib.sha256()
-    for path in sources():
+    for path in sources("executorch"):
         digest.update(f"{path.name}\n".encode() + path.read_bytes())
     digest.update(json.dumps([__version__, toolchain.arch, toolchain.version, cpu, dist.version, dist.source,
                               dist.wheel_sha256 or _libs_digest(dist)]).encode())

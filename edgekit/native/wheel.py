@@ -109,7 +109,7 @@ def _unpacked(version: str, arch: str, progress: Progress) -> ExecutorchDist:
     ready = _read_ready(entry / READY)
     if ready is not None and (entry / "dist" / "lib" / "libexecutorch.so").is_file():
         return ExecutorchDist(version, arch, entry / "dist", "wheel", _license_in(entry / "dist"), ready.get("sha256"))
-    wheel = _download(version, platform, entry, progress)
+    wheel = download(version, platform, entry, progress)
     digest = _sha256(wheel)
     known = KNOWN_SHA256.get((version, platform))
     if known is not None and digest != known:
@@ -140,30 +140,31 @@ def _license_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _download(version: str, platform: str, entry: Path, progress: Progress) -> Path:
-    name = f"{DIST}-{version}-{PYTHON_TAG}-{PYTHON_TAG}-{platform}.whl"
+def download(version: str, platform: str, entry: Path, progress: Progress, dist: str = DIST) -> Path:
+    """``dist``==``version``'s wheel for ``platform`` in ``entry`` (pip download, once; pip checks the index's hash)."""
+    name = f"{dist}-{version}-{PYTHON_TAG}-{PYTHON_TAG}-{platform}.whl"
     wheel = entry / name
     if wheel.is_file():
         return wheel
-    progress(f"downloading {DIST}=={version} for {platform} (pip download, once: cached in {entry})")
+    progress(f"downloading {dist}=={version} for {platform} (pip download, once: cached in {entry})")
     with tempfile.TemporaryDirectory(prefix=".download.", dir=entry) as tmp:
         argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
                 "--no-input", "--progress-bar", "off", "--platform", platform, "--python-version", "3.11",
-                "--implementation", "cp", "--dest", tmp, f"{DIST}=={version}"]
+                "--implementation", "cp", "--dest", tmp, f"{dist}=={version}"]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S, check=False,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise EdgekitError(f"downloading {DIST}=={version} for {platform} did not finish within "
+            raise EdgekitError(f"downloading {dist}=={version} for {platform} did not finish within "
                                f"{DOWNLOAD_TIMEOUT_S:g} s") from None
         if done.returncode != 0:
             lines = [line.strip() for line in done.stderr.splitlines() if line.strip().startswith("ERROR")]
             why = lines[0].removeprefix("ERROR: ") if lines else f"pip exited with {done.returncode}"
-            raise EdgekitError(f"cannot download {DIST}=={version} for {platform} (the package index must be "
+            raise EdgekitError(f"cannot download {dist}=={version} for {platform} (the package index must be "
                                f"reachable once; it is cached after): {why[:300]}")
         got = sorted(Path(tmp).glob("*.whl"))
         if len(got) != 1 or got[0].name != name:
-            raise EdgekitError(f"pip download of {DIST}=={version} for {platform} gave {[p.name for p in got]}, "
+            raise EdgekitError(f"pip download of {dist}=={version} for {platform} gave {[p.name for p in got]}, "
                                f"not {name}")
         os.replace(got[0], wheel)
     return wheel

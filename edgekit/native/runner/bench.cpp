@@ -49,7 +49,7 @@ ArgParser bench_parser() {
   p.add({"--batch", true, false, {}, "N", "size of dynamic axes (default 1)"});
   p.add({"--shape", true, true, {}, "NAME=DIMS", "input shape, e.g. input=1x1x8x8 (repeatable)"});
   p.add({"--input", true, false, {}, "FILE.npz", "input arrays by input name"});
-  p.add({"--format", true, false, {"executorch"}, "executorch", "the runtime (only ExecuTorch here)"});
+  p.add({"--format", true, false, {backend().format}, backend().format, std::string("the model's format (only ") + backend().format + " here)"});
   p.add({"--json", true, false, {}, "PATH", "write the result here (default, or '-': stdout)"});
   p.add({"--serve", false, false, {}, "", "after loading, take JSON-line commands on stdin"});
   p.add({"--emulated", false, false, {}, "", "record that this host emulates the target"});
@@ -192,8 +192,8 @@ class Benchmark {
     Json providers = Json::array();
     for (const auto& b : registered_backends()) providers.push(b);
     Json runtime = Json::object();
-    runtime.set("name", kRuntimeName);
-    runtime.set("version", EDGEKIT_EXECUTORCH_VERSION);
+    runtime.set("name", backend().runtime_name);
+    runtime.set("version", runtime_version());
     runtime.set("threads", threads_ > 0 ? Json(static_cast<long long>(threads_)) : Json());
     runtime.set("engine", Json());
     runtime.set("providers", providers);
@@ -235,7 +235,7 @@ class Benchmark {
     result.set("timing", timing);
     result.set("throughput_per_s", t.total_s > 0 ? static_cast<double>(batch_) * static_cast<double>(t.runs) / t.total_s : 0.0);
     result.set("memory", memory);
-    result.set("host", host_facts(a_.emulated, EDGEKIT_EXECUTORCH_VERSION));
+    result.set("host", host_facts(a_.emulated, runtime_version()));
     result.set("mode", mode);
     result.set("target", a_.target ? Json(*a_.target) : Json());
     result.set("created", utc_now_iso());

@@ -28,7 +28,7 @@ struct CheckArgs {
 ArgParser check_parser() {
   ArgParser p("edgekit-run check", {});
   p.add({"--model", true, false, {}, "FILE", "model file (default: bundle.json's, beside this binary)"});
-  p.add({"--format", true, false, {"executorch"}, "executorch", "the runtime (only ExecuTorch here)"});
+  p.add({"--format", true, false, {backend().format}, backend().format, std::string("the model's format (only ") + backend().format + " here)"});
   p.add({"--reference", true, false, {}, "FILE", "reference .npz (default: reference.npz beside the model)"});
   p.add({"--threads", true, false, {}, "N", "XNNPACK threads (default 1)"});
   p.add({"--max-abs", true, false, {}, "X", "fail when the largest absolute difference is above this"});
@@ -151,8 +151,8 @@ Described describe(const std::string& folder, const std::string& model_arg, cons
   }
   if (!is_file(out.model)) throw UsageError("model file not found: " + out.model);
   out.entry = find_entry(manifest, folder, out.model);
-  if (fmt == "executorch") fmt.clear();  // the only runtime here: detect_format checks the rest
-  else if (!fmt.empty()) throw UsageError("edgekit-run runs ExecuTorch programs; the bundle's model is " + fmt);
+  if (fmt == backend().format) fmt.clear();  // the only runtime here: detect_format checks the rest
+  else if (!fmt.empty()) throw UsageError(std::string("this edgekit-run runs ") + backend().format + " models; the bundle's model is " + fmt);
   detect_format(out.model, out.entry, fmt);
   const Json* inputs = manifest.find("inputs");
   if (inputs != nullptr && inputs->is_array()) {
@@ -224,14 +224,14 @@ Json check(const CheckArgs& args, const std::string& format_arg) {
     batches.set(std::to_string(c.batch), result);
   }
   Json runtime = Json::object()
-                     .set("name", kRuntimeName)
-                     .set("version", EDGEKIT_EXECUTORCH_VERSION)
+                     .set("name", backend().runtime_name)
+                     .set("version", runtime_version())
                      .set("threads", setup.threads > 0 ? Json(static_cast<long long>(setup.threads)) : Json())
                      .set("engine", Json());
   Json doc = Json::object();
   doc.set("schema", "edgekit.check_outputs");
   doc.set("schema_version", 1);
-  doc.set("model", Json::object().set("path", basename_of(d.model)).set("format", "executorch").set("sha256", model_sha));
+  doc.set("model", Json::object().set("path", basename_of(d.model)).set("format", backend().format).set("sha256", model_sha));
   doc.set("runtime", runtime);
   doc.set("machine", machine());
   doc.set("python", Json());

@@ -4,18 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "json.h"
 
 #ifndef EDGEKIT_RUN_VERSION
 #define EDGEKIT_RUN_VERSION "0.0.0"
 #endif
-#ifndef EDGEKIT_EXECUTORCH_VERSION
-#define EDGEKIT_EXECUTORCH_VERSION "unknown"
-#endif
 
 namespace edgekit {
-
-constexpr const char* kRuntimeName = "executorch-native";
 
 int bench_command(const std::vector<std::string>& argv);
 int check_command(const std::vector<std::string>& argv);

@@ -117,7 +117,7 @@ int generate_command(const std::vector<std::string>& argv) {
                             static_cast<long long>(context), static_cast<long long>(max_new)));
   }
   if (!is_file(model)) throw UsageError("model file not found: " + model);
-  detect_format(model, Json(), "executorch");
+  detect_format(model, Json(), backend().format);
 
   const RuntimeSetup& setup = init_runtime(threads);
   Model program(model);
@@ -190,8 +190,8 @@ int generate_command(const std::vector<std::string>& argv) {
   Json ids = Json::array();
   for (int64_t id : generated) ids.push(static_cast<long long>(id));
   Json runtime = Json::object()
-                     .set("name", kRuntimeName)
-                     .set("version", EDGEKIT_EXECUTORCH_VERSION)
+                     .set("name", backend().runtime_name)
+                     .set("version", runtime_version())
                      .set("threads", setup.threads > 0 ? Json(static_cast<long long>(setup.threads)) : Json());
   auto rss = peak_rss_mb();
   Json result = Json::object()

@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include "backend.h"
 #include "files.h"
 #include "text.h"
 #include "timing.h"
@@ -248,7 +249,7 @@ std::string machine() {
   return ::uname(&u) == 0 ? u.machine : "";
 }
 
-Json host_facts(bool emulated, const std::string& executorch_version) {
+Json host_facts(bool emulated, const std::string& runtime_version) {
   std::map<std::string, std::string> info = emulated ? std::map<std::string, std::string>{} : cpuinfo();
   auto get = [&](const char* key) -> std::optional<std::string> {
     auto it = info.find(key);
@@ -283,7 +284,7 @@ Json host_facts(bool emulated, const std::string& executorch_version) {
   facts.set("isa", isa);
   facts.set("os", platform_string());
   facts.set("python", Json());
-  facts.set("runtimes", Json::object().set("executorch", executorch_version));
+  facts.set("runtimes", Json::object().set(backend().runtime_key, runtime_version));
   facts.set("cpufreq_governor",
             emulated ? Json() : or_null(read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")));
   facts.set("cpu_max_mhz",

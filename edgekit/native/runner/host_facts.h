@@ -16,7 +16,7 @@ int usable_cores();                   // CPUs this process may run on
 int logical_cores();
 std::string machine();                // uname -m (under qemu-user: the emulated machine)
 
-// host_facts(emulated) of runner.py, with "python": null and runtimes {"executorch": version}.
-Json host_facts(bool emulated, const std::string& executorch_version);
+// host_facts(emulated) of runner.py, with "python": null and runtimes {<the backend's key>: version}.
+Json host_facts(bool emulated, const std::string& runtime_version);
 
 }  // namespace edgekit

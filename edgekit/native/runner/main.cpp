@@ -1,4 +1,5 @@
-// edgekit-run: run ExecuTorch .pte programs with no Python on the board.
+// edgekit-run: run ExecuTorch .pte programs (or, built with the ONNX Runtime backend, .onnx models)
+// with no Python on the board.
 //
 //   edgekit-run bench MODEL.pte [options]   time it (runner.py's options, result and --serve protocol)
 //   edgekit-run check [options]             a bundle's output check (check_outputs.py's document)
@@ -28,10 +29,12 @@ namespace edgekit {
 
 namespace {
 
-const char* kHelp =
+const char* kHelpHead =
     "usage: edgekit-run COMMAND ...\n"
     "\n"
-    "Run ExecuTorch .pte programs without Python (edgekit's native runner).\n"
+    "Run ";  // the backend's label
+const char* kHelp =
+    " models without Python (edgekit's native runner).\n"
     "\n"
     "commands:\n"
     "  bench MODEL.pte [options]    time the program (as runner.py; --serve for the\n"
@@ -44,7 +47,7 @@ const char* kHelp =
     "                               greedy token ids from a language-model program\n"
     "\n"
     "  edgekit-run COMMAND --help   the options of a command\n"
-    "  edgekit-run --version        versions of edgekit-run and ExecuTorch\n"
+    "  edgekit-run --version        versions of edgekit-run and its runtime\n"
     "\n"
     "Exit status: 0 ok, 1 the model failed (or the check did), 2 usage error.\n"
     "EDGEKIT_DEBUG=1 shows the runtime's log on stderr.\n";
@@ -72,11 +75,11 @@ int dispatch(const std::vector<std::string>& args) {
   const std::string& command = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (command == "-h" || command == "--help" || command == "help") {
-    emit(kHelp);
+    emit(std::string(kHelpHead) + backend().label + kHelp);
     return kExitOk;
   }
   if (command == "--version" || command == "-V") {
-    emit(std::string("edgekit-run ") + EDGEKIT_RUN_VERSION + " (ExecuTorch " + EDGEKIT_EXECUTORCH_VERSION + ")\n");
+    emit(std::string("edgekit-run ") + EDGEKIT_RUN_VERSION + " (" + backend().label + " " + runtime_version() + ")\n");
     return kExitOk;
   }
   if (command == "bench") return bench_command(rest);

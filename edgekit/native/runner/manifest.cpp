@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend.h"
 #include "errors.h"
 #include "files.h"
 #include "sha256.h"
@@ -100,34 +101,23 @@ ManifestEntry read_manifest_entry(const std::string& model) {
   return out;
 }
 
-bool is_executorch_program(const std::string& path) {
-  FILE* fh = std::fopen(path.c_str(), "rb");
-  if (!fh) return false;
-  char head[8];
-  size_t got = std::fread(head, 1, 8, fh);
-  std::fclose(fh);
-  return got == 8 && head[4] == 'E' && head[5] == 'T' && head[6] >= '0' && head[6] <= '9' && head[7] >= '0' &&
-         head[7] <= '9';
-}
-
 std::string detect_format(const std::string& model, const Json& entry, const std::string& override_format) {
+  const std::string ours = backend().format;
   if (!override_format.empty()) return override_format;
   const Json* listed = entry.is_object() ? entry.find("format") : nullptr;
   if (listed != nullptr && listed->is_string()) {
     const std::string& fmt = listed->as_string();
     if (fmt == "checkpoint") throw UsageError(model + " is a training checkpoint, not a runnable model; export it first");
-    if (fmt == "executorch") return fmt;
-    if (fmt == "onnx" || fmt == "torchscript") {
-      throw UsageError("edgekit-run runs ExecuTorch programs; " + model + " is listed as " + fmt +
-                       " in its manifest (run it with runner.py)");
-    }
+    if (fmt == ours) return fmt;
+    throw UsageError("this edgekit-run runs " + ours + " models; " + model + " is listed as " + fmt +
+                     " in its manifest (run it with runner.py)");
   }
   std::string name = basename_of(model);
   std::string suffix = name.rfind('.') == std::string::npos ? "" : name.substr(name.rfind('.'));
   for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (suffix == ".pte" || is_executorch_program(model)) return "executorch";
-  throw UsageError("cannot tell the runtime for " + name +
-                   "; edgekit-run runs ExecuTorch .pte programs (or pass --format executorch)");
+  if (suffix == backend().suffix || looks_like_model(model)) return ours;
+  throw UsageError("cannot tell the runtime for " + name + "; this edgekit-run runs " + backend().label + " " +
+                   backend().suffix + " models (or pass --format " + ours + ")");
 }
 
 Json model_info(const std::string& model, const std::string& format, const Json& entry) {

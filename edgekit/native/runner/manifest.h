@@ -24,9 +24,8 @@ ManifestEntry read_manifest_entry(const std::string& model);
 // The entry of `files` in manifest that names model (relative to folder), or null.
 Json find_entry(const Json& manifest, const std::string& folder, const std::string& model);
 
-// "executorch", or UsageError: a checkpoint, another runtime's file, or a file nothing tells.
+// The backend's format (backend().format), or UsageError: a checkpoint, another runtime's file, or a file nothing tells.
 std::string detect_format(const std::string& model, const Json& entry, const std::string& override_format);
-bool is_executorch_program(const std::string& path);
 
 // model {path, format, bytes, sha256, precision, variant, accuracy, float_accuracy}.
 Json model_info(const std::string& model, const std::string& format, const Json& entry);

@@ -16,7 +16,7 @@ namespace edgekit {
 
 int probe_command(const std::vector<std::string>& argv) {
   ArgParser parser("edgekit-run probe", {"model", "reference", "out"});
-  parser.add({"--format", true, false, {"executorch"}, "executorch", "the runtime (only ExecuTorch here)"});
+  parser.add({"--format", true, false, {backend().format}, backend().format, std::string("the model's format (only ") + backend().format + " here)"});
   parser.add({"--threads", true, false, {}, "N", "XNNPACK threads (default 1)"});
   parser.add({"--inputs", true, false, {}, "NAME,NAME", "input names in call order"});
   add_timeout_option(parser, kDefaultStepLimitS);
@@ -71,8 +71,8 @@ int probe_command(const std::vector<std::string>& argv) {
   Json providers = Json::array();
   for (const auto& b : registered_backends()) providers.push(b);
   Json runtime = Json::object()
-                     .set("name", kRuntimeName)
-                     .set("version", EDGEKIT_EXECUTORCH_VERSION)
+                     .set("name", backend().runtime_name)
+                     .set("version", runtime_version())
                      .set("threads", setup.threads > 0 ? Json(static_cast<long long>(setup.threads)) : Json())
                      .set("engine", Json())
                      .set("providers", providers);
@@ -81,7 +81,7 @@ int probe_command(const std::vector<std::string>& argv) {
                   .set("python", Json())
                   .set("numpy", Json())
                   .set("runtime", runtime)
-                  .set("format", "executorch")
+                  .set("format", backend().format)
                   .set("threads", static_cast<long long>(threads))
                   .set("batches", batches);
   emit(info.dump() + "\n");

@@ -7,8 +7,6 @@
 #include <cstdlib>
 #include <mutex>
 
-#include <executorch/runtime/platform/platform.h>
-
 #include "text.h"
 
 namespace edgekit {
@@ -32,12 +30,16 @@ State& state() {
   return s;
 }
 
-void add_line(const std::string& line, bool is_error) {
+}  // namespace
+
+void log_runtime_line(const std::string& line, bool is_error) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (is_error && s.first_error.empty()) s.first_error = one_line(line, 200);
   if (s.lines.size() < kMaxLines) s.lines.push_back(one_line(line, 500));
 }
+
+namespace {
 
 // What the libraries wrote on fd 1/2 since the last call, as lines.
 std::vector<std::string> drain_sink() {
@@ -129,19 +131,3 @@ void clear_runtime_errors() {
 }
 
 }  // namespace edgekit
-
-// ExecuTorch's log sink (weak in libexecutorch.so): keep the lines; show them only when debugging.
-extern "C" void et_pal_emit_log_message(et_timestamp_t /*timestamp*/, et_pal_log_level_t level, const char* filename,
-                                        const char* /*function*/, size_t line, const char* message, size_t length) {
-  std::string text(message ? message : "", message ? length : 0);
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  bool is_error = level == kError || level == kFatal;
-  if (edgekit::debug_enabled()) {
-    const char* base = filename ? filename : "?";
-    for (const char* p = base; *p; ++p) {
-      if (*p == '/') base = p + 1;
-    }
-    std::fprintf(edgekit::err_stream(), "[%c %s:%zu] %s\n", static_cast<char>(level), base, line, text.c_str());
-  }
-  edgekit::add_line(text, is_error);
-}

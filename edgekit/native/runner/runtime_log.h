@@ -1,4 +1,4 @@
-// What the runtime says: ExecuTorch's log (its weak et_pal_emit_log_message is overridden here)
+// What the runtime says: its log (ExecuTorch's through executorch_log.cpp, ONNX Runtime's through its logger)
 // and anything its libraries write on file descriptors 1 and 2, collected in memory. Shown on
 // stderr only with EDGEKIT_DEBUG; the first error line goes into one-line messages.
 //
@@ -19,6 +19,8 @@ FILE* err_stream();  // the original stderr
 
 bool debug_enabled();  // EDGEKIT_DEBUG is set
 
+// Keeps one line the runtime logged (shown with EDGEKIT_DEBUG; the first error goes into messages).
+void log_runtime_line(const std::string& line, bool is_error);
 // The runtime's log so far (ExecuTorch's lines, then what was written on fd 1/2), bounded.
 std::vector<std::string> runtime_log();
 // " (runtime: FIRST ERROR LINE)", or "" when the runtime logged no error.

@@ -1,8 +1,10 @@
-// The runtime's set-up, once per process: runtime_init, the kernel libraries beside the binary
-// (dlopen: they register their operators from static initializers) and the XNNPACK thread pool.
+// The ExecuTorch backend's facts (backend.h) and the runtime's set-up, once per process:
+// runtime_init, the kernel libraries beside the binary (dlopen: they register their operators
+// from static initializers) and the XNNPACK thread pool.
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"  // in ExecuTorch's headers
@@ -11,6 +13,7 @@
 #include <executorch/runtime/platform/runtime.h>
 #pragma GCC diagnostic pop
 
+#include "backend.h"
 #include "errors.h"
 #include "files.h"
 #include "program.h"
@@ -27,9 +30,30 @@ class ThreadPool {
 ThreadPool* get_threadpool();
 }  // namespace executorch::extension::threadpool
 
+#ifndef EDGEKIT_EXECUTORCH_VERSION
+#define EDGEKIT_EXECUTORCH_VERSION "unknown"
+#endif
+
 namespace edgekit {
 
 namespace et = executorch::runtime;
+
+const BackendFacts& backend() {
+  static const BackendFacts facts{"executorch-native", "executorch", "ExecuTorch", "executorch", ".pte"};
+  return facts;
+}
+
+std::string runtime_version() { return EDGEKIT_EXECUTORCH_VERSION; }
+
+bool looks_like_model(const std::string& path) {  // "ET" and two digits at offset 4: the flatbuffer's file identifier
+  FILE* fh = std::fopen(path.c_str(), "rb");
+  if (!fh) return false;
+  char head[8];
+  size_t got = std::fread(head, 1, 8, fh);
+  std::fclose(fh);
+  return got == 8 && head[4] == 'E' && head[5] == 'T' && head[6] >= '0' && head[6] <= '9' && head[7] >= '0' &&
+         head[7] <= '9';
+}
 
 const char* const kKernelLibraries[2] = {"libexecutorch_kernels_optimized.so", "libexecutorch_kernels_quantized.so"};
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend.h"
 #include "errors.h"
 #include "text.h"
 
@@ -59,7 +60,9 @@ void on_fatal(int sig) {
   char line[1024];
   size_t n = 0;
   if (g_step[0] != '\0') {
-    n = append(line, n, sizeof line, "Error: the ExecuTorch runtime crashed (");
+    n = append(line, n, sizeof line, "Error: the ");
+    n = append(line, n, sizeof line, backend().label);
+    n = append(line, n, sizeof line, " runtime crashed (");
     n = append(line, n, sizeof line, signal_name(sig));
     n = append(line, n, sizeof line, ") while ");
     n = append(line, n, sizeof line, g_step);
