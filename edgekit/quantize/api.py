@@ -122,25 +122,36 @@ def quantize_config(
 
             if warning := check_calibration_size(config.calib):
                 job.warnings.append(warning)
-        produced = method_spec.run(job, config)
+        from edgekit.quantize.each_format import Attempts
+
+        attempts = Attempts(job.dest)  # a format that fails is a row with its reason; the others are written
+        produced = _run_each_format(job, config, method_spec, attempts)
         cases = write_reference(job, getattr(config, "calib", None))
         files, budgets = [], []
         for item in produced:
-            if max_drop is not None:
-                from edgekit.quantize.search.budget import fit_budget
+            def check(item=item):
+                report = None
+                if max_drop is not None:
+                    from edgekit.quantize.search.budget import fit_budget
 
-                item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
-                budgets.append(report.to_dict())
-            if with_report and table.get(item.format).quantization.onnx_graph:
-                from dataclasses import replace
+                    item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
+                if with_report and table.get(item.format).quantization.onnx_graph:
+                    from dataclasses import replace
 
-                from edgekit.quantize.toolkits.onnx_graphs import activation_ranges
+                    from edgekit.quantize.toolkits.onnx_graphs import activation_ranges
 
-                found = error_report(job, job.dest / item.path, getattr(config, "calib", None), cases,
-                                     activation_ranges(job, config) if calibrated else None)
-                item = replace(item, details={**item.details, "error_report": found})
-            files.append(describe_produced(job, item, cases, f"{method_spec.config_type.precision}-{method}-{item.format}",
-                                           method))
+                    found = error_report(job, job.dest / item.path, getattr(config, "calib", None), cases,
+                                         activation_ranges(job, config) if calibrated else None)
+                    item = replace(item, details={**item.details, "error_report": found})
+                return describe_produced(job, item, cases, f"{method_spec.config_type.precision}-{method}-{item.format}",
+                                         method), report
+
+            done = attempts.run(item.format, "check", check)
+            if done is not None:
+                files.append(done[0])
+                if done[1] is not None:
+                    budgets.append(done[1].to_dict())
+        attempts.raise_if_nothing_written(len(files))
         quantization = {
             "method": method,
             "config": _jsonable(config),
@@ -148,8 +159,23 @@ def quantize_config(
         }
         if budgets:
             quantization["budget"] = {"max_drop_points": max_drop, "files": budgets}
+        if attempts.failures:
+            quantization["failed"] = attempts.summary()
         result = finish(job, files, quantization)
     return Path(out), result
+
+
+def _run_each_format(job, config, method_spec, attempts) -> list:
+    """The method's files: each requested format's route on its own (``each_format.Attempts``); a
+    method with one handler for every format runs as one step."""
+    if method_spec.handler is not None:
+        return method_spec.run(job, config)
+    from edgekit.quantize.registry import route_for
+
+    produced = []
+    for fmt in config.formats:
+        produced.extend(attempts.run(fmt, "quantize", lambda fmt=fmt: route_for(type(config), fmt)(job, config)) or [])
+    return produced
 
 
 def _default_calibration(src, method_spec, options: dict) -> dict:
@@ -177,7 +203,9 @@ def _default_formats(src, options: dict, method_spec=None) -> dict:
     if options.get("formats") is None:
         options = dict(options)
         options.pop("formats", None)
-        if src.kind in ("onnx", "hf"):  # an .onnx file has no torch model; transformers go the ONNX way
+        # an .onnx file has no torch model; transformers and TorchScript files (torch.ao quantizes
+        # no ScriptModule, torch.export takes none) go the ONNX way
+        if src.kind in ("onnx", "hf", "torchscript"):
             options["formats"] = formats.default_names(need_torch=False)
         field = {f.name: f for f in dataclasses.fields(method_spec.config_type)}.get("formats") if method_spec else None
         if field is not None and method_spec.handler is None:

@@ -25,7 +25,7 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 @dataclass
 class ModelSource:
-    kind: str  # checkpoint | onnx | module | hf
+    kind: str  # checkpoint | onnx | module | torchscript | hf
     label: str
     inputs: tuple[InputSpec, ...]
     outputs: tuple[str, ...]
@@ -85,11 +85,15 @@ def resolve_source(
         if state_dict is not None:
             raise UsageError("--state-dict applies to nn.Module sources, not to an ONNX file")
         return _onnx_source(path, spec_args)
+    from edgekit.sources.torchscript_source import is_torchscript_path, torchscript_source
+
+    if is_torchscript_path(path):  # a .pt/.ts file: TorchScript (its code runs when loaded; the user is told)
+        return torchscript_source(path, state_dict, spec_args, build_specs, _split_named)
     if not path.exists() and _FACTORY.fullmatch(text):
         return _module_source(text, state_dict, spec_args)
     if any(spec_args) or state_dict is not None:
         raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo "
-                         "(an .onnx file, package.module:factory, hf:CONFIG); a checkpoint artifact carries its own")
+                         "(an .onnx file, a TorchScript .pt file, package.module:factory, hf:CONFIG); a checkpoint artifact carries its own")
     folder, manifest = load_manifest(path)
     if manifest.kind != "checkpoint":
         raise UsageError(f"{folder} is a {manifest.kind} artifact; quantize takes a float checkpoint")

@@ -26,8 +26,30 @@ def _save(job, module, engine: str) -> Path:
     path = job.dest / FILE
     with quantized_engine(engine):
         traced = torchscript_backend.trace(module, job.example_inputs())
+        _check_changed(job, traced)
         torchscript_backend.save(traced, path, {**job.provenance, "quantized_engine": engine})
     return path
+
+
+def _check_changed(job, traced) -> None:
+    """UsageError when the traced int8 module runs no quantized op: torch.ao found nothing it
+    quantizes (a ScriptModule's layers are not nn.Linear to it), and the file would be the float
+    model under an int8 label."""
+    from edgekit.errors import UsageError
+
+    def kinds(block):
+        for node in block.nodes():
+            yield node.kind()
+            for inner in node.blocks():
+                yield from kinds(inner)
+
+    if any(kind.startswith("quantized::") or kind.startswith("aten::quantize_per") for kind in kinds(traced.inlined_graph)):
+        return
+    why = ("torch.ao quantizes no layer of a TorchScript model (its layers are compiled code, not nn.Linear)"
+           if job.source.kind == "torchscript" else "the model has no layer torch.ao quantizes (nn.Linear, nn.LSTM, "
+           "nn.Conv2d...)")
+    raise UsageError(f"int8 TorchScript of {job.source.label} would be the float model unchanged: {why}; "
+                     "use --format onnx")
 
 
 layers = layer_lister(FORMAT.name)(torch_module_layers)
