@@ -84,7 +84,7 @@ class ModelFile:
     format: str  # "checkpoint" or a name in the format table (edgekit.formats)
     sha256: str
     bytes: int
-    precision: str = "fp32"  # fp32 | int8
+    precision: str = "fp32"  # fp32, or what the quantization method writes (int8, int4, fp16, ...)
     metrics: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     # ONNX external data beside the model file: [{"path", "sha256", "bytes"}] (models over 2 GB)

@@ -106,8 +106,9 @@ def make_plan(config) -> Plan:
         variants = tuple(v for fmt in torch_only for v in (f"fp32-{fmt}", *(f"int8-{m}-{fmt}" for m in methods)))
         skipped.insert(0, Skipped(variants, f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} "
                                             f"written from a PyTorch model; {name} is an ONNX file"))
+    runs, unrouted = _quant_runs(entries, formats, calib)
     return Plan(kind=kind, name=name, inputs=inputs, task=task, formats=formats, methods=methods, calib=calib,
-                quant_runs=_quant_runs(entries, formats, calib), skipped=tuple(skipped), **extra)
+                quant_runs=runs, skipped=(*skipped, *unrouted), **extra)
 
 
 def method_entry(entry) -> tuple[str, type, object | None]:
@@ -119,24 +120,36 @@ def method_entry(entry) -> tuple[str, type, object | None]:
     return found.name, found.config_type, None if isinstance(entry, str) else entry
 
 
-def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None) -> tuple[QuantRun, ...]:
-    """One run per method; a method that trains runs once per quantization API (torch.ao vs PT2E),
-    the later runs labelled ``<method>-<first format>``."""
+def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None) -> tuple[tuple[QuantRun, ...], list[Skipped]]:
+    """One run per method over the formats it has a route to (the others are skipped rows); a
+    method that trains runs once per quantization API (torch.ao vs PT2E), the later runs labelled
+    ``<method>-<first format>``."""
     import dataclasses
 
     from edgekit import formats as table
-    from edgekit.quantize.registry import make_config
+    from edgekit.quantize.registry import formats_for, get_method, make_config, methods_for
 
-    runs = []
+    runs, skipped = [], []
     for name, config_type, given in entries:
-        groups = list(table.by_qat_api(formats).values()) if config_type.trains else [formats]
+        if get_method(name).handler is None:  # a method of routes writes the formats it has routes to
+            routed = set(formats_for(config_type))
+            for fmt in (f for f in formats if f not in routed):
+                skipped.append(Skipped((f"{config_type.precision}-{name}-{fmt}",),
+                                       f"{config_type.called(name)} has no route to {fmt} "
+                                       f"({fmt} takes: {', '.join(methods_for(fmt)) or 'no method'})"))
+            method_formats = tuple(f for f in formats if f in routed)
+            if not method_formats:
+                continue
+        else:
+            method_formats = formats
+        groups = list(table.by_qat_api(method_formats).values()) if config_type.trains else [method_formats]
         fill = {"calib": calib} if _takes_plan_calib(config_type, given) else {}
         for i, group in enumerate(groups):
             group = tuple(group)
             config = (make_config(name, formats=group, **fill) if given is None
                       else dataclasses.replace(given, formats=group, **fill))
             runs.append(QuantRun(name if i == 0 else f"{name}-{group[0]}", config))
-    return tuple(runs)
+    return tuple(runs), skipped
 
 
 def _takes_plan_calib(config_type: type, given) -> bool:

@@ -261,7 +261,7 @@ def _runner_argv(model: BenchModel, common: list[str], target: Target | None) ->
     argv = [*RUNNER_COMMAND, str(model.path), "--format", model.format, *common]
     if model.format in formats.names() and formats.get(model.format).quantization.packed_engine and target is not None:
         details = model.entry.details if model.entry else {}
-        quantized = model.entry is None or model.entry.precision == "int8"
+        quantized = model.entry is None or model.entry.precision != "fp32"
         if quantized and not details.get("quantized_engine"):
             argv += ["--engine", target.quantized_engine]  # the manifest's engine, when set, stays in charge
     return argv

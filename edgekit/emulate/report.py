@@ -34,10 +34,10 @@ class Tolerance:
 
     @classmethod
     def for_precision(cls, precision: str, atol: float = DEFAULT_ATOL) -> "Tolerance":
-        return cls(precision, atol, 1.0, INT8_MIN_COSINE if precision == "int8" else None)
+        return cls(precision, atol, 1.0, INT8_MIN_COSINE if precision != "fp32" else None)
 
     def bound(self, host_output) -> float:
-        if self.precision != "int8" or host_output.size == 0:
+        if self.precision == "fp32" or host_output.size == 0:
             return self.atol
         spread = float(host_output.max() - host_output.min())
         return max(self.atol, INT8_RANGE_FRACTION * spread)
@@ -45,7 +45,7 @@ class Tolerance:
     def describe(self) -> str:
         if self.rule:
             return self.rule
-        if self.precision == "int8":
+        if self.precision != "fp32":
             return (f"max abs <= max({self.atol:g}, {INT8_RANGE_FRACTION:.0%} of the host output's range), "
                     f"cosine >= {self.min_cosine:g}, top-1 agreement {self.min_top1:.0%}")
         return f"max abs <= {self.atol:g}, top-1 agreement {self.min_top1:.0%}"

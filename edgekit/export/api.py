@@ -204,13 +204,13 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
         details = table.get(fmt).ops().copy_quantized(request)
         predict = predictor_for(path, fmt, details)
         labelled = manifest.task.get("type") == "classification" and bool(manifest.task.get("dataset"))
-        parity = check_parity(predict, cases, "int8", f"int8 {fmt} export", decisions=labelled)
+        parity = check_parity(predict, cases, entry.precision, f"{entry.precision} {fmt} export", decisions=labelled)
         accuracy = task_accuracy(manifest.task, predict)
         recorded = entry.metrics.get("accuracy")
         if recorded is not None and accuracy is not None and abs(accuracy - recorded) > 1e-9:
             raise ParityError(
-                f"int8 {fmt} export: accuracy {accuracy:.4f} differs from the {recorded:.4f} recorded at quantization"
+                f"{entry.precision} {fmt} export: accuracy {accuracy:.4f} differs from the {recorded:.4f} recorded at quantization"
             )
         metrics = {**entry.metrics, "accuracy": accuracy, "parity": parity}
-        files.append(describe_file(work, path.name, fmt, precision="int8", metrics=metrics, details=details))
+        files.append(describe_file(work, path.name, fmt, precision=entry.precision, metrics=metrics, details=details))
     return files

@@ -6,8 +6,10 @@ method is a config class decorated with ``@method``; a route is a function decor
 listing that folder) or in a plug-in format's own module. A route is
 ``(QuantJob, config) -> list[Produced]``; a route registered for a config class also serves its
 subclasses. The same module lists its format's layers for ``--max-drop`` (``@layer_lister``).
-What a method needs (calibration data, labelled training data, ...) is a trait of its config
-class (``QuantConfig``), never a test of its name.
+What a method needs (calibration data, labelled training data, ...) and what its files hold
+(``precision``: int8, int4, fp16, ...) are traits of its config class (``QuantConfig``), never a
+test of its name. A format takes the methods its routes serve (``methods_for``): adding a format
+or a method never asks another one to change.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -25,6 +28,7 @@ class QuantConfig:
     """The base of every method's config (a frozen dataclass); the traits below are class-level."""
 
     label: ClassVar[str] = ""  # what messages call the method ("" : --method NAME)
+    precision: ClassVar[str] = "int8"  # what its files hold (int8, int4, fp16, ...): manifests, tables, parity floors
     calibrated: ClassVar[bool] = False  # activation ranges from calibration data (--calib)
     trains: ClassVar[bool] = False  # fine-tunes the torch model on its labelled training data
     run_time_activations: ClassVar[bool] = False  # activations quantized as the model runs (torch: linears only)
@@ -66,6 +70,9 @@ def _same(one: Any, other: Any) -> bool:
         getattr(other, "__module__", None), getattr(other, "__qualname__", None))
 
 
+_PRECISION = re.compile(r"[a-z][a-z0-9]{0,15}")
+
+
 def _check_name(kind: str, name: Any) -> None:
     if not isinstance(name, str) or not name.strip() or len(name) > 40 or not name.isprintable():
         raise UsageError(f"a quantize plug-in's {kind} name {str(name)[:40]!r} is not a short printable name")
@@ -81,6 +88,10 @@ def register_method(entry: Method) -> Method:
         raise UsageError(f"method {entry.name!r} cannot be registered: its config {entry.config_type!r} is not a class")
     if entry.handler is not None and not callable(entry.handler):
         raise UsageError(f"method {entry.name!r} cannot be registered: its handler is not callable")
+    found = getattr(entry.config_type, "precision", None)
+    if not isinstance(found, str) or not _PRECISION.fullmatch(found) or found == "fp32":
+        raise UsageError(f"method {entry.name!r} cannot be registered: its config's precision {found!r} is not a "
+                         "lowercase label other than fp32 (int8, int4, fp16, ...)")
     other = _METHODS.get(entry.name)
     if other is not None and not _same(other.config_type, entry.config_type):
         raise UsageError(f"method {entry.name!r} cannot be registered: the name is already "
@@ -197,12 +208,30 @@ def method_for_config(config: Any) -> Method:
     raise UsageError(f"not a quantization config: {got}; give one of {names}, or a method name")
 
 
+def precision(name: str) -> str:
+    """What the files of the method ``name`` hold (int8, int4, fp16, ...)."""
+    return get_method(name).config_type.precision
+
+
+def formats_for(config_type: type) -> list[str]:
+    """The formats ``config_type`` (or a class it derives from) has a route to, by name."""
+    _load_builtin()
+    return sorted({fmt for (cls, fmt) in _ROUTES if issubclass(config_type, cls)})
+
+
+def methods_for(fmt: str) -> list[str]:
+    """The methods that write ``fmt``: what the format takes (its routes declare it)."""
+    _load_builtin()
+    return [name for name, entry in sorted(_METHODS.items())
+            if entry.handler is None and fmt in formats_for(entry.config_type)]
+
+
 def route_for(config_type: type, fmt: str) -> Handler:
     _load_builtin()
     for cls in config_type.__mro__:
         if (cls, fmt) in _ROUTES:
             return _ROUTES[(cls, fmt)]
-    served = sorted(f for (cls, f) in _ROUTES if issubclass(config_type, cls))
+    served = formats_for(config_type)
     raise UsageError(f"{config_type.__name__} has no route to --format {fmt}; it writes: {', '.join(served) or 'none'}")
 
 

@@ -90,22 +90,45 @@ def test_table_entries_are_complete_and_consistent():
         assert entry.board.footprint_mb > 0 and entry.board.runtime
         if entry.available():
             ops = entry.ops()
-            for function in ("export_float", "copy_quantized", "predictor", "check_file"):
+            functions = ("export_float", "copy_quantized", "predictor", "check_file",
+                         *(("data_files",) if entry.files.external_data else ()))
+            for function in functions:
                 assert callable(getattr(ops, function)), (name, function)
-            from edgekit.quantize.registry import get_method, method_names, route_for
-
-            for method in method_names():  # every built-in method has a route to every format
-                assert callable(route_for(get_method(method).config_type, name)), (name, method)
         from edgekit.board.runtimes import runtime_class
 
         assert runtime_class(name).format == name  # what serve, bench, check and probe run it with
 
 
+def test_methods_and_formats_declare_what_they_take_consistently():
+    """Consistency, not completeness: a format takes the methods its routes serve (none is required
+    to take every method), every route names a format of the table, every method of routes writes
+    at least one format, and every method names its precision."""
+    import re
+
+    from edgekit.quantize import registry
+
+    names = set(formats.names())
+    registry.method_names()
+    assert {fmt for (_, fmt) in registry._ROUTES} <= names
+    for method in registry.method_names():
+        entry = registry.get_method(method)
+        assert re.fullmatch(r"[a-z][a-z0-9]*", entry.config_type.precision) and entry.config_type.precision != "fp32"
+        if entry.handler is None:
+            written = registry.formats_for(entry.config_type)
+            assert written, method
+            for fmt in written:
+                assert callable(registry.route_for(entry.config_type, fmt))
+                assert method in registry.methods_for(fmt)
+    for fmt in names:
+        for method in registry.methods_for(fmt):
+            assert fmt in registry.formats_for(registry.get_method(method).config_type)
+
+
 def test_unknown_format_is_one_line_naming_the_table():
     from edgekit.errors import UsageError
 
-    with pytest.raises(UsageError, match="unknown format 'tflite'; choose from: torchscript, onnx, executorch"):
-        formats.get("tflite")
+    with pytest.raises(UsageError, match=f"unknown format 'no-such-format'; choose from: {', '.join(formats.names())}$"):
+        formats.get("no-such-format")
 
 
 def test_missing_extra_names_it(monkeypatch):
@@ -134,6 +157,10 @@ def test_the_whole_table_loads_whichever_format_module_is_imported_first():
     import subprocess
     import sys
 
-    code = ("import edgekit.formats.executorch, edgekit.formats as f; print(','.join(f.names()))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "torchscript,onnx,executorch"
+    listed = []
+    for first in ("edgekit.formats", *(f"edgekit.formats.{name}" for name in ("executorch", "onnx"))):
+        code = f"import {first}, edgekit.formats as f; print(','.join(f.names()))"
+        listed.append(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert len(set(listed)) == 1 and listed[0].strip() == ",".join(formats.names())
+    orders = [formats.get(name).host.table_order for name in formats.names()]
+    assert orders == sorted(orders)  # the built-in formats, in their declared order
