@@ -56,6 +56,7 @@ def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates
     if not results:
         raise ValueError("no results to report")
     from edgekit.outputs import generator_mark  # the meta tag that proves the page is edgekit's
+    from edgekit.bench.html_instructions import instructions_section
 
     labels = _unique([variant_label(r) for r in results])
     ratios = ratios if ratios is not None else same_run_ratios(results, labels)
@@ -110,7 +111,7 @@ larger file. The best trade-off sits top left with a small bubble.</p>
 {_tradeoff_svg(results, labels, palette)}
 <h2>Figures</h2>
 {_table(results, labels, palette, gates or {}, ratios, quality)}
-{"".join(f'<p class="note skipped">{_e(line)}</p>' for line in notes)}
+{instructions_section(results, labels)}{"".join(f'<p class="note skipped">{_e(line)}</p>' for line in notes)}
 </body>
 </html>
 """

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.bench.instructions import read_section
 from edgekit.bench.stats import Spread
 from edgekit.errors import InputFileError
 
@@ -28,6 +29,8 @@ class ModelInfo:
     variant: str = ""  # e.g. "int8-static-onnx"; empty when unknown
     accuracy: float | None = None  # task metric of this model on held-out data (0..1)
     float_accuracy: float | None = None  # the same metric for the float model it came from
+    # per-output fidelity to the float model and its evidence (edgekit.board.manifest.fidelity_summary)
+    fidelity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class BenchResult:
     # bench(reference=True): {"name": workload, "process_p50": [ms per round]} of the reference
     # workload timed in the same rounds (edgekit.bench.reference); None otherwise.
     reference: dict[str, Any] | None = None
+    # bench --emulate: executed aarch64 instructions on the target's core (edgekit.bench.instructions); None otherwise.
+    emulated: dict[str, Any] | None = None
 
     @property
     def p50_interval(self) -> tuple[float, float, float] | None:
@@ -105,6 +110,10 @@ class BenchResult:
             data["spread"] = self.spread.to_dict()
         if self.reference is None:
             del data["reference"]
+        if self.model.fidelity is None:
+            del data["model"]["fidelity"]  # documents without one read as before
+        if self.emulated is None:
+            del data["emulated"]
         return data
 
     @classmethod
@@ -143,6 +152,7 @@ class BenchResult:
                 tokens_per_s=None if data.get("tokens_per_s") is None else _figure(data["tokens_per_s"], "tokens_per_s"),
                 spread=None if data.get("spread") is None else _spread(data["spread"]),
                 reference=None if data.get("reference") is None else _reference(data["reference"]),
+                emulated=None if data.get("emulated") is None else read_section(data["emulated"]),
             )
         except KeyError as exc:
             raise InputFileError(f"{where} is not a valid edgekit bench result: missing field {exc}") from None
@@ -224,6 +234,8 @@ def _check_model(model: ModelInfo) -> None:
         if not isinstance(getattr(model, name), str):
             raise ValueError(f"model.{name} must be text, got {getattr(model, name)!r}")
     _count(model.bytes, "model.bytes")
+    if model.fidelity is not None and not isinstance(model.fidelity, dict):
+        raise ValueError(f"model.fidelity must be a table, got {_shown(model.fidelity)}")
     for name in ("accuracy", "float_accuracy"):
         value = getattr(model, name)
         if value is not None and not (0.0 <= _figure(value, f"model.{name}") <= 1.0):

@@ -46,6 +46,8 @@ def bench_command(
     force: bool = typer.Option(False, "--force", help="With --host: go on when the model is estimated not to fit the board's RAM."),
     prompt_tokens: int = typer.Option(128, "--prompt-tokens", help="Language models: prompt length fed at once (prefill, time to first token)."),
     new_tokens: int = typer.Option(128, "--new-tokens", help="Language models: tokens generated greedily after it (decode tokens/s)."),
+    emulate: bool = typer.Option(False, "--emulate", help="Count executed aarch64 instructions per inference on the target's core under QEMU (a native bundle, or a .pte with --target): deterministic, for gates; see docs/emulated-counts.md."),
+    emulate_runs: int = typer.Option(20, "--emulate-runs", help="With --emulate: inferences counted (per run = their count / this)."),
 ) -> None:
     """Benchmark models on this machine, or on a board over SSH with --host: latency percentiles, load time, peak memory.
 
@@ -68,7 +70,13 @@ def bench_command(
     from edgekit.remote.options import RemoteOptions
 
     remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout, force)
-    if remote.wanted():
+    if emulate:
+        from edgekit.cli.bench_emulate import run_emulated
+
+        results = run_emulated(artifacts, target=target, threads=threads, runs=emulate_runs, quiet=quiet, conflicting={
+            "--host": remote.wanted(), "--processes": processes != 1, "--reference": reference,
+            "--shape": bool(shapes), "--input": input_file is not None})
+    elif remote.wanted():
         if processes != 1 or reference:
             raise UsageError("--processes and --reference apply to local runs; a board runs one process per model")
         results = remote.bench(
@@ -104,7 +112,14 @@ def bench_command(
 
         write_html(html_out, results, title="edgekit bench",
                    subtitle=", ".join(_labels(results)) + (f" for {target}" if target else ""))
-    if not quiet and results and "llm" in results[0].settings:
+    if not quiet and emulate:
+        from edgekit.cli.bench_emulate import footer, render_instructions
+
+        out = console()
+        out.print(render_instructions(results))
+        for line in footer(results):
+            out.print(plain(line, style="dim"))
+    elif not quiet and results and "llm" in results[0].settings:
         from edgekit.cli.llm_program import render_bench
 
         console().print(render_bench(results))

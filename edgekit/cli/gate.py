@@ -45,9 +45,22 @@ def gate(
     max_error_rate: MaxErrorRateOpt = None,
     max_ttft_ms: MaxTtftOpt = None,
     min_decode_tps: MinDecodeOpt = None,
+    min_cosine: Optional[str] = typer.Option(
+        None, "--min-cosine", metavar="X", help="Fidelity floor: cosine to the float model, worst output (0.95 or 95%)."),
+    min_agreement: Optional[str] = typer.Option(
+        None, "--min-agreement", metavar="X",
+        help="Fidelity floor: arg-max agreement of class outputs, per-timestep agreement of sequence outputs (0.9 or 90%)."),
+    min_sqnr_db: Optional[str] = typer.Option(
+        None, "--min-sqnr-db", metavar="DB", help="Fidelity floor: SQNR of the worst output, in dB (e.g. 20)."),
+    min_correlation: Optional[str] = typer.Option(
+        None, "--min-correlation", metavar="X",
+        help="Fidelity floor: correlation of one-number-per-sample outputs (a probability, a regression) with the float model's."),
+    require_eval_data: bool = typer.Option(
+        False, "--require-eval-data",
+        help="Exit 2 unless every result's fidelity was measured on real data (quantize --eval-data or --calib), not synthetic inputs."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Bench result of the reference build (e.g. main)."),
     max_regression: Optional[str] = typer.Option(
-        None, "--max-regression", help="Allowed p50 slow-down against --baseline: 10% or 0.10."
+        None, "--max-regression", help="Allowed p50 slow-down against --baseline: 10% or 0.10 (for bench --emulate results: instructions per inference, e.g. 1%)."
     ),
     min_delta_ms: float = typer.Option(
         0.005, "--min-delta-ms", help="A regression must also add more than this many ms to fail."
@@ -79,6 +92,10 @@ def gate(
         "max_error_rate": max_error_rate,
         "max_ttft_ms": max_ttft_ms,
         "min_decode_tps": min_decode_tps,
+        "min_cosine": min_cosine,
+        "min_agreement": min_agreement,
+        "min_sqnr_db": min_sqnr_db,
+        "min_correlation": min_correlation,
     }
     if (baseline is None) != (max_regression is None):
         raise UsageError(
@@ -87,6 +104,10 @@ def gate(
     regression = parse_regression(max_regression, "--max-regression") if max_regression is not None else None
     budgets = resolve_budgets(target, config, overrides)
     loaded = [result for path in results for result in load_results(path)]
+    if require_eval_data:
+        from edgekit.gates.fidelity import require_evidence
+
+        require_evidence(loaded)
     base = load_results(baseline) if baseline is not None else None
     if not budgets and base is None:
         measured_for = sorted({r.target for r in loaded if r.target})

@@ -94,10 +94,10 @@ def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads:
     with bundle_sandbox(folder, [runner], arch="aarch64", libraries_from=sysroot) as box:
         add_host_program(box.root, qemu, f"{INSIDE}/qemu-aarch64")
         add_host_program(box.root, library, f"{INSIDE}/{library.name}")
-        totals = {}
+        totals, docs = {}, {}
         for n in (1, runs + 1):
             progress(f"counting instructions of {Path(model).name} on {cpu} under emulation ({n} timed runs)")
-            totals[n] = _counted_run(box, runner, model, cpu, library.name, n, threads, timeout_s)
+            totals[n], docs[n] = _counted_run(box, runner, model, cpu, library.name, n, threads, timeout_s)
     one, many = totals[1], totals[runs + 1]
     per_class = {name: _per_run(many[name] - one[name], runs) for name in CLASSES}
     per_run = _per_run(many["total"] - one["total"], runs)
@@ -105,11 +105,12 @@ def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads:
         "cpu": cpu, "per_run": per_run, "startup": max(one["total"] - 2 * per_run, 0), "classes": per_class,
         "runs": runs, "threads": threads, "qemu": version, "plugin": library.parent.name,
         "libc": str(sysroot), "counted": {"1": one["total"], str(runs + 1): many["total"]},
+        "bench": docs[runs + 1],  # edgekit-run's bench document of the longer run (QEMU's timings: not a board's)
     }
 
 
 def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int, threads: int,
-                 timeout_s: float) -> dict[str, int]:
+                 timeout_s: float) -> tuple[dict[str, int], dict]:
     from edgekit.emulate.host import checked_cpu
     from edgekit.emulate.process import last_error, run_fenced
     from edgekit.emulate.sandbox import BUNDLE
@@ -125,8 +126,8 @@ def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int
                       timeout_s=timeout_s, env=box.env, preexec=box.preexec)
     if done.returncode != 0:
         raise EmulationError(f"the model failed under emulation: {last_error(done.tail) or f'exit {done.returncode}'}")
-    _check_runs(done.stdout, timed)
-    return parse_log(box.output(log, LOG_BYTES).read_text(encoding="utf-8", errors="replace"), tag)
+    doc = _bench_document(done.stdout, timed)
+    return parse_log(box.output(log, LOG_BYTES).read_text(encoding="utf-8", errors="replace"), tag), doc
 
 
 def parse_log(text: str, tag: str) -> dict[str, int]:
@@ -144,13 +145,15 @@ def parse_log(text: str, tag: str) -> dict[str, int]:
     return counts
 
 
-def _check_runs(stdout: str, timed: int) -> None:
+def _bench_document(stdout: str, timed: int) -> dict:
     try:
-        runs = json.loads(stdout)["results"][0]["timing"]["runs"]
+        doc = json.loads(stdout)
+        runs = doc["results"][0]["timing"]["runs"]
     except (ValueError, KeyError, IndexError, TypeError):
         raise EmulationError("edgekit-run printed no bench result under emulation") from None
     if runs != timed:
         raise EmulationError(f"edgekit-run timed {runs} runs where {timed} were asked for")
+    return doc
 
 
 def _per_run(difference: int, runs: int) -> int:

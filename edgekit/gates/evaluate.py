@@ -33,6 +33,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from edgekit.errors import UsageError
+from edgekit.gates.fidelity import FIDELITY_METRICS, fidelity_measure
 from edgekit.gates.regression import (  # noqa: F401 - match_baseline, noise_band, timing_sigma: public here too
     DEFAULT_MIN_DELTA_MS,
     MEDIAN_SE,
@@ -148,6 +149,8 @@ def check_budget(name: str, result: "BenchResult", budget: Budget, local_latency
         measured, problem, context = _error_rate_measure(result)
     elif budget.metric in ("ttft", "decode_tps"):
         measured, problem, context = _llm_measure(result, budget.metric)
+    elif budget.metric in FIDELITY_METRICS:
+        measured, problem, context = fidelity_measure(result, budget.metric)
     else:
         measured = {
             "size": lambda: result.size_mb,
@@ -299,7 +302,12 @@ def evaluate(
         if budgets and not in_force:
             notes.append(f"no budget applies to {name}")
         checks.extend(check_budget(name, result, budget, local_latency) for budget in in_force)
-        if baseline is not None and regression is not None:
+        if baseline is not None and regression is not None and result.emulated is not None:
+            from edgekit.gates.instructions import check_instructions  # counts, not timings (bench --emulate)
+            from edgekit.gates.regression import match_counted
+
+            checks.append(check_instructions(name, result, match_counted(result, baseline), regression, baseline_source))
+        elif baseline is not None and regression is not None:
             checks.append(check_regression(name, result, match_baseline(result, baseline), regression, baseline_source,
                                            min_delta_ms))
         if result.target and targets and result.target not in targets:

@@ -128,3 +128,37 @@ def compared_interval(result: "BenchResult", base: "BenchResult") -> tuple[float
         if na is not None and nb is not None:
             return (*ratio_interval(na, nb), f"normalised by {result.reference['name']}")
     return (*ratio_interval(a, b), f"{a.processes} vs {b.processes} worker processes")
+
+
+# -- emulated instruction counts (bench --emulate) ---------------------------------------------------
+#
+# Executed instructions on the target's core, counted under QEMU, do not depend on the host's load:
+# repeated counts of one artifact agree to within COUNT_TOLERANCE (measured: 10 instructions in
+# 245,000, the runner sorting its timings), so the limit is applied as it stands, with no noise band,
+# and a 1 % regression is caught. Two counts compare only when core, threads, QEMU, plugin, C library
+# and runner agree (``edgekit.bench.instructions.COMPARABLE``); otherwise the check is incomparable.
+
+COUNT_TOLERANCE = 1e-4  # relative: below this, two counts are the same count
+
+
+def match_counted(result: "BenchResult", baseline: Iterable["BenchResult"]) -> "BenchResult | None":
+    """The baseline result with instruction counts for ``result``'s model: a comparable one first."""
+    from edgekit.bench.instructions import differences
+
+    same = [base for base in baseline if base.emulated is not None and _same_model(result, base)]
+    for base in same:
+        if not differences(result.emulated, base.emulated):
+            return base
+    return same[0] if same else None
+
+
+def count_change(new: dict, base: dict) -> tuple[float, list[str]]:
+    """(per-run change in %, why incomparable) of two ``emulated`` sections."""
+    from edgekit.bench.instructions import differences
+
+    why = differences(new, base)
+    a, b = new["instructions"]["per_run"], base["instructions"]["per_run"]
+    if b <= 0:
+        return (0.0 if a == 0 else math.inf), why
+    change = (a - b) / b
+    return (0.0 if abs(change) <= COUNT_TOLERANCE else change * 100.0), why

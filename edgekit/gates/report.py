@@ -14,10 +14,10 @@ from typing import Any, Iterable
 from edgekit.gates.results import (
     FAIL,
     PASS,
-    REGRESSION_METRIC,
     Check,
     GateReport,
     fmt_limit,
+    is_floor,
     fmt_measured,
     fmt_value,
 )
@@ -58,8 +58,8 @@ def verdict(report: GateReport) -> str:
 def _brief(check: Check) -> str:
     if check.measured is None or check.limit is None:
         return f"{check.label} {check.detail or 'failed'}"
-    limit = fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
-    return f"{check.label} {fmt_measured(check)} {'<' if check.metric == 'decode_tps' else '>'} {limit}"
+    limit = fmt_value(check.limit, check.unit, signed=check.metric.endswith("_regression"))
+    return f"{check.label} {fmt_measured(check)} {'<' if is_floor(check.metric) else '>'} {limit}"
 
 
 # -- terminal ---------------------------------------------------------------------------------------

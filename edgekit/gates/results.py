@@ -110,15 +110,22 @@ def fmt_value(value: float | None, unit: str, signed: bool = False) -> str:
     text = fmt_number(value)
     if signed and math.isfinite(value) and value > 0:
         text = "+" + text
-    return f"{text}%" if unit == "%" else f"{text} {unit}"
+    return f"{text}%" if unit == "%" else f"{text} {unit}" if unit else text
+
+
+def is_floor(metric: str) -> bool:
+    """Whether a budget on ``metric`` is a floor (a rate, a fidelity: ``gates.units.Metric.minimum``)."""
+    from edgekit.gates.units import METRICS
+
+    return metric in METRICS and METRICS[metric].minimum
 
 
 def fmt_limit(check: Check) -> str:
     if check.limit is None:
         return "—"
-    floor = check.metric == "decode_tps"  # a rate budget is a floor (gates.units: Metric.minimum)
-    return ("≥ " if floor else "≤ ") + fmt_value(check.limit, check.unit, signed=check.metric == REGRESSION_METRIC)
+    floor = is_floor(check.metric)
+    return ("≥ " if floor else "≤ ") + fmt_value(check.limit, check.unit, signed=check.metric.endswith("_regression"))
 
 
 def fmt_measured(check: Check) -> str:
-    return fmt_value(check.measured, check.unit, signed=check.metric == REGRESSION_METRIC)
+    return fmt_value(check.measured, check.unit, signed=check.metric.endswith("_regression"))

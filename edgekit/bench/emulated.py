@@ -1,0 +1,101 @@
+"""``edgekit bench --emulate``: executed instructions per inference on the target's core, under QEMU.
+
+A native bundle runs with its own ``edgekit-run``; an ExecuTorch program (.pte, or an export folder
+holding one) with edgekit's cached aarch64 build for the target's core. Both run in the bundle
+sandbox with the counting plugin (``edgekit.emulate.icount``). Each result is the runner's own
+bench result under QEMU (its timings are QEMU's, not the board's: mode ``emulated``) with the
+counts in ``emulated`` (``edgekit.bench.instructions``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+from edgekit.bench.result import BenchResult
+from edgekit.errors import UsageError
+
+NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "
+        "(deterministic); the timings are QEMU's on this host, not the board's")
+Progress = Callable[[str], None]
+
+
+def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = None, threads: int | None = None,
+                   runs: int = 20, progress: Progress | None = None) -> list[BenchResult]:
+    """One result per path, each with its ``emulated`` instruction counts."""
+    from edgekit.bundle import layout
+
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise UsageError("no models to count")
+    results = []
+    for path in paths:
+        if path.is_dir() and layout.is_bundle(path):
+            results.append(_bundle(path, target, threads or 1, runs, progress))
+        else:
+            results.append(_program(path, target, threads or 1, runs, progress))
+    return results
+
+
+def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
+    from edgekit.bundle import native
+    from edgekit.emulate.bundle import open_bundle
+    from edgekit.emulate.icount import count_bundle
+
+    bundle = open_bundle(path)
+    if not native.is_native(bundle.info):
+        raise UsageError(f"{path} is a Python bundle; bench --emulate counts native bundles (edgekit bundle ... "
+                         "--runtime native) and ExecuTorch programs (.pte with --target)")
+    if target is not None and target != bundle.target:
+        raise UsageError(f"{path} is a bundle for {bundle.target}, not {target}; drop --target, or bundle it for {target}")
+    cpu, notes = _cpu(bundle.target)
+    counts = count_bundle(bundle, cpu, threads=threads, runs=runs, progress=progress)
+    return _result(counts, path=bundle.model, precision=bundle.precision, variant=str(bundle.info.get("variant") or ""),
+                   target=bundle.target, notes=notes)
+
+
+def _program(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
+    from edgekit.bench.api import resolve_model
+    from edgekit.emulate.icount import count_per_run
+
+    if target is None:
+        raise UsageError(f"bench --emulate needs --target for {path.name} (rpi3, rpi4, rpi5, ...): it names the core "
+                         "to count on; a native bundle names its own")
+    model = resolve_model(path)
+    if model.format != "executorch":
+        raise UsageError(f"bench --emulate counts ExecuTorch programs (.pte) and native bundles; {model.path.name} is "
+                         f"{model.format}: export it with --format executorch")
+    cpu, notes = _cpu(target)
+    counts = count_per_run(model.path, "executorch", cpu, threads=threads, runs=runs, progress=progress)
+    entry = model.entry
+    return _result(counts, path=model.path, precision=entry.precision if entry else "",
+                   variant=str(entry.details.get("variant") or "") if entry else "", target=target, notes=notes)
+
+
+def _cpu(target_name: str) -> tuple[str, list[str]]:
+    """The QEMU core for a target (``host.qemu_cpu_for``: never max), and a note when it is a stand-in."""
+    from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
+    from edgekit.emulate.icount_plugin import plugin_qemu
+    from edgekit.targets import load_target
+
+    target = load_target(target_name)
+    if target.arch != "aarch64":
+        raise UsageError(f"target {target.name} is {target.arch}; bench --emulate counts aarch64 instructions")
+    cpu, note = qemu_cpu_for(target.core, qemu_cpus(plugin_qemu()))
+    return cpu, [note] if note else []
+
+
+def _result(counts: dict, *, path: Path, precision: str, variant: str, target: str, notes: list[str]) -> BenchResult:
+    from edgekit.bench.instructions import section
+    from edgekit.bench.result import from_document
+
+    result = from_document(counts["bench"], "edgekit-run bench output under emulation")[0]
+    cpu = counts["cpu"]
+    facts = {**result.host, "emulated": True, "qemu_cpu": cpu, "isa": [],
+             "cpu_model": f"QEMU {cpu} (emulated on {result.host.get('cpu_model') or 'an unknown CPU'})"}
+    model = replace(result.model, path=str(path), precision=precision or result.model.precision,
+                    variant=variant or result.model.variant)
+    return replace(result, model=model, mode="emulated", host=facts, target=target,
+                   notes=(*notes, NOTE, *result.notes), emulated=section(counts))
