@@ -16,7 +16,7 @@ ARCHES = ("aarch64", "armv7l", "x86_64")
 ENGINES = ("qnnpack", "x86", "fbgemm", "onednn")
 QUANT_TYPES = ("int8", "uint8")
 BUDGET_KEYS = ("max_size_mb", "max_p50_ms", "max_p99_ms", "max_peak_rss_mb", "max_accuracy_drop", "max_error_rate",
-               "max_ttft_ms", "min_decode_tps")
+               "max_ttft_ms", "min_decode_tps", "min_cosine", "min_agreement", "min_sqnr_db", "min_correlation")
 # Strings from a target reach file names, README.txt and command lines: plain tokens only.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}\Z")
 PLATFORM_PATTERN = re.compile(r"^[A-Za-z0-9_]{0,64}\Z")

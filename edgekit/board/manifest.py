@@ -98,4 +98,28 @@ def model_info(model: Path, fmt: str, entry: dict | None) -> dict:
         "path": str(model), "format": fmt, "bytes": size, "sha256": digest.hexdigest(),
         "precision": str(entry.get("precision") or "fp32"), "variant": str(details.get("variant") or ""),
         "accuracy": metric("accuracy"), "float_accuracy": metric("float_accuracy"),
+        "fidelity": fidelity_summary(metrics.get("fidelity")),
     }
+
+
+def fidelity_summary(fidelity) -> dict | None:
+    """What a gate's fidelity budgets read of a manifest's ``metrics.fidelity`` (edgekit quantize's
+    record): the evidence, and per output its kind, cosine, SQNR, agreement and correlation."""
+    if not isinstance(fidelity, dict) or not isinstance(fidelity.get("outputs"), list):
+        return None
+
+    def number(value):
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    outputs = {}
+    for out in fidelity["outputs"]:
+        if not isinstance(out, dict) or not isinstance(out.get("metrics"), dict):
+            continue
+        found = out["metrics"]
+        agreement = found.get("top1_agreement", found.get("timestep_agreement"))
+        outputs[str(out.get("output"))[:200]] = {
+            "kind": str(out.get("kind"))[:20], "cosine": number(found.get("cosine")),
+            "sqnr_db": number(found.get("sqnr_db")), "agreement": number(agreement),
+            "correlation": number(found.get("correlation")), "ok": out.get("ok") is True}
+    evidence = fidelity.get("evidence")
+    return {"evidence": str(evidence)[:40] if evidence is not None else None, "outputs": outputs}

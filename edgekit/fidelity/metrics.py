@@ -36,6 +36,7 @@ FLOORS: dict[str, tuple[tuple[str, float, str], ...]] = {
     "sequence": (("timestep_agreement", 0.9, "min"),),
     "tensor": (("cosine", 0.95, "min"),),
 }
+SQNR_CAP_DB = 300.0  # float32 rounding is ~150 dB: 300 means identical
 BLANK = 0  # the CTC blank the greedy decode drops (the usual convention: class 0)
 # names that say an output holds class scores, not features
 _CLASS_WORDS = ("logit", "prob", "score", "class", "ctc", "softmax", "pred")
@@ -170,7 +171,8 @@ class OutputFidelity:
         if self.kind == "scalar":
             spread = self.ref_max - self.ref_min
             metrics["correlation"] = self._correlation()
-            metrics["max_abs_of_spread"] = self.max_abs / spread if spread > 0 else (0.0 if self.max_abs == 0 else math.inf)
+            # a constant float output has no spread: any error is as large as it gets
+            metrics["max_abs_of_spread"] = self.max_abs / spread if spread > 0 else (0.0 if self.max_abs == 0 else 1e9)
         elif self.kind == "classes":
             metrics["top1_agreement"] = self.agree / self.positions if self.positions else 0.0
         elif self.kind == "sequence":
@@ -196,11 +198,12 @@ class OutputFidelity:
         return self.dot / denom
 
     def _sqnr(self) -> float:
+        """dB, within +-SQNR_CAP_DB (identical outputs: the cap), so manifests stay plain JSON."""
         if self.noise_sq == 0:
-            return math.inf
+            return SQNR_CAP_DB
         if self.ref_sq == 0:
-            return -math.inf
-        return 10 * math.log10(self.ref_sq / self.noise_sq)
+            return -SQNR_CAP_DB
+        return max(-SQNR_CAP_DB, min(SQNR_CAP_DB, 10 * math.log10(self.ref_sq / self.noise_sq)))
 
     def _correlation(self) -> float | None:
         n = self.values

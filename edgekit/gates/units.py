@@ -37,6 +37,8 @@ _TIME_UNITS = {
 }
 _RATE_UNITS = {"%": ("%", 1.0)}  # a share of requests, in percent
 _TOKEN_RATE_UNITS = {"tok/s": ("tok/s", 1.0), "tokens/s": ("tok/s", 1.0), "tps": ("tok/s", 1.0)}
+_RATIO_UNITS = {"%": ("", 0.01)}  # fidelity ratios: 0.95, or 95%
+_DB_UNITS = {"db": ("dB", 1.0)}
 _ACCURACY_UNITS = {
     "pt": ("pt", 1.0),
     "pts": ("pt", 1.0),
@@ -79,6 +81,12 @@ METRICS: dict[str, Metric] = {
         # language models (``edgekit bench`` on an LLM artifact: settings["llm"])
         Metric("ttft", "max_ttft_ms", "time to first token", "ms", _TIME_UNITS),
         Metric("decode_tps", "min_decode_tps", "decode rate", "tok/s", _TOKEN_RATE_UNITS, minimum=True),
+        # fidelity to the float model, worst output (``edgekit.gates.fidelity``)
+        Metric("cosine", "min_cosine", "fidelity cosine", "", _RATIO_UNITS, allow_zero=True, minimum=True),
+        Metric("agreement", "min_agreement", "fidelity agreement", "", _RATIO_UNITS, allow_zero=True, minimum=True),
+        Metric("sqnr", "min_sqnr_db", "fidelity SQNR", "dB", _DB_UNITS, allow_zero=True, minimum=True),
+        Metric("correlation", "min_correlation", "fidelity correlation", "", _RATIO_UNITS, allow_zero=True,
+               minimum=True),
     )
 }
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS.values()}
