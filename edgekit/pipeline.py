@@ -24,7 +24,7 @@ from typing import Any, Callable
 from edgekit.errors import InputFileError, UsageError
 from edgekit.fileio import make_dirs, prune_empty, write_json, write_text
 from edgekit.outputs import claim_output
-from edgekit.pipeline_plan import DEFAULT_MODEL, make_plan
+from edgekit.pipeline_plan import DEFAULT_MODEL, Skipped, make_plan
 from edgekit.pipeline_summary import ratio, summary_markdown  # noqa: F401 - re-exported
 from edgekit.pipeline_verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 from edgekit.quantize.registry import QuantConfig
@@ -146,6 +146,7 @@ class PipelineResult:
     model: str = ""  # the model's own name (a zoo name, a checkpoint's model, onnx:FILE, module:..., hf:TYPE)
     metric: str = "accuracy"  # accuracy | fidelity: what the quality column holds
     skipped: tuple = ()  # edgekit.pipeline_plan.Skipped: rows that were not made, and why
+    failed: tuple = ()  # those of ``skipped`` that were tried and failed (the run exits non-zero)
 
     @property
     def passed(self) -> bool:
@@ -275,12 +276,25 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         exports.append(export_onnx_file(plan.source, out / "export" / "fp32", target))
     else:
         exports.append(export(source, out / "export" / "fp32", plan.formats, target, **options))
+    failed = _failed_variants(exports[-1][1], "fp32")  # each a row with its reason; the others go on
     calibrated_exports = []
     for run in plan.quant_runs:
-        say(f"quantize int8 {run.label}")
-        quantized, _ = quantize_config(source, run.config, out / "quantized" / run.label, target, source_options=options)
-        say(f"export int8 {run.label}")
-        exports.append(export(quantized, out / "export" / f"int8-{run.label}", run.config.formats, target))
+        precision = type(run.config).precision
+        try:
+            say(f"quantize {precision} {run.label}")
+            quantized, made = quantize_config(source, run.config, out / "quantized" / run.label, target,
+                                              source_options=options)
+            say(f"export {precision} {run.label}")
+            exported = export(quantized, out / "export" / f"{precision}-{run.label}", made.formats(), target)
+        except Exception as exc:  # noqa: BLE001 - a method that fails is its rows, with the reason
+            from edgekit.quantize.each_format import reason
+
+            say(f"  {precision} {run.label} failed: {reason(exc)}")
+            failed.append(Skipped(tuple(f"{precision}-{run.label}-{fmt}" for fmt in run.config.formats),
+                                  f"failed: {reason(exc)}"))
+            continue
+        failed += _failed_variants(made, f"{precision}-{run.label}") + _failed_variants(exported[1], f"{precision}-{run.label}")
+        exports.append(exported)
         if type(run.config).calibrated:  # int8 activations too: what the native row runs
             calibrated_exports.append(exports[-1])
 
@@ -306,13 +320,21 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     report = _gate(results, target, config)
     rows = _rows(exports, results, report, plan.metric)
     result = PipelineResult(out, tuple(rows), report, float_accuracy, model=plan.name, metric=plan.metric,
-                            skipped=plan.skipped)
+                            skipped=(*plan.skipped, *failed), failed=tuple(failed))
     result = replace(result, recommended=recommend(rows, result.float_accuracy, _drop_budget(report)))
     from edgekit.pipeline_summary import write_report, write_summary
 
     write_summary(result, config, target, plan)
     write_report(result, results, target)
     return result
+
+
+def _failed_variants(manifest, prefix: str) -> list:
+    """The formats a quantize or export run could not write (``quantize/each_format``), as rows."""
+    from edgekit.pipeline_plan import Skipped
+    from edgekit.quantize.each_format import failed_rows
+
+    return [Skipped((f"{prefix}-{row['format']}",), f"failed: {row['reason']}") for row in failed_rows(manifest)]
 
 
 def _float_model(config: PipelineConfig, plan, out: Path, say: Progress):

@@ -38,14 +38,18 @@ def cells(result) -> list[tuple[str, ...]]:
         out.append((row.variant, row.format, f"{row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)}", quality(row),
                     f"{row.p50_ms:.3f}{ratio(row.p50_ratio)}", f"{row.p99_ms:.3f}", f"{row.peak_rss_mb:.0f} MB",
                     row.gate))
+    failed = getattr(result, "failed", ())
     for skip in result.skipped:
         for variant in skip.variants:
-            out.append((variant, variant.rsplit("-", 1)[-1], "skipped", "-", "-", "-", "-", "skip"))
+            what = "FAILED" if skip in failed else "skipped"
+            out.append((variant, variant.rsplit("-", 1)[-1], what, "-", "-", "-", "-", "fail" if skip in failed else "skip"))
     return out
 
 
 def skipped_lines(result) -> list[str]:
-    return [f"Skipped {', '.join(skip.variants)}: {skip.reason}" for skip in result.skipped]
+    failed = getattr(result, "failed", ())
+    return [f"{'Failed' if skip in failed else 'Skipped'} {', '.join(skip.variants)}: "
+            f"{skip.reason.removeprefix('failed: ')}" for skip in result.skipped]
 
 
 def title(result, target_name: str) -> str:
@@ -104,6 +108,7 @@ def write_summary(result, config, target, plan) -> None:
         "passed": result.passed,
         "variants": [row.to_dict() for row in result.rows],
         "skipped": [skip.to_dict() for skip in result.skipped],
+        "failed": [skip.to_dict() for skip in getattr(result, "failed", ())],
         "recommended": result.recommended,
         "warnings": list(result.warnings),
     }

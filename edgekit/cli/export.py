@@ -59,7 +59,7 @@ def export_command(
     A language model imported from GGUF exports to one ExecuTorch program with its KV cache
     (--format executorch, the default for it), its perplexity measured against the checkpoint's."""
     from edgekit.cli import llm_program
-    from edgekit.cli.quantize import render_files
+    from edgekit.cli.quantize import fail_if_some_failed, render_files
     from edgekit.export.api import export
 
     if llm_program.is_llm_artifact(source):
@@ -97,8 +97,10 @@ def export_command(
         from edgekit.info import manifest_summary
 
         echo_json(manifest_summary(folder, manifest))
+        fail_if_some_failed(manifest)
         return
     render_files(manifest, f"Exported for {manifest.target} -> {folder}")
+    fail_if_some_failed(manifest)  # some formats failed: their rows say why; exit 4
 
 
 def register(app: typer.Typer) -> None:

@@ -140,6 +140,11 @@ def pipeline_command(
         out_console.print(f"[red]FAIL[/red] {escape(check.model)}: {escape(check.message)}")
     files = ("report.html", "pipeline.md", "pipeline.json", "bench.json", "gate.md", "gate.json", "junit.xml")
     out_console.print("Results: " + ", ".join(str(out / name) for name in files), markup=False, highlight=False)
+    if result.failed:  # variants that could not be made: their rows say why (exit 4)
+        from edgekit.quantize.each_format import SomeFormatsFailed
+
+        names = [variant for skip in result.failed for variant in skip.variants]
+        raise SomeFormatsFailed(f"{len(names)} variant(s) failed ({', '.join(names)}); the others were measured")
     if not result.passed:
         raise GateFailed(f"{len(result.gate_report.failures)} budget check(s) failed for target {target}")
 

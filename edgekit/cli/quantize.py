@@ -193,7 +193,7 @@ def quantize_command(
     _warn(err, manifest)
     if as_json:
         _print_json(folder, manifest)
-        _fail_if_some_failed(manifest)
+        fail_if_some_failed(manifest)
         return
     render_files(manifest, f"Quantized ({method}) for {manifest.target} -> {folder}")
     for report in (manifest.quantization or {}).get("budget", {}).get("files", []):
@@ -203,14 +203,14 @@ def quantize_command(
             console().print(f"Accuracy budget met ({report['format']}): {_budget_caption(report)}",
                             markup=False, highlight=False)
     _render_reports(manifest)
-    _fail_if_some_failed(manifest)
+    fail_if_some_failed(manifest)
 
 
-def _fail_if_some_failed(manifest) -> None:
+def fail_if_some_failed(manifest) -> None:
     """Exit 4 with one line when some requested formats failed (their rows say why)."""
-    from edgekit.quantize.each_format import partial_failure
+    from edgekit.quantize.each_format import failed_rows, partial_failure
 
-    failed = (manifest.quantization or {}).get("failed", [])
+    failed = failed_rows(manifest)
     error = partial_failure(failed, len(failed) + len(manifest.files))
     if error is not None:
         raise error
@@ -326,7 +326,9 @@ def render_files(manifest, title: str) -> None:
         row += [binding_text(fidelity), verdict_text(fidelity), "-" if cosine is None else f"{cosine:.5f}",
                 "-" if sqnr is None else f"{sqnr:.1f}"]
         table.add_row(*row)
-    for failed in (manifest.quantization or {}).get("failed", []):  # a format that failed: its reason, no file
+    from edgekit.quantize.each_format import failed_rows
+
+    for failed in failed_rows(manifest):  # a format that failed: its reason, no file
         row = ["-", failed["format"], "FAILED", "-"] + (["-", "-", "-"] if labelled else [])
         table.add_row(*row, failed["reason"], f"failed ({failed['stage']})", "-", "-")
     lines = evidence_lines(manifest.files)

@@ -61,15 +61,16 @@ def export(
     target = target if isinstance(target, Target) else load_target(target_name)
     opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
 
+    failed: list[dict] = []  # formats that failed, each with its reason (the others are written)
     with commit_dir(out, "export", inputs=[folder, _target_path(target_name)], force=force) as work:
         if manifest.kind == "checkpoint":
             from edgekit.sources.checkpoint import load_model_from_artifact
 
             model = load_model_from_artifact(folder, manifest)
             files = _export_float(model, manifest, work, formats, target, opset, onnx_route, torchscript_mode, optimize,
-                                  external_data)
+                                  external_data, failed)
         else:
-            files = _export_quantized(folder, manifest, work, formats, target, optimize, external_data)
+            files = _export_quantized(folder, manifest, work, formats, target, optimize, external_data, failed)
         result = Manifest(
             kind="export",
             model=manifest.model,
@@ -78,7 +79,7 @@ def export(
             files=tuple(files),
             task=manifest.task,
             quantization=manifest.quantization,
-            metrics=manifest.metrics,
+            metrics={**manifest.metrics, **({"failed": failed} if failed else {})},
             parent=parent_ref(folder, manifest),
             target=target.name,
         )
@@ -107,7 +108,9 @@ def _outside_zoo(source) -> bool:
     import re
 
     text = str(source)
-    return text.startswith("hf:") or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z", text) is not None)
+    from edgekit.sources.torchscript_source import is_torchscript_path
+
+    return text.startswith("hf:") or is_torchscript_path(Path(text)) or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z", text) is not None)
 
 
 def _target_path(name) -> str | None:
@@ -136,54 +139,70 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
         from edgekit.sources.model_source import hf_config_file
 
         inputs.append(hf_config_file(source))
+    failed: list[dict] = []
     with commit_dir(out, "export", inputs=inputs, force=force) as work:
         files = _export_float(src.load_torch(), origin, work, formats, target, opset, route, ts_mode, optimize,
-                              external_data)
+                              external_data, failed)
         result = Manifest(
             kind="export", model=origin.model, inputs=src.inputs, outputs=src.outputs, files=tuple(files),
             task=src.task, parent={"source": src.label, "kind": src.kind}, target=target.name,
+            metrics={"failed": failed} if failed else {},
         )
         result = finalize(result, work)
     return Path(out), result
 
 
 def _export_float(model, manifest, work, formats, target, opset, route, ts_mode, optimize,
-                  external_data=None) -> list[ModelFile]:
-    from edgekit import formats as table
-    from edgekit.evaluation import task_accuracy
-    from edgekit.formats.parity import check_parity, predictor_for
+                  external_data=None, failed: list | None = None) -> list[ModelFile]:
+    """Each format exported and checked on its own: one that fails is added to ``failed`` with its
+    reason and leaves no file (``quantize/each_format``); all failing raises the first failure."""
     from edgekit.formats.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
-    from edgekit.formats.request import FloatExport
-    from edgekit.sources.onnx_exporter import preferred_exporter
 
     write_reference(work / REFERENCE_FILE, model, manifest.inputs, manifest.task)
     cases = read_reference(work / REFERENCE_FILE)
     examples = example_tensors(manifest.inputs)
     float_accuracy = manifest.metrics.get("accuracy")
     family = manifest.model.get("name", "")
+    from edgekit.quantize.each_format import Attempts
+
     files = []
+    attempts = Attempts(work)
     for fmt in formats:
-        entry = table.get(fmt)
-        path = work / entry.files.file_name
-        request = FloatExport(path=path, examples=examples, inputs=manifest.inputs, outputs=manifest.outputs,
-                              provenance=_provenance(manifest, target), family=family,
-                              onnx_preference=preferred_exporter(family), opset=opset, onnx_route=route,
-                              torchscript_mode=ts_mode, optimize=optimize, external_data=external_data)
-        details = entry.ops().export_float(model, request)
-        predict = predictor_for(path, fmt, details)
-        parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")
-        metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
-        files.append(describe_file(work, path.name, fmt, precision="fp32", metrics=metrics, details=details))
+        done = attempts.run(fmt, "export", lambda fmt=fmt: _float_file(
+            model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
+            float_accuracy, family))
+        if done is not None:
+            files.append(done)
+    attempts.raise_if_nothing_written(len(files))
+    if failed is not None:
+        failed.extend(attempts.summary())
     return files
 
 
-def _export_quantized(folder, manifest, work, formats, target, optimize=False, external_data=None) -> list[ModelFile]:
+def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
+                float_accuracy, family) -> ModelFile:
     from edgekit import formats as table
-    from edgekit.errors import ParityError
     from edgekit.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, predictor_for
+    from edgekit.formats.request import FloatExport
+    from edgekit.sources.onnx_exporter import preferred_exporter
+
+    entry = table.get(fmt)
+    path = work / entry.files.file_name
+    request = FloatExport(path=path, examples=examples, inputs=manifest.inputs, outputs=manifest.outputs,
+                          provenance=_provenance(manifest, target), family=family,
+                          onnx_preference=preferred_exporter(family), opset=opset, onnx_route=route,
+                          torchscript_mode=ts_mode, optimize=optimize, external_data=external_data)
+    details = entry.ops().export_float(model, request)
+    predict = predictor_for(path, fmt, details)
+    parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")
+    metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
+    return describe_file(work, path.name, fmt, precision="fp32", metrics=metrics, details=details)
+
+
+def _export_quantized(folder, manifest, work, formats, target, optimize=False, external_data=None,
+                      failed: list | None = None) -> list[ModelFile]:
     from edgekit.formats.reference import REFERENCE_FILE, read_reference
-    from edgekit.formats.request import QuantizedCopy
 
     if manifest.target and manifest.target != target.name:
         raise UsageError(
@@ -194,23 +213,42 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
         raise InputFileError(f"{folder / REFERENCE_FILE} is missing; quantize the model again to create it")
     shutil.copyfile(folder / REFERENCE_FILE, work / REFERENCE_FILE)
     cases = read_reference(work / REFERENCE_FILE)
+    from edgekit.quantize.each_format import Attempts
+
     files = []
+    attempts = Attempts(work)
     for fmt in formats:
-        entry = manifest.file(fmt)
-        path = work / table.get(fmt).files.file_name
-        request = QuantizedCopy(source=folder / entry.path, path=path, details=dict(entry.details),
-                                provenance=_provenance(manifest, target, **entry.details), optimize=optimize,
-                                external_data=external_data)
-        details = table.get(fmt).ops().copy_quantized(request)
-        predict = predictor_for(path, fmt, details)
-        labelled = manifest.task.get("type") == "classification" and bool(manifest.task.get("dataset"))
-        parity = check_parity(predict, cases, entry.precision, f"{entry.precision} {fmt} export", decisions=labelled)
-        accuracy = task_accuracy(manifest.task, predict)
-        recorded = entry.metrics.get("accuracy")
-        if recorded is not None and accuracy is not None and abs(accuracy - recorded) > 1e-9:
-            raise ParityError(
-                f"{entry.precision} {fmt} export: accuracy {accuracy:.4f} differs from the {recorded:.4f} recorded at quantization"
-            )
-        metrics = {**entry.metrics, "accuracy": accuracy, "parity": parity}
-        files.append(describe_file(work, path.name, fmt, precision=entry.precision, metrics=metrics, details=details))
+        done = attempts.run(fmt, "export", lambda fmt=fmt: _quantized_file(
+            folder, manifest, work, fmt, target, optimize, external_data, cases))
+        if done is not None:
+            files.append(done)
+    attempts.raise_if_nothing_written(len(files))
+    if failed is not None:
+        failed.extend(attempts.summary())
     return files
+
+
+def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data, cases) -> ModelFile:
+    from edgekit import formats as table
+    from edgekit.errors import ParityError
+    from edgekit.evaluation import task_accuracy
+    from edgekit.formats.parity import check_parity, predictor_for
+    from edgekit.formats.request import QuantizedCopy
+
+    entry = manifest.file(fmt)
+    path = work / table.get(fmt).files.file_name
+    request = QuantizedCopy(source=folder / entry.path, path=path, details=dict(entry.details),
+                            provenance=_provenance(manifest, target, **entry.details), optimize=optimize,
+                            external_data=external_data)
+    details = table.get(fmt).ops().copy_quantized(request)
+    predict = predictor_for(path, fmt, details)
+    labelled = manifest.task.get("type") == "classification" and bool(manifest.task.get("dataset"))
+    parity = check_parity(predict, cases, entry.precision, f"{entry.precision} {fmt} export", decisions=labelled)
+    accuracy = task_accuracy(manifest.task, predict)
+    recorded = entry.metrics.get("accuracy")
+    if recorded is not None and accuracy is not None and abs(accuracy - recorded) > 1e-9:
+        raise ParityError(
+            f"{entry.precision} {fmt} export: accuracy {accuracy:.4f} differs from the {recorded:.4f} recorded at quantization"
+        )
+    metrics = {**entry.metrics, "accuracy": accuracy, "parity": parity}
+    return describe_file(work, path.name, fmt, precision=entry.precision, metrics=metrics, details=details)

@@ -80,6 +80,16 @@ class Attempts:
         return [f.to_dict() for f in self.failures]
 
 
+def failed_rows(manifest) -> list[dict]:
+    """The formats a run failed to write: a quantized artifact's (``quantization.failed``) or an
+    export's own (``metrics.failed``; an export's quantization block is its parent's)."""
+    if manifest.kind == "export":
+        found = (manifest.metrics or {}).get("failed")
+    else:
+        found = (manifest.quantization or {}).get("failed")
+    return [row for row in found if isinstance(row, dict)] if isinstance(found, list) else []
+
+
 def partial_failure(failed: list[dict], total: int) -> SomeFormatsFailed | None:
     """The error a command ends with when ``failed`` (manifest rows) is not empty."""
     if not failed:
