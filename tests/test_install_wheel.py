@@ -213,10 +213,12 @@ def _wait_ready(port: int, server: subprocess.Popen) -> None:
 
 def test_the_readme_examples_need_no_checkout_and_no_sudo():
     """What a user pastes must work from any folder: no `sudo`, no checkout-relative data paths in
-    the examples of a stage (the development and quick-start sections set up a checkout on purpose)."""
+    the examples of a stage (the install, quick-start and test sections set up a checkout on purpose; the
+    docs/ pages are held to the same in tests/test_docs.py)."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert "sudo " not in text
-    for heading in ("## The stages, one at a time", "## Quantization that keeps accuracy", "## Running on the board",
-                    "## Serving", "## CI gates"):
+    for heading in ("## The stages, one at a time", "## Quantize a model of your own", "## Export and bundle for a Pi",
+                    "## Verify under emulation", "## Bench, here or on the board", "## CI gates",
+                    "## Language models from GGUF", "## Serving"):
         for line in readme_commands(heading):
             assert "calib_data/" not in line and ".venv/bin" not in line and "pip install -e" not in line, line
