@@ -50,7 +50,8 @@ def manifest_summary(folder: Path, manifest) -> dict:
             "accuracy": metrics.get("accuracy"),
             "float_accuracy": metrics.get("float_accuracy"),
             "accuracy_drop_points": metrics.get("accuracy_drop_points") if metrics.get("accuracy") is not None else None,
-            "fidelity": {k: fidelity[k] for k in ("cosine", "sqnr_db", "top1_agreement") if k in fidelity} or None,
+            "fidelity": {k: fidelity[k] for k in ("cosine", "sqnr_db", "top1_agreement", "evidence", "evidence_note",
+                                                  "verdict", "headline") if k in fidelity} or None,
         })
     quantization = manifest.quantization or {}
     recipe = None

@@ -448,7 +448,8 @@ def _fidelity(metrics: dict) -> dict | None:
     """Cosine and top-1 agreement to the float model: an int8 file's measured fidelity, an fp32
     file's parity check (the same two figures, on the export's reference inputs)."""
     found = metrics.get("fidelity") or metrics.get("parity") or {}
-    picked = {key: found.get(key) for key in ("cosine", "top1_agreement", "sqnr_db") if found.get(key) is not None}
+    picked = {key: found.get(key) for key in ("cosine", "top1_agreement", "sqnr_db", "evidence", "headline")
+              if found.get(key) is not None}
     return picked or None
 
 

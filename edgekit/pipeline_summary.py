@@ -27,7 +27,15 @@ def quality(row) -> str:
         if found.get("cosine") is None:
             return "-"
         top1 = found.get("top1_agreement")
-        return f"cos {found['cosine']:.5f}" + ("" if top1 is None else f", top-1 {100 * top1:.1f}%")
+        head = found.get("headline") or {}
+        if head.get("metric") not in (None, "cosine"):  # the metric that binds for this output leads
+            text = f"{head['metric']} {head['value']:.4g}, cos {found['cosine']:.5f}"
+        else:
+            text = f"cos {found['cosine']:.5f}" + ("" if top1 is None else f", top-1 {100 * top1:.1f}%")
+        from edgekit.fidelity.evidence import REAL
+
+        # figures from inputs edgekit made up are no evidence of accuracy: said in the cell itself
+        return text + (" (synthetic)" if found.get("evidence") and found["evidence"] not in REAL else "")
     return pct(row.accuracy)
 
 

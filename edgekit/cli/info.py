@@ -97,6 +97,10 @@ def _quality(f: dict) -> str:
         drop = f.get("accuracy_drop_points")
         return f"accuracy {f['accuracy'] * 100:.2f}%" + (f" (drop {drop:.2f} pts)" if drop is not None else "")
     fidelity = f.get("fidelity") or {}
+    if fidelity.get("headline"):  # the metric that binds, and what it was measured on
+        from edgekit.fidelity.render import binding_text, verdict_text
+
+        return f"fidelity: {binding_text(fidelity)}, {verdict_text(fidelity)}"
     if "cosine" in fidelity:
         return f"fidelity: cosine {fidelity['cosine']:.5f} vs float"
     return ""

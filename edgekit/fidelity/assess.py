@@ -119,6 +119,17 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
     return record
 
 
+def with_legacy(legacy: dict, record: dict) -> dict:
+    """``record`` beside the older figures (the first output's cosine, SQNR and top-1 agreement on
+    the reference cases), less a top-1 agreement where the first output is not class scores: the
+    arg-max of one number or of a feature vector is no decision, and its "top-1" would mislead."""
+    merged = {**legacy, **record}
+    first = (record.get("outputs") or [{}])[0]
+    if first.get("kind") not in ("classes", "sequence"):
+        merged.pop("top1_agreement", None)
+    return merged
+
+
 class _Counted:
     def __init__(self, feeds):
         self.feeds, self.samples = feeds, 0

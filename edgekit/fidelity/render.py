@@ -23,7 +23,8 @@ def verdict_text(fidelity: dict) -> str:
         return "-"
     if fidelity["evidence"] not in REAL:
         return "unverified (synthetic)"
-    return f"{'PASS' if fidelity.get('ok') else 'FAIL'} ({fidelity['evidence']})"
+    ok = fidelity["verdict"] == "pass" if fidelity.get("verdict") else fidelity.get("ok")
+    return f"{'PASS' if ok else 'FAIL'} ({fidelity['evidence']})"
 
 
 def worst(fidelity: dict, metric: str):

@@ -119,14 +119,14 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
     label = f"{precision} {method} {item.format}"
     parity = accuracy.check(job.source, predict, cases, label)
     measured = accuracy.measure(job.source, predict, cases)
-    from edgekit.fidelity.assess import assess
+    from edgekit.fidelity.assess import assess, with_legacy
 
     judged = assess(job, job.dest / item.path, item.format, item.details, cases, label)  # every output, on the evidence
     metrics = {
         "accuracy": measured.value if measured.metric == "accuracy" else None,
         "float_accuracy": job.source.float_accuracy,
         "accuracy_drop_points": round(measured.drop_points, 4),
-        "fidelity": {**measured.fidelity, **judged},
+        "fidelity": with_legacy(measured.fidelity, judged),
         "metric": measured.metric,
         "parity": parity,
     }
