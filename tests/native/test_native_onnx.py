@@ -146,6 +146,45 @@ def test_edgekit_bench_runs_the_host_bundle(host_bundles, tmp_path):
     assert result["memory"]["peak_rss"] > result["memory"]["rss_before_load"] > 0  # MB: the library and the session
 
 
+SERVE_LINES = ['{"cmd": "run", "n": 3, "warm": 1}', "not json", '{"cmd": "run", "n": 0}', '{"cmd": "finish"}']
+
+
+def _serve(argv: list, lines: list[str]) -> tuple[dict, list[dict], int]:
+    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        ready = json.loads(proc.stdout.readline())
+        replies = []
+        for line in lines:
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+            replies.append(json.loads(proc.stdout.readline()))
+        proc.stdin.close()
+        return ready, replies, proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_protocol_matches_runner_py(host_bundles):
+    """``bench --serve`` (what edgekit bench drives on a board) answers as the Python runner does."""
+    bundle = host_bundles["fp32"]
+    args = [bundle / "model.onnx", "--serve", "--threads", "1"]
+    ready, replies, code = _serve([bundle / "edgekit-run", "bench", *args], SERVE_LINES)
+    py_ready, py_replies, py_code = _serve([sys.executable, "-m", "edgekit.board.runner", *args, "--format", "onnx"],
+                                           SERVE_LINES)
+    assert code == 0 == py_code
+    assert list(ready) == list(py_ready) and ready["input_shapes"] == py_ready["input_shapes"]
+    for ours, theirs in zip(replies, py_replies):
+        assert list(ours) == list(theirs) and ours["ok"] == theirs["ok"]
+        if not ours["ok"]:
+            assert ours["error"] == theirs["error"]
+    assert len(replies[0]["ns"]) == 3
+    assert replies[-1]["result"]["runtime"]["name"] == "onnxruntime-native"
+    assert sorted(replies[-1]["result"]) == sorted(py_replies[-1]["result"])
+
+
 def _copy(bundle: Path, dest: Path) -> Path:
     shutil.copytree(bundle, dest)
     return dest
@@ -213,7 +252,7 @@ def test_emulated_verify_of_an_rpi4_bundle(onnx_exports, tmp_path):
     done = edgekit("verify", str(tmp_path / "bundle"), "--emulate", "--json", str(report), timeout=1800)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     doc = json.loads(report.read_text())
-    assert doc["ok"] is True
+    assert doc["passed"] is True
     assert doc["emulation"]["qemu_cpu"] == "cortex-a72"
     assert doc["emulation"]["runtime"]["name"] == "onnxruntime-native"
     for batch in doc["batches"]:
