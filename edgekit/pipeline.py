@@ -60,6 +60,8 @@ class PipelineConfig:
     force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
     processes: int = DEFAULT_PROCESSES
     reference: bool = True  # time the reference workload in every bench round (regression gates normalise by it)
+    eval_data: Path | None = None  # what every int8 variant is judged on (edgekit.fidelity; else --calib held out)
+    require_eval_data: bool = False  # refuse to judge on synthetic inputs
 
     def __post_init__(self) -> None:
         """Every setting is checked here, before anything is trained or written."""
@@ -170,7 +172,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> Pi
     plan = make_plan(config)  # what runs for this model, what is skipped and why: refused now if it cannot
     config = _with_model_defaults(config, plan)
     _check_before_work(config, target, say, plan)  # budgets, sizes: refuse now, not after training
-    inputs = [config.checkpoint, config.calib, config.config_path, target.source, *_source_paths(config)]
+    inputs = [config.checkpoint, config.calib, config.eval_data, config.config_path, target.source, *_source_paths(config)]
     for line in plan.source_warnings:  # random weights (--random-init), a task head left out
         say(f"Warning: {line}")
     for skip in plan.skipped:
@@ -222,12 +224,23 @@ def _with_model_defaults(config: PipelineConfig, plan=None) -> PipelineConfig:
     return replace(config, epochs=epochs, calib=plan.calib)
 
 
+def _evaluation(config: PipelineConfig, plan, method_config):
+    """What a method run's int8 files are judged on (``edgekit.fidelity.options.for_pipeline``)."""
+    from edgekit.fidelity.options import for_pipeline
+
+    calib = plan.calib if plan.calib is not None else config.calib
+    return for_pipeline(config.eval_data, calib, method_config, config.require_eval_data, plan.labelled,
+                        getattr(config, "calib_preprocess", None), plan.name)
+
+
 def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None) -> None:
     from edgekit.gates.budgets import resolve_budgets
     from edgekit.limits import check_calibration_size, check_model_fits
 
     if plan is None:
         plan = make_plan(config)
+    for run in plan.quant_runs:  # --require-eval-data without data is refused now, not as a row after training
+        _evaluation(config, plan, run.config)
     resolve_budgets(target, config.config_path, config.budget_overrides)
     float_bytes = _float_bytes(plan)
     for fmt in plan.formats if float_bytes is not None else ():
@@ -283,7 +296,7 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         try:
             say(f"quantize {precision} {run.label}")
             quantized, made = quantize_config(source, run.config, out / "quantized" / run.label, target,
-                                              source_options=options)
+                                              source_options=options, evaluation=_evaluation(config, plan, run.config))
             say(f"export {precision} {run.label}")
             exported = export(quantized, out / "export" / f"{precision}-{run.label}", made.formats(), target)
         except Exception as exc:  # noqa: BLE001 - a method that fails is its rows, with the reason

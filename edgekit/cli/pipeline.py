@@ -46,6 +46,11 @@ def pipeline_command(
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Training epochs of a --model (default: the model's; 6 for digits-mobilenet)."),
     seed: SeedOpt = 0,
     calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8, .npy/.npz samples of the inputs (default: the set edgekit ships for the model's dataset; without one, static is skipped)."),
+    eval_data: Optional[Path] = typer.Option(
+        None, "--eval-data", metavar="PATH",
+        help="Data every int8 variant is judged on (what --calib takes; docs/fidelity.md). Default: --calib "
+             "(dynamic never sees it; static keeps a fifth of it out), else synthetic inputs, labelled as such."),
+    require_eval_data: bool = typer.Option(False, "--require-eval-data", help="Refuse (exit 2, before training) to judge a model without labelled data on synthetic inputs."),
     methods: Optional[str] = typer.Option(
         None, "--methods",
         help="Comma-separated int8 methods: dynamic, static, qat, or a plug-in's (default: dynamic,static; static is skipped, "
@@ -121,6 +126,8 @@ def pipeline_command(
         force=force,
         processes=processes,
         reference=reference,
+        eval_data=eval_data,
+        require_eval_data=require_eval_data,
     )
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))
