@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import json
@@ -20,13 +21,13 @@ def debug_enabled() -> bool:
     return bool(os.environ.get("EDGEKIT_DEBUG"))
 
 
+_COMMAND: "contextvars.ContextVar[str | None]" = contextvars.ContextVar("edgekit_command", default=None)
+
+
 def debug_hint() -> str:
     """How to rerun the running command with tracebacks: ``--debug`` is an option of ``edgekit``
     itself, so it goes before the command's name (``edgekit quantize ... --debug`` is refused)."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    command = ctx.info_name if ctx is not None and ctx.parent is not None else None
+    command = _COMMAND.get()
     return f"rerun as `edgekit --debug {command} ...`" if command else "rerun as `edgekit --debug ...`"
 
 
@@ -51,6 +52,7 @@ def handles_errors(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        _COMMAND.set(func.__name__.removesuffix("_command"))  # the name the hint for --debug gives
         quiet_logs = not debug_enabled()
         previous_disable = logging.root.manager.disable
         try:

@@ -154,6 +154,22 @@ def _dim_name(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name) or "dim"
 
 
+def _quiet_capture():
+    """torch.export prints the partial graph to stderr when it fails on a branch on data: the
+    one-line error says what failed (EDGEKIT_DEBUG=1 lets the dump through)."""
+    import contextlib
+    import io
+    import os
+
+    if os.environ.get("EDGEKIT_DEBUG"):
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    sink = io.StringIO()
+    stack.enter_context(contextlib.redirect_stderr(sink))
+    stack.enter_context(contextlib.redirect_stdout(sink))
+    return stack
+
+
 def export_program(model, examples: tuple, inputs):
     """``torch.export`` with the inputs' dynamic axes; a model that cannot be exported is a one-line error."""
     import torch
@@ -165,7 +181,7 @@ def export_program(model, examples: tuple, inputs):
     narrowed = None
     for _ in range(2):  # once more with the bounds the model itself imposes, when torch.export names them
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _quiet_capture():
                 return torch.export.export(model, tuple(examples), dynamic_shapes=dynamic_shapes(inputs, narrowed),
                                            strict=False)
         except Exception as exc:  # noqa: BLE001 - torch.export raises many types (UserError, GuardOnDataDependent...)
