@@ -81,3 +81,18 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
         raise UsageError(f"--require-eval-data: {src.label} would be judged on synthetic inputs; give --eval-data "
                          f"(or --calib{' with at least ' + str(ev.HOLDOUT_MIN_SAMPLES) + ' samples' if config.calibrated else ''})")
     return settings, config, warning
+
+
+def for_pipeline(eval_data, calib, method_config, require: bool, labelled: bool, preprocess=None,
+                 label: str = "the model") -> ev.EvalSettings:
+    """The evaluation of one pipeline method run: its --eval-data; for a method that does not
+    calibrate, the pipeline's --calib (which it never sees); else what ``plan`` makes of --calib.
+    ``require`` with no data for a model without a labelled test split is refused (UsageError)."""
+    if require and eval_data is None and calib is None and not labelled:
+        raise UsageError(f"--require-eval-data: {label} would be judged on synthetic inputs; give --eval-data "
+                         "(or --calib)")
+    data, kind = eval_data, ev.EVAL_DATA
+    if data is None and calib is not None and not method_config.calibrated:
+        data, kind = calib, ev.CALIB_HOLDOUT
+    return ev.EvalSettings(data=Path(data) if data is not None else None, kind=kind if data is not None else ev.SYNTHETIC,
+                           preprocess=preprocess, require=require)
