@@ -41,6 +41,9 @@ class PipelineConfig:
     epochs: int | None = None  # None: the model's default (ModelSpec.default_epochs)
     seed: int = 0
     calib: Path | None = None  # None: the calibration set edgekit ships for the model's dataset
+    # how --calib is read, as quantize takes it: an image folder's preprocessing, a text file's tokenizer
+    calib_preprocess: str | None = None
+    tokenizer: Path | None = None
     # None: DEFAULT_METHODS, static skipped (and said) when there is no calibration data; asked for, it needs some.
     # Each a registered method's name or its config object (StaticConfig(calibrate_method="entropy")): its
     # settings are kept, its formats are the pipeline's, and a calib of None is the pipeline's (edgekit.pipeline_plan)
@@ -242,6 +245,10 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
     for run in plan.quant_runs:  # --require-eval-data without data is refused now, not as a row after training
         _evaluation(config, plan, run.config)
     resolve_budgets(target, config.config_path, config.budget_overrides)
+    if getattr(plan, "source", None) is not None:  # free height/width it cannot run at: ask now, in one line
+        from edgekit.sources.spatial_sizes import check_made_up_sizes
+
+        check_made_up_sizes(plan.source, data_helps=False)  # the fp32 row is checked at those sizes
     float_bytes = _float_bytes(plan)
     for fmt in plan.formats if float_bytes is not None else ():
         warning = check_model_fits(target, float_bytes, fmt, f"the fp32 {fmt} model of {plan.name}", config.force)
@@ -254,7 +261,8 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
         warning = check_calibration_size(calib)
         if warning:
             say(f"Warning: {warning}")
-        open_calibration(calib, plan.inputs)  # its first batch is checked now: shape, dtype, finite values
+        # its first batch is checked now: shape, dtype, finite values (images and text as quantize reads them)
+        open_calibration(calib, plan.inputs, preprocess=config.calib_preprocess, tokenizer=config.tokenizer)
 
 
 def _float_bytes(plan) -> int | None:

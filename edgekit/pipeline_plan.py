@@ -106,7 +106,8 @@ def make_plan(config) -> Plan:
         variants = tuple(v for fmt in torch_only for v in (f"fp32-{fmt}", *(f"int8-{m}-{fmt}" for m in methods)))
         skipped.insert(0, Skipped(variants, f"{', '.join(torch_only)} {'is' if len(torch_only) == 1 else 'are'} "
                                             f"written from a PyTorch model; {name} is an ONNX file"))
-    runs, unrouted = _quant_runs(entries, formats, calib)
+    reading = {"calib_preprocess": getattr(config, "calib_preprocess", None), "tokenizer": getattr(config, "tokenizer", None)}
+    runs, unrouted = _quant_runs(entries, formats, calib, {k: v for k, v in reading.items() if v is not None})
     return Plan(kind=kind, name=name, inputs=inputs, task=task, formats=formats, methods=methods, calib=calib,
                 quant_runs=runs, skipped=(*skipped, *unrouted), **extra)
 
@@ -120,10 +121,12 @@ def method_entry(entry) -> tuple[str, type, object | None]:
     return found.name, found.config_type, None if isinstance(entry, str) else entry
 
 
-def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None) -> tuple[tuple[QuantRun, ...], list[Skipped]]:
+def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None,
+                reading: dict | None = None) -> tuple[tuple[QuantRun, ...], list[Skipped]]:
     """One run per method over the formats it has a route to (the others are skipped rows); a
     method that trains runs once per quantization API (torch.ao vs PT2E), the later runs labelled
-    ``<method>-<first format>``."""
+    ``<method>-<first format>``. ``reading``: how the plan's calibration data is read
+    (``calib_preprocess``, ``tokenizer``), given to the methods whose configs take it."""
     import dataclasses
 
     from edgekit import formats as table
@@ -144,6 +147,9 @@ def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None) -> tuple[
             method_formats = formats
         groups = list(table.by_qat_api(method_formats).values()) if config_type.trains else [method_formats]
         fill = {"calib": calib} if _takes_plan_calib(config_type, given) else {}
+        if fill:  # the plan's data comes with how it is read, where the method's config takes that
+            fields = {f.name for f in dataclasses.fields(config_type)}
+            fill.update({k: v for k, v in (reading or {}).items() if k in fields})
         for i, group in enumerate(groups):
             group = tuple(group)
             config = (make_config(name, formats=group, **fill) if given is None

@@ -45,7 +45,14 @@ def pipeline_command(
     out: Path = typer.Option(Path("runs/pipeline"), "--out", "-o", help="Output folder."),
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Training epochs of a --model (default: the model's; 6 for digits-mobilenet)."),
     seed: SeedOpt = 0,
-    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8, .npy/.npz samples of the inputs (default: the set edgekit ships for the model's dataset; without one, static is skipped)."),
+    calib: Optional[Path] = typer.Option(None, "--calib", help="Calibration data for static int8, what `edgekit quantize --calib` takes: .npy/.npz samples of the inputs, a folder of images (with --calib-preprocess) or a .txt file, one text per line (default: the set edgekit ships for the model's dataset; without one, static is skipped)."),
+    calib_preprocess: Optional[str] = typer.Option(
+        None, "--calib-preprocess", metavar="KEY=VALUE,...|TOML",
+        help="How --calib images become model inputs, as `edgekit quantize --calib-preprocess` takes it "
+             "(e.g. resize=256,crop=224,mean=0.485:0.456:0.406,std=0.229:0.224:0.225)."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, "--tokenizer", metavar="FILE|FOLDER",
+        help="Text --calib: the model's tokenizer.json (or its folder), as `edgekit quantize --tokenizer`."),
     eval_data: Optional[Path] = typer.Option(
         None, "--eval-data", metavar="PATH",
         help="Data every int8 variant is judged on (what --calib takes; docs/fidelity.md). Default: --calib "
@@ -112,6 +119,8 @@ def pipeline_command(
         epochs=epochs,
         seed=seed,
         calib=calib,
+        calib_preprocess=calib_preprocess,
+        tokenizer=tokenizer,
         methods=tuple(split_csv(methods)) if methods is not None else None,
         formats=tuple(split_csv(formats)) if formats is not None else None,
         threads=threads,

@@ -19,7 +19,7 @@ def free_axes(spec) -> dict[int, str]:
     return {axis: name for axis, name in spec.dynamic_axes.items() if axis != 0 and name not in KNOWN_AXES}
 
 
-def check_made_up_sizes(src) -> None:
+def check_made_up_sizes(src, data_helps: bool = True) -> None:
     """UsageError when ``src`` (an ONNX file whose inputs have free axes besides the batch) cannot
     run at the sizes edgekit would feed it (made up, or given with ``--input-shape``); names the
     input, its free axes and the ``--input-shape`` to give."""
@@ -41,7 +41,8 @@ def check_made_up_sizes(src) -> None:
     how = "edgekit would make up" if free_axes(spec) else "--input-shape gives"
     raise UsageError(
         f"{src.label} has free {'/'.join(names.values())} axes on input {spec.name!r} and fails at the size {how} "
-        f"({fed}: {failure}); give a size it runs at: --input-shape {spec.name}={wanted} (or --calib with real inputs)"
+        f"({fed}: {failure}); give a size it runs at: --input-shape {spec.name}={wanted}"
+        + (" (or --calib with real inputs)" if data_helps else "")
     )
 
 
