@@ -162,19 +162,16 @@ def test_a_board_bundle_is_not_timed_on_this_host(rpi4_bundle):
     assert_one_line_error(result, 2, "built for aarch64")
 
 
-@pytest.mark.parametrize("case", ["onnx-only", "32-bit", "wheels"])
-def test_native_refusals_are_one_line_and_write_nothing(case, int8_pte, tmp_path):
+@pytest.mark.parametrize("case", ["torchscript-only", "32-bit", "wheels"])
+def test_native_refusals_are_one_line_and_write_nothing(case, int8_pte, digits_checkpoint, tmp_path):
     before = snapshot(tmp_path)
-    if case == "onnx-only":
-        onnx_only = tmp_path / "onnx-export"
-        shutil.copytree(int8_pte, onnx_only)
-        manifest = json.loads((onnx_only / "manifest.json").read_text())
-        manifest["files"] = [f for f in manifest["files"] if f["format"] == "onnx"]
-        (onnx_only / "manifest.json").write_text(json.dumps(manifest))
-        (onnx_only / "model.pte").unlink()
+    if case == "torchscript-only":  # ONNX runs natively too (edgekit.native.ort_build); TorchScript does not
+        from edgekit.export.api import export
+
+        export(digits_checkpoint, tmp_path / "ts-export", formats=("torchscript",), target="rpi4")
         before = snapshot(tmp_path)
-        result = _bundle(onnx_only, "rpi4", tmp_path / "out")
-        message = "--runtime native runs executorch programs"
+        result = _bundle(tmp_path / "ts-export", "rpi4", tmp_path / "out")
+        message = "--runtime native runs onnx, executorch programs; this model is torchscript"
     elif case == "32-bit":
         target = tmp_path / "pi-armv7.toml"
         text = (Path(__file__).resolve().parents[2] / "targets" / "rpi4.toml").read_text()
