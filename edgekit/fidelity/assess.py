@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.errors import ParityError
+from edgekit.errors import EdgekitError, InputFileError, ParityError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.compare import compare_batches, compare_streams
 from edgekit.fidelity.metrics import headline
@@ -59,14 +59,44 @@ def float_runner(job):
         def run(feed: dict) -> list:
             with torch.inference_mode():
                 out = model(*(torch.from_numpy(np.ascontiguousarray(feed[n])) for n in names))
-            outs = out if isinstance(out, (tuple, list)) else [out]
-            return [o.float().numpy() for o in outs]
+            return [o.float().numpy() for o in _tensors(out)]
 
         return run
     from edgekit import formats
     from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
     return runtime_runner(formats.by_suffix(".onnx").name, float_onnx(job), names)
+
+
+def _guarded(run, what: str, error: type):
+    """``run`` whose failures (a runtime's own exception types) are one line: ``what`` and the reason."""
+    def guarded(feed: dict) -> list:
+        try:
+            return run(feed)
+        except EdgekitError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ORT, torch and ExecuTorch raise their own types
+            from edgekit.formats.parity import _reason
+
+            shapes = ", ".join(f"{name} {tuple(np.shape(value))}" for name, value in feed.items())
+            raise error(f"{what} ({shapes}): {_reason(exc)}") from None
+
+    return guarded
+
+
+def _tensors(out) -> list:
+    """Every tensor a module returned, in order (a tensor, tuples/lists, dicts, transformers' outputs)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _tensors(item)]
+    return []
 
 
 def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: str) -> dict:
@@ -76,8 +106,9 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
     started = time.monotonic()
     settings = settings_of(job)
     names = [spec.name for spec in job.source.inputs]
-    float_run = float_runner(job)
-    candidate_run = runtime_runner(fmt, path, names, (details or {}).get("quantized_engine"))
+    float_run = _guarded(float_runner(job), f"{label}: the float model fails on the evaluation inputs", InputFileError)
+    candidate_run = _guarded(runtime_runner(fmt, path, names, (details or {}).get("quantized_engine")),
+                             f"{label}: the file fails on the evaluation inputs", ParityError)
     outputs = list(job.source.outputs)
     pairs = state_pairs(job.source.inputs, outputs, declared=settings.state)
     kind = settings.kind if settings.data is not None else (ev.TEST_SPLIT if job.source.labelled else ev.SYNTHETIC)
@@ -103,6 +134,7 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
         "samples": samples,
         "streams": streams,
         "state_pairs": [p.to_dict() for p in pairs],
+        "notes": comparison.notes,
         "outputs": results,
         "headline": headline(results),
         "ok": ok,

@@ -52,8 +52,8 @@ def parse_output_kinds(texts) -> dict[str, str]:
 def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tuple[ev.EvalSettings, object, str | None]:
     """(settings, config, warning): a static run with --calib and no --eval-data holds a part of
     --calib out of calibration (its config's ``calib_max_samples`` set to the rest) and judges on it.
-    ``open_calibration(calib)`` opens the run's calibration data. Raises UsageError when real data is
-    required and there is none."""
+    ``open_calibration(path, reading=None)`` opens data for the model. Raises UsageError when real
+    data is required and there is none, InputFileError for evaluation data the model cannot take."""
     settings = settings or ev.EvalSettings()
     warning = None
     if settings.data is not None:
@@ -63,9 +63,16 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
         if not settings.data.exists():
             raise InputFileError(f"evaluation data not found: {settings.data}")
         calibration_kind(settings.data)  # a path that holds no data is refused before any work
+        from edgekit.sources.state_pairs import state_pairs
+
+        if not state_pairs(src.inputs, src.outputs):  # its first batch checked against the inputs now
+            try:
+                open_calibration(settings.data, settings.reading)
+            except InputFileError as exc:
+                raise InputFileError(str(exc).replace("calibration data", "evaluation data", 1)) from None
     calib = getattr(config, "calib", None)
     if settings.data is None and config.calibrated and calib is not None and not src.labelled:
-        count = open_calibration(calib).count()
+        count = open_calibration(calib, None).count()
         limit = getattr(config, "calib_max_samples", None)
         if limit is not None and count > limit:
             settings = dataclasses.replace(settings, data=Path(calib), kind=ev.CALIB_HOLDOUT, skip=limit,

@@ -99,8 +99,8 @@ def quantize_config(
     from edgekit.quantize.job import calibration_reading, open_source_calibration
 
     # what the files are judged on (a held-out part of --calib may leave calibration); real data if required
-    evaluation, config, eval_warning = plan(src, config, evaluation, lambda calib: open_source_calibration(
-        src, calib, reading=calibration_reading(config)))
+    evaluation, config, eval_warning = plan(src, config, evaluation, lambda path, reading: open_source_calibration(
+        src, path, reading=calibration_reading(config) if reading is None else reading))
     calibrated = config.calibrated
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     options["eval_data"] = evaluation.data

@@ -128,7 +128,10 @@ def test_transformers_encoder_static_excludes_mask_tensors(bert_config, tmp_path
     # those tensors (and the nodes touching them) stay in float
     assert entry.details["mask_tensors"] and entry.details["float_nodes"]
     assert entry.metrics["fidelity"]["cosine"] >= 0.99
-    assert q.quantization["calibration"]["samples"] == 12
+    # 12 samples: the last 2 (a fifth) held out of calibration and judged on (edgekit/fidelity/options.py)
+    assert q.quantization["calibration"]["samples"] == 10
+    fidelity = entry.metrics["fidelity"]
+    assert (fidelity["evidence"], fidelity["samples"]) == ("calib-holdout", 2)
 
 
 def test_transformers_encoder_dynamic(bert_config, tmp_path):
