@@ -101,7 +101,7 @@ def _tensors(out) -> list:
 
 def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: str) -> dict:
     """The fidelity record of the file at ``path`` (for the manifest's ``metrics.fidelity``)."""
-    from edgekit.sources.state_pairs import state_pairs
+    from edgekit.sources.state_pairs import StatePair, stream_layout
 
     started = time.monotonic()
     settings = settings_of(job)
@@ -110,7 +110,8 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
     candidate_run = _guarded(runtime_runner(fmt, path, names, (details or {}).get("quantized_engine")),
                              f"{label}: the file fails on the evaluation inputs", ParityError)
     outputs = list(job.source.outputs)
-    pairs = state_pairs(job.source.inputs, outputs, declared=settings.state)
+    # state inputs fed back from outputs (by name, and by the ONNX file's output shapes where it has them)
+    pairs = [StatePair(i, o) for i, o in stream_layout(job.source, declared_states=settings.state or None)[1]]
     kind = settings.kind if settings.data is not None else (ev.TEST_SPLIT if job.source.labelled else ev.SYNTHETIC)
     labelled = job.source.labelled
     streams = None

@@ -132,3 +132,27 @@ def test_a_stateful_model_is_judged_on_streams_of_the_users_frames(tmp_path):
     assert (fidelity["streams"], fidelity["samples"]) == (3, 60)
     assert fidelity["state_pairs"] == [{"input": "h", "output": "hn"}]
     assert [(o["output"], o["kind"]) for o in fidelity["outputs"]] == [("prob", "scalar"), ("hn", "tensor")]
+
+
+def test_dynamic_is_judged_on_an_image_folder_through_its_preprocessing(tmp_path):
+    """--eval-data as an image folder, read with --calib-preprocess, for a method that never calibrates."""
+    import torch
+    from PIL import Image
+
+    torch.manual_seed(5)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 14 * 14, fm.CLASSES))
+    model = fm._export(net, (torch.zeros(2, 3, 16, 16),), tmp_path / "cnn.onnx", ["image"], ["logits"],
+                       {"image": {0: "batch"}, "logits": {0: "batch"}})
+    (tmp_path / "photos").mkdir()
+    rng = np.random.default_rng(8)
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(tmp_path / "photos" / f"p{i}.png")
+    result = _quantize(model, "--method", "dynamic", "--eval-data", tmp_path / "photos",
+                       "--calib-preprocess", "resize=16,crop=16,range=0:1", "--out", tmp_path / "q")
+    assert result.exit_code == 0, result.output
+    fidelity = _fidelity(tmp_path / "q")
+    assert (fidelity["evidence"], fidelity["samples"]) == ("eval-data", 6)
+    assert fidelity["outputs"][0]["kind"] == "classes"
+    orphan = _quantize(model, "--method", "dynamic", "--calib-preprocess", "range=0:1", "--out", tmp_path / "q2")
+    assert orphan.exit_code == 2 and "--calib-preprocess" in orphan.stderr.strip().splitlines()[0]
