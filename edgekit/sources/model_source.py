@@ -553,7 +553,10 @@ def _hf_source(path_text: str, state_dict, spec_args, random_init: bool = False)
         from edgekit.formats.reference import sequence_length
 
         rng = np.random.default_rng(4321 + batch)
-        length = sequence_length(batch)
+        # a fixed --input-shape is what the files take (an ExecuTorch program has no other size)
+        fixed = next((spec.shape for spec in specs if spec.name == "input_ids"), (None, None))
+        batch = fixed[0] or batch
+        length = (fixed[1] if len(fixed) > 1 else None) or sequence_length(batch)
         lens = rng.integers(length // 2, length + 1, size=batch)
         lens[0] = length
         mask = (np.arange(length)[None, :] < lens[:, None]).astype(np.int64)

@@ -34,6 +34,7 @@ def token_feed(specs, vocab: dict[str, int]):
         from edgekit.formats.reference import sequence_length
 
         rng = np.random.default_rng(4321 + batch)
+        batch = token[0].shape[0] or batch  # a fixed batch is what the model takes
         length = token[0].shape[1] or sequence_length(batch)
         lens = rng.integers(max(1, length // 2), length + 1, size=batch)
         lens[0] = length
