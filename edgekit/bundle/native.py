@@ -104,8 +104,9 @@ def _add_library_runtime(work: Path, model_name: str, target: Target, precision:
     (work / RUN_SCRIPT).write_text(script or run_script(model_name, target, precision), encoding="utf-8")
     os.chmod(work / RUN_SCRIPT, 0o755)
     dist = runner.dist
-    parts = [f"edgekit-run is edgekit's own code; lib/{LIBRARY} is ONNX Runtime {dist.version} "
-             "(https://github.com/microsoft/onnxruntime), from its onnxruntime wheel, with the notices it ships:\n"]
+    parts = [f"edgekit-run is edgekit's own code, compiled against ONNX Runtime's C API header (MIT); lib/{LIBRARY} "
+             f"is ONNX Runtime {dist.version} (https://github.com/microsoft/onnxruntime), from its onnxruntime wheel, "
+             "with the notices it ships:\n"]
     for notice in dist.notices:
         parts.append(f"== {notice.name} ==\n\n{notice.read_text(encoding='utf-8', errors='replace').strip()}\n")
     (work / NOTICES).write_text("\n".join(parts), encoding="utf-8")

@@ -260,3 +260,19 @@ def test_emulated_verify_of_an_rpi4_bundle(onnx_exports, tmp_path):
     entry = doc["emulation"].get("entry_point")
     if entry is not None:  # root, binfmt and the cached rootfs: run.sh in a root without Python
         assert entry["ok"] and not entry["python_in_root"], entry
+
+
+def test_headers_without_apt_are_one_line(tmp_path, monkeypatch):
+    """Where neither the system nor edgekit's cache has ONNX Runtime's header and apt is missing: one line naming the package."""
+    from edgekit.errors import EdgekitError
+    from edgekit.native import ort_headers
+
+    if (ort_headers.api_version(ort_headers.SYSTEM_INCLUDE) or 0) >= ort_headers.API_VERSION:
+        pytest.skip("this host has libonnxruntime-dev installed")
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(EdgekitError, match=r"libonnxruntime-dev.*no apt-get or dpkg-deb"):
+        ort_headers.ort_include()
+    assert not (tmp_path / "cache" / "native" / "onnxruntime-headers-trixie" / "include").exists()
