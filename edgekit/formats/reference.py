@@ -43,17 +43,26 @@ def fixed_inputs(specs: tuple[InputSpec, ...], batch: int, task: dict | None = N
 
 
 def random_inputs(specs: tuple[InputSpec, ...], batch: int, sequence: int) -> dict[str, np.ndarray]:
-    """Seeded random inputs: token ids inside each input's value range, else standard normal."""
+    """Seeded random inputs: integers inside each input's value range (token ids in the vocabulary;
+    8-bit pixels over 0..255 when no range is declared), else standard normal (the range of a
+    normalised image or feature)."""
     rng = np.random.default_rng(SEED + batch)
     arrays = {}
     for spec in specs:
         shape = spec.concrete_shape(batch=batch, sequence=sequence)
         if np.dtype(spec.dtype).kind in "iu":
-            low, high = spec.value_range or (0, 2)
+            low, high = spec.value_range or _undeclared_range(spec.dtype)
             arrays[spec.name] = rng.integers(int(low), int(high), size=shape).astype(spec.dtype)
         else:
             arrays[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
     return arrays
+
+
+def _undeclared_range(dtype: str) -> tuple[int, int]:
+    """[low, high) for an integer input without a declared range: an 8-bit one (raw pixels) its whole
+    range, a wider one (token ids of an unknown vocabulary) 0 and 1, valid in every vocabulary."""
+    info = np.iinfo(np.dtype(dtype))
+    return (int(info.min), int(info.max) + 1) if info.bits == 8 else (0, 2)
 
 
 def example_tensors(specs: tuple[InputSpec, ...], batch: int = 2) -> tuple:
