@@ -85,10 +85,10 @@ def resolve_source(
         if state_dict is not None:
             raise UsageError("--state-dict applies to nn.Module sources, not to an ONNX file")
         return _onnx_source(path, spec_args)
-    from edgekit.sources.torchscript_source import is_torchscript_path, torchscript_source
+    from edgekit.sources.torchscript_source import is_torchscript_path
 
     if is_torchscript_path(path):  # a .pt/.ts file: TorchScript (its code runs when loaded; the user is told)
-        return torchscript_source(path, state_dict, spec_args, build_specs, _split_named)
+        return _torchscript_source(path, state_dict, spec_args)
     if not path.exists() and _FACTORY.fullmatch(text):
         return _module_source(text, state_dict, spec_args)
     if any(spec_args) or state_dict is not None:
@@ -396,6 +396,24 @@ def _resolve_factory(text: str) -> Callable[[], Any]:
     if needed:
         raise UsageError(f"{text} needs arguments ({', '.join(needed[:5])}); edgekit calls a model factory with none")
     return factory
+
+
+def _torchscript_source(path: Path, state_dict, spec_args) -> ModelSource:
+    from edgekit.sources import torchscript_source
+
+    if state_dict is not None:
+        raise UsageError("--state-dict applies to package.module:factory sources; a TorchScript file holds its weights")
+    torchscript_source.check_torchscript_archive(path)
+    if not spec_args[0]:
+        raise UsageError(f"{path} is a TorchScript model: give its input with --input-shape (e.g. 1x3x224x224)")
+    shapes = _split_named(spec_args[0], "--input-shape")
+    if None in shapes and len(shapes) > 1:
+        raise UsageError("several --input-shape values need names: NAME=1x3x224x224")
+    names = [k if k is not None else "input" for k in shapes]
+    about, parent = torchscript_source.torchscript_model_info(path)
+    return ModelSource(kind="torchscript", label=str(path), inputs=build_specs(names, _named_single(spec_args, names)),
+                       outputs=("output",), model_info=about, parent=parent,
+                       loader=lambda: torchscript_source.load(path))
 
 
 def _module_source(text: str, state_dict, spec_args) -> ModelSource:

@@ -41,31 +41,18 @@ def check_torchscript_archive(path: Path) -> None:
                          f"{path.name}")
 
 
-def torchscript_source(path: Path, state_dict, spec_args, build_specs, split_named):
-    """The ``ModelSource`` of a TorchScript file (``model_source.resolve_source`` passes its spec helpers)."""
+def torchscript_model_info(path: Path) -> tuple[dict, dict]:
+    """(the manifest's "model", the parent reference) of a TorchScript file, with the warning that
+    loading it runs its code."""
     from edgekit.fileio import sha256_file
-    from edgekit.sources.model_source import ModelSource
-
-    if state_dict is not None:
-        raise UsageError("--state-dict applies to package.module:factory sources; a TorchScript file holds its weights")
-    check_torchscript_archive(path)
-    if not spec_args[0]:
-        raise UsageError(f"{path} is a TorchScript model: give its input with --input-shape (e.g. 1x3x224x224)")
-    shapes = split_named(spec_args[0], "--input-shape")
-    if None in shapes and len(shapes) > 1:
-        raise UsageError("several --input-shape values need names: NAME=1x3x224x224")
-    names = [k if k is not None else "input" for k in shapes]
-    from edgekit.sources.model_source import _named_single
-
-    specs = build_specs(names, _named_single(spec_args, names))
-
-    def load():
-        from edgekit.formats.torchscript_backend import load_torchscript
-
-        return load_torchscript(path)
 
     digest = sha256_file(path)
     about = {"name": f"torchscript:{path.name[:120]}", "source": str(path.resolve()),
              "weights": {"from": "torchscript", "sha256": digest, "warnings": [RUNS_CODE]}}
-    return ModelSource(kind="torchscript", label=str(path), inputs=specs, outputs=("output",), model_info=about,
-                       parent={"path": str(path.resolve()), "kind": "torchscript", "sha256": digest}, loader=load)
+    return about, {"path": str(path.resolve()), "kind": "torchscript", "sha256": digest}
+
+
+def load(path: Path):
+    from edgekit.formats.torchscript_backend import load_torchscript
+
+    return load_torchscript(path)
