@@ -58,17 +58,17 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
 
 def _program(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
     from edgekit.bench.api import resolve_model
-    from edgekit.emulate.icount import count_per_run
+    from edgekit.emulate.icount import RUNNERS, count_per_run
 
     if target is None:
         raise UsageError(f"bench --emulate needs --target for {path.name} (rpi3, rpi4, rpi5, ...): it names the core "
                          "to count on; a native bundle names its own")
     model = resolve_model(path)
-    if model.format != "executorch":
-        raise UsageError(f"bench --emulate counts ExecuTorch programs (.pte) and native bundles; {model.path.name} is "
-                         f"{model.format}: export it with --format executorch")
+    if model.format not in RUNNERS:
+        raise UsageError(f"bench --emulate counts {', '.join(RUNNERS.values())} and native bundles; "
+                         f"{model.path.name} is {model.format}: export it with --format executorch or onnx")
     cpu, notes = _cpu(target)
-    counts = count_per_run(model.path, "executorch", cpu, threads=threads, runs=runs, progress=progress)
+    counts = count_per_run(model.path, model.format, cpu, threads=threads, runs=runs, progress=progress)
     entry = model.entry
     return _result(counts, path=model.path, precision=entry.precision if entry else "",
                    variant=str(entry.details.get("variant") or "") if entry else "", target=target, notes=notes)

@@ -29,7 +29,7 @@ def instructions_section(results, labels: list[str]) -> str:
     note = (f"Executed aarch64 instructions per inference on the target's core, counted under QEMU {facts['qemu']} "
             f"with edgekit's plugin ({facts['threads']} thread(s), {facts['runs']} inferences counted): deterministic, "
             "so a regression gate on them cannot flake. They are not the board's latency; start-up (process start, "
-            "loading, the first call's extra work) is counted apart.")
+            "loading, the first call's extra work) is counted apart. The timings below are QEMU's on this host.")
     return (f'<h2>Executed instructions on the target\'s core (emulated)</h2>\n<table class="instructions">\n{head}\n'
             + "\n".join(rows) + f'\n</table>\n<p class="note">{_e(note)}</p>\n')
 

@@ -101,7 +101,7 @@ div.verdict p.warning {{ color: #8a4b00; }}
 {f'<p class="sub">{_e(subtitle)}</p>' if subtitle else ''}
 <p class="sub">{_e(facts)}</p>
 {_verdict(verdict)}
-<h2>Latency distribution per variant (ms, one logarithmic scale)</h2>
+{instructions_section(results, labels)}<h2>Latency distribution per variant (ms, one logarithmic scale)</h2>
 <p class="note">Line: fastest run to p99. Box: p50 to p90, dark bar at p50. Diamond: mean. Dot: slowest run
 (an arrow when it lies off the scale). Latency tails are long, so the scale is logarithmic.</p>
 {figures}
@@ -111,7 +111,7 @@ larger file. The best trade-off sits top left with a small bubble.</p>
 {_tradeoff_svg(results, labels, palette)}
 <h2>Figures</h2>
 {_table(results, labels, palette, gates or {}, ratios, quality)}
-{instructions_section(results, labels)}{"".join(f'<p class="note skipped">{_e(line)}</p>' for line in notes)}
+{"".join(f'<p class="note skipped">{_e(line)}</p>' for line in notes)}
 </body>
 </html>
 """

@@ -46,7 +46,7 @@ def bench_command(
     force: bool = typer.Option(False, "--force", help="With --host: go on when the model is estimated not to fit the board's RAM."),
     prompt_tokens: int = typer.Option(128, "--prompt-tokens", help="Language models: prompt length fed at once (prefill, time to first token)."),
     new_tokens: int = typer.Option(128, "--new-tokens", help="Language models: tokens generated greedily after it (decode tokens/s)."),
-    emulate: bool = typer.Option(False, "--emulate", help="Count executed aarch64 instructions per inference on the target's core under QEMU (a native bundle, or a .pte with --target): deterministic, for gates; see docs/emulated-counts.md."),
+    emulate: bool = typer.Option(False, "--emulate", help="Count executed aarch64 instructions per inference on the target's core under QEMU (a native bundle, or a .pte/.onnx with --target): deterministic, for gates; see docs/emulated-counts.md."),
     emulate_runs: int = typer.Option(20, "--emulate-runs", help="With --emulate: inferences counted (per run = their count / this)."),
 ) -> None:
     """Benchmark models on this machine, or on a board over SSH with --host: latency percentiles, load time, peak memory.

@@ -39,30 +39,32 @@ MAX_THREADS = 64
 TIMEOUT_S = 1800.0
 INSIDE = "/qemu-plugin"  # where the host's qemu-aarch64, its libraries' loader and the plugin lie in the sandbox
 LOG_BYTES = 1 << 20
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.pte")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.(pte|onnx)")
+# the formats a cached aarch64 edgekit-run runs, each with its own build (one backend per binary)
+RUNNERS = {"executorch": "ExecuTorch programs (.pte)", "onnx": "ONNX models (.onnx)"}
 Progress = Callable[[str], None]
 
 
 def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS,
                   progress: Progress | None = None, timeout_s: float = TIMEOUT_S) -> dict:
-    """Instructions per inference of an ExecuTorch program (``fmt`` "executorch", a .pte) on ``cpu``
-    (a QEMU core name such as cortex-a72), run by edgekit's cached aarch64 ``edgekit-run``."""
-    from edgekit.native.build import RUNNER_NAME, build_runner
+    """Instructions per inference of a model file on ``cpu`` (a QEMU core name such as cortex-a72), run
+    by edgekit's cached aarch64 ``edgekit-run`` for its format (``fmt``: a key of ``RUNNERS``)."""
+    from edgekit.native.build import RUNNER_NAME
 
-    if fmt != "executorch":
-        raise UsageError(f"emulated instruction counts run ExecuTorch programs (.pte) with edgekit-run; "
+    if fmt not in RUNNERS:
+        raise UsageError(f"emulated instruction counts run {' and '.join(RUNNERS.values())} with edgekit-run; "
                          f"{Path(program).name} is {fmt}")
     program = Path(program)
     if not program.is_file():
         raise UsageError(f"{program} is not a file")
     _check_settings(cpu, threads, runs)
-    runner = build_runner("aarch64", cpu, progress)
+    runner = _build_runner(fmt, cpu, progress)
     with tempfile.TemporaryDirectory(prefix="edgekit-icount-") as tmp:
         folder = Path(tmp)
         shutil.copyfile(runner.binary, folder / RUNNER_NAME)
         os.chmod(folder / RUNNER_NAME, 0o755)
         shutil.copytree(runner.folder / "lib", folder / "lib")
-        name = program.name if SAFE_NAME.fullmatch(program.name) else "model.pte"
+        name = program.name if SAFE_NAME.fullmatch(program.name) else f"model{program.suffix if fmt == 'onnx' else '.pte'}"
         shutil.copyfile(program, folder / name)
         manifest = program.parent / "manifest.json"  # the inputs' names, shapes and batch axis, as on the board
         if name == program.name and manifest.is_file() and not manifest.is_symlink():
@@ -77,8 +79,8 @@ def count_bundle(bundle, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS
     """``count_per_run`` for a native bundle (``emulate.bundle.open_bundle``), with the bundle's own runner."""
     from edgekit.bundle import native
 
-    if bundle.format != "executorch" or not (bundle.path / native.RUNNER).is_file():
-        raise UsageError(f"{bundle.path} is not a native bundle (edgekit-run with an ExecuTorch program); emulated "
+    if not native.is_native(bundle.info) or not (bundle.path / native.RUNNER).is_file():
+        raise UsageError(f"{bundle.path} is not a native bundle (edgekit-run beside the model); emulated "
                          "instruction counts need one")
     _check_settings(cpu, threads, runs)
     model = Path(bundle.model).resolve().relative_to(bundle.path.resolve()).as_posix()
@@ -172,6 +174,16 @@ def _per_run(difference: int, runs: int) -> int:
     if difference < 0:
         raise EmulationError("more inferences counted fewer instructions: the run is not deterministic")
     return round(difference / runs)
+
+
+def _build_runner(fmt: str, cpu: str, progress: Progress | None):
+    if fmt == "onnx":
+        from edgekit.native.ort_build import build_ort_runner
+
+        return build_ort_runner("aarch64", cpu, progress)
+    from edgekit.native.build import build_runner
+
+    return build_runner("aarch64", cpu, progress)
 
 
 def _check_settings(cpu: str, threads: int, runs: int) -> None:

@@ -270,11 +270,13 @@ def test_bench_emulate_counts_a_native_bundle_with_its_own_runner(tmp_path):
     _needs_counting_tools()
     from tiny_models import build_models, tiny_mlp
 
-    from edgekit.artifacts import load_manifest
+    from edgekit.artifacts import finalize, load_manifest
     from edgekit.formats.reference import write_reference
 
     export = build_models(tmp_path / "export", formats=("executorch",))
-    write_reference(export / "reference.npz", tiny_mlp(), load_manifest(export)[1].inputs, {})
+    manifest = load_manifest(export)[1]
+    write_reference(export / "reference.npz", tiny_mlp(), manifest.inputs, {})  # what the bundle checks on the board
+    finalize(manifest, export)
     bundle = tmp_path / "bundle"
     made = runner.invoke(app, ["bundle", str(export), "--target", "rpi5", "--runtime", "native", "--out", str(bundle)])
     assert made.exit_code == 0, made.output
@@ -286,6 +288,18 @@ def test_bench_emulate_counts_a_native_bundle_with_its_own_runner(tmp_path):
     assert "instr" in result.output and "cortex-a76" in result.output
     wrong = runner.invoke(app, ["bench", str(bundle), "--emulate", "--target", "rpi4"])
     assert wrong.exit_code == 2 and "bundle for rpi5" in wrong.output
+
+
+@pytest.mark.slow
+def test_bench_emulate_counts_an_onnx_model_with_the_onnx_runtime_runner(tmp_path):
+    _needs_counting_tools()
+    from tiny_models import build_models
+
+    export = build_models(tmp_path / "export", formats=("onnx",))
+    doc = _bench(export, "rpi4", tmp_path / "onnx.json")
+    assert doc["model"]["format"] == "onnx" and doc["emulated"]["cpu"] == "cortex-a72"
+    # a 64-16-10 MLP: 1,184 multiply-adds, a few hundred NEON instructions; the rest is ONNX Runtime's dispatch
+    assert 300 < doc["emulated"]["instructions"]["classes"]["simd_fp"] < 1_184 * 2
 
 
 # -- the count gate's rules and the JSON it reads (no QEMU) -------------------------------------------
