@@ -63,6 +63,8 @@ class PipelineConfig:
     force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.limits)
     processes: int = DEFAULT_PROCESSES
     reference: bool = True  # time the reference workload in every bench round (regression gates normalise by it)
+    # count each .pte variant on the target's core under emulation and decide on that (edgekit.pipeline_target)
+    emulate: bool = True
     eval_data: Path | None = None  # what every int8 variant is judged on (edgekit.fidelity; else --calib held out)
     require_eval_data: bool = False  # refuse to judge on synthetic inputs
 
@@ -136,6 +138,8 @@ class VariantRow:
     p50_ratio_ci: tuple[float, float] | None = None  # 95 % interval across worker processes
     metric: str = "accuracy"  # what judges it: task accuracy, or fidelity to the float model (no labelled data)
     fidelity: dict | None = None  # cosine, top1_agreement (and sqnr_db) vs the float model on fixed inputs
+    target: dict | None = None  # the variant's cost on the target's board (edgekit.pipeline_target.TargetCost)
+    target_ratio: float | None = None  # that cost against the fp32 variant of the same format's, on the same basis
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -152,6 +156,7 @@ class PipelineResult:
     metric: str = "accuracy"  # accuracy | fidelity: what the quality column holds
     skipped: tuple = ()  # edgekit.pipeline_plan.Skipped: rows that were not made, and why
     failed: tuple = ()  # those of ``skipped`` that were tried and failed (the run exits non-zero)
+    target_name: str = ""  # the board the target column and the decisions are for
 
     @property
     def passed(self) -> bool:
@@ -163,7 +168,7 @@ class PipelineResult:
         interval, edgekit.pipeline_verdict): the problem users hit most."""
         from edgekit.pipeline_verdict import slower_than_fp32, slower_warning
 
-        return tuple(slower_warning(row) for row in self.rows if slower_than_fp32(row))
+        return tuple(slower_warning(row, self.target_name) for row in self.rows if slower_than_fp32(row))
 
 
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
@@ -336,12 +341,16 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         reference=config.reference,
     )
     write_json(out / "bench.json", to_document(results))
+    from edgekit.pipeline_target import target_costs
+
+    models = [(folder / entry.path, entry.format) for folder, manifest in exports for entry in manifest.files]
+    costs = target_costs(models, results, target, emulate=config.emulate, threads=config.threads, progress=say)
 
     say(f"gate against {target.name} budgets")
-    report = _gate(results, target, config)
-    rows = _rows(exports, results, report, plan.metric)
+    report = _gate(results, target, config, costs)
+    rows = _with_target(_rows(exports, results, report, plan.metric), costs)
     result = PipelineResult(out, tuple(rows), report, float_accuracy, model=plan.name, metric=plan.metric,
-                            skipped=(*plan.skipped, *failed), failed=tuple(failed))
+                            skipped=(*plan.skipped, *failed), failed=tuple(failed), target_name=target.name)
     result = replace(result, recommended=recommend(rows, result.float_accuracy, _drop_budget(report)))
     from edgekit.pipeline_summary import write_report, write_summary
 
@@ -430,11 +439,12 @@ def _drop_budget(report) -> float | None:
     return min(limits) if limits else None
 
 
-def _gate(results, target, config: PipelineConfig):
+def _gate(results, target, config: PipelineConfig, costs=()):
     from edgekit.gates.evaluate import gate_results
     from edgekit.gates.report import to_json, to_junit_xml, to_markdown
+    from edgekit.pipeline_target import apply_to_gate
 
-    report = gate_results(results, target, config.budget_overrides, config.config_path)
+    report = apply_to_gate(gate_results(results, target, config.budget_overrides, config.config_path), costs, target)
     write_json(config.out / "gate.json", to_json(report))
     write_text(config.out / "gate.md", to_markdown(report))
     write_text(config.out / "junit.xml", to_junit_xml(report))
@@ -463,6 +473,13 @@ def _rows(exports, results, report, metric: str = "accuracy") -> list[VariantRow
             )
         )
     return _with_ratios(rows, results)
+
+
+def _with_target(rows: list[VariantRow], costs) -> list[VariantRow]:
+    from edgekit.pipeline_target import target_ratios
+
+    ratios = target_ratios([r.format for r in rows], [r.variant for r in rows], costs)
+    return [replace(row, target=cost.to_dict(), target_ratio=ratio) for row, cost, ratio in zip(rows, costs, ratios)]
 
 
 def _fidelity(metrics: dict) -> dict | None:

@@ -17,7 +17,32 @@ def ratio(value: float | None) -> str:
 
 
 def headers(result) -> tuple[str, ...]:
-    return tuple(result.metric if name == "accuracy" else name for name in HEADERS)
+    names = tuple(result.metric if name == "accuracy" else name for name in HEADERS)
+    if not _has_target(result):
+        return names
+    return (*names[:-1], f"on {result.target_name}", names[-1])
+
+
+def _has_target(result) -> bool:
+    """The rows carry the target's figures (edgekit.pipeline_target): the table gets its column."""
+    return bool(getattr(result, "target_name", "")) and any(getattr(row, "target", None) for row in result.rows)
+
+
+def target_cell(row) -> str:
+    from edgekit.pipeline_target import TargetCost
+
+    if not getattr(row, "target", None):
+        return "-"
+    cell = TargetCost(**row.target).cell()
+    return cell if cell == "-" else cell + ratio(row.target_ratio)
+
+
+def target_line(result) -> str | None:
+    if not _has_target(result):
+        return None
+    from edgekit.pipeline_target import basis_line
+
+    return basis_line([row.target for row in result.rows], result.target_name)
 
 
 def quality(row) -> str:
@@ -42,15 +67,17 @@ def quality(row) -> str:
 def cells(result) -> list[tuple[str, ...]]:
     """The table's rows, as text: every variant measured, then every variant skipped."""
     out = []
+    extra = _has_target(result)
     for row in result.rows:
-        out.append((row.variant, row.format, f"{row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)}", quality(row),
-                    f"{row.p50_ms:.3f}{ratio(row.p50_ratio)}", f"{row.p99_ms:.3f}", f"{row.peak_rss_mb:.0f} MB",
-                    row.gate))
+        cells_ = (row.variant, row.format, f"{row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)}", quality(row),
+                  f"{row.p50_ms:.3f}{ratio(row.p50_ratio)}", f"{row.p99_ms:.3f}", f"{row.peak_rss_mb:.0f} MB")
+        out.append((*cells_, *((target_cell(row),) if extra else ()), row.gate))
     failed = getattr(result, "failed", ())
     for skip in result.skipped:
         for variant in skip.variants:
             what = "FAILED" if skip in failed else "skipped"
-            out.append((variant, variant.rsplit("-", 1)[-1], what, "-", "-", "-", "-", "fail" if skip in failed else "skip"))
+            out.append((variant, variant.rsplit("-", 1)[-1], what, "-", "-", "-", "-", *(("-",) if extra else ()),
+                        "fail" if skip in failed else "skip"))
     return out
 
 
@@ -81,10 +108,11 @@ def summary_markdown(result, target_name: str) -> str:
         "ratios are against the fp32 variant of the same format, measured in the same run.",
         "",
         "| " + " | ".join(headers(result)) + " |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if _has_target(result) else "") + "---|",
     ]
     lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in cells(result)]
-    lines += ["", recommendation_line(result.recommended), ""]
+    basis = target_line(result)
+    lines += ["", *((basis, "") if basis else ()), recommendation_line(result.recommended), ""]
     lines += [f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
     lines += [f"- Warning: {warning}" for warning in result.warnings]
     lines += [f"- {line}" for line in skipped_lines(result)]
@@ -142,7 +170,9 @@ def write_report(result, results, target) -> None:
     ratios = {row.variant: Ratio(f"fp32-{row.format}", row.p50_ratio, row.p50_ratio_ci, row.size_ratio,
                                  row.size_ratio is not None)
               for row in result.rows}
-    lines = [recommendation_line(result.recommended), *(f"Warning: {w}" for w in result.warnings)]
+    basis = target_line(result)
+    lines = [*((basis,) if basis else ()), recommendation_line(result.recommended),
+             *(f"Warning: {w}" for w in result.warnings)]
     write_html(result.out / "report.html", results, title=title(result, target.name),
                subtitle=f"{judged}; gate: {verdict}", gates={row.variant: row.gate for row in result.rows},
                ratios=ratios, quality=(result.metric, {row.variant: quality(row) for row in result.rows}),

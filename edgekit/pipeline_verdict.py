@@ -14,6 +14,13 @@ verdict flip between reruns is part of it.
   recommendation is for size only. A model without labelled data is
   judged by fidelity: its drop is ``(1 - cosine) * 100`` points (the float model scores 1.0),
   as ``edgekit quantize`` counts it, so the default 1 pt budget asks for a cosine of 0.99.
+
+For the target (``edgekit.pipeline_target``): when variants have a cost estimated (or counted) on
+the target's emulated core, both decisions are taken on it instead of this host's timings: the
+candidates are the int8 variants with such a figure, the best has the lowest, it pays off when its
+ratio to fp32 is below 1, and it is slower than fp32 when that ratio exceeds ``SLOWER_THAN_FP32``.
+Counts are deterministic, so the ratio has no sampling interval. A variant measured on the board
+itself keeps the interval rules above, labelled as measured there.
 """
 
 from __future__ import annotations
@@ -31,18 +38,33 @@ def p50_ratio(result, base) -> tuple[float, float | None, float | None]:
     return ratio_of(result, base)
 
 
+def emulated_basis(row) -> bool:
+    """The row's target figure comes from emulation (estimated or counted), with a ratio to fp32."""
+    return getattr(row, "target_ratio", None) is not None and (row.target or {}).get("basis") in ("estimated", "counted")
+
+
 def slower_than_fp32(row) -> bool:
-    """An int8 row that is slower than its fp32 counterpart, decided on the ratio's interval."""
-    if not row.variant.startswith("int8") or row.p50_ratio is None:
+    """An int8 row that is slower than its fp32 counterpart, decided on the target's emulated cost
+    when it has one, else on the timing ratio's interval."""
+    if not row.variant.startswith("int8"):
+        return False
+    if emulated_basis(row):
+        return row.target_ratio > SLOWER_THAN_FP32
+    if row.p50_ratio is None:
         return False
     if row.p50_ratio_ci is not None:
         return row.p50_ratio_ci[0] > SLOWER_THAN_FP32
     return row.p50_ratio > SLOWER_THAN_FP32
 
 
-def slower_warning(row) -> str:
+def slower_warning(row, target_name: str = "the target") -> str:
+    if emulated_basis(row):
+        return (f"{row.variant} costs {row.target_ratio:.2f}x fp32 {row.format} on {target_name} ({row.target['label']}): "
+                f"int8 is not paying off on {target_name}; prefer another int8 variant or check the target's recipe")
+    where = "on this machine" if (getattr(row, "target", None) or {}).get("basis") != "measured" else \
+        row.target["label"]
     interval = "" if row.p50_ratio_ci is None else f" (95% CI {row.p50_ratio_ci[0]:.2f}-{row.p50_ratio_ci[1]:.2f}x)"
-    return (f"{row.variant} is {row.p50_ratio:.2f}x the p50 of fp32 {row.format}{interval} on this machine: "
+    return (f"{row.variant} is {row.p50_ratio:.2f}x the p50 of fp32 {row.format}{interval} {where}: "
             "int8 is not paying off here; prefer another int8 variant or check the target's recipe")
 
 
@@ -55,12 +77,25 @@ def recommend(rows: Sequence, float_accuracy: float | None, max_drop_points: flo
 
     candidates = [
         row for row in rows
-        if row.variant.startswith("int8") and row.gate != "fail" and row.p50_ratio is not None
+        if row.variant.startswith("int8") and row.gate != "fail" and (row.p50_ratio is not None or emulated_basis(row))
         and (drop(row) is None or drop(row) <= budget + 1e-9)
     ]
+    on_target = [row for row in candidates if emulated_basis(row)]
+    if on_target:
+        best = min(on_target, key=lambda row: (row.target_ratio, row.size_bytes))
+        return {**_recommended(best, drop(best)), "basis": best.target["label"], "target_ratio": best.target_ratio,
+                "target": best.target, "pays_off": best.target_ratio < 1.0}
+    candidates = [row for row in candidates if row.p50_ratio is not None]
     if not candidates:
         return None
     best = min(candidates, key=lambda row: (row.p50_ms, row.size_bytes))
+    measured = (getattr(best, "target", None) or {}).get("basis") == "measured"
+    interval = list(best.p50_ratio_ci) if best.p50_ratio_ci is not None else None
+    return {**_recommended(best, drop(best)), "basis": best.target["label"] if measured else "host timing",
+            "pays_off": (interval[1] < 1.0) if interval is not None else best.p50_ratio < 1.0}
+
+
+def _recommended(best, drop: float | None) -> dict[str, Any]:
     interval = list(best.p50_ratio_ci) if best.p50_ratio_ci is not None else None
     return {
         "variant": best.variant,
@@ -69,10 +104,9 @@ def recommend(rows: Sequence, float_accuracy: float | None, max_drop_points: flo
         "p50_ratio": best.p50_ratio,
         "p50_ratio_ci": interval,
         "size_ratio": best.size_ratio,
-        "accuracy_drop_points": drop(best),
+        "accuracy_drop_points": drop,
         "metric": getattr(best, "metric", "accuracy"),
         "cosine": (getattr(best, "fidelity", None) or {}).get("cosine"),
-        "pays_off": (interval[1] < 1.0) if interval is not None else best.p50_ratio < 1.0,
     }
 
 
@@ -98,6 +132,14 @@ def recommendation_line(rec: dict[str, Any] | None) -> str:
     size = "" if rec["size_ratio"] is None else f", {rec['size_ratio']:.2f}x the size"
     # A variant that is not faster than fp32 with confidence is still the best int8 file to ship for
     # its size, but the line must not read like a speed-up.
+    if rec.get("target_ratio") is not None:
+        head = "Recommended" if rec.get("pays_off", True) else "Recommended for its size only (not cheaper than fp32 there)"
+        target = rec.get("target") or {}
+        figure = f" (~{target['ms']:.3g} ms)" if target.get("ms") is not None else ""
+        host = "" if rec["p50_ratio"] is None else f"; on this host {rec['p50_ratio']:.2f}x the p50"
+        return (f"{head} for the target, {rec['basis']}: {rec['variant']}: {rec['target_ratio']:.2f}x the cost of fp32 "
+                f"{rec['format']}{figure}{host}{size}{drop}")
     head = "Recommended" if rec.get("pays_off", True) else "Recommended for its size only (not faster than fp32 here)"
+    basis = "" if rec.get("basis", "host timing") == "host timing" else f" ({rec['basis']})"
     return (f"{head}: {rec['variant']}: {rec['p50_ratio']:.2f}x the p50 of fp32 {rec['format']}{interval}"
-            f"{size}{drop}")
+            f"{size}{drop}{basis}")

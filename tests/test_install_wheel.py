@@ -97,7 +97,8 @@ def test_default_pipeline_from_an_empty_folder_shows_int8_paying_off(installed, 
     assert best["p50_ratio"] <= 0.85, best
     assert best["size_ratio"] <= 0.3, best
     assert best["accuracy_drop_points"] <= 1.0, best
-    assert "Recommended: " + best["variant"] in proc.stdout
+    # "Recommended: VARIANT: ..." on host timings, "Recommended for the target, estimated on ...: VARIANT: ..." on rpi4's core
+    assert "Recommended" in proc.stdout and f": {best['variant']}: " in " ".join(proc.stdout.split())
     # static int8 calibrated on the set shipped inside the installed package
     assert "data/calib/digits32" in (out / "quantized" / "static" / "manifest.json").read_text()
 

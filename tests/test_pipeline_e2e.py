@@ -81,8 +81,12 @@ def test_pipeline_runs_every_stage_and_passes(pipeline_run):
     recommended = summary["recommended"]
     assert recommended["variant"].startswith("int8") and recommended["accuracy_drop_points"] <= 1.0
     chosen = next(row for row in summary["variants"] if row["variant"] == recommended["variant"])
-    assert chosen["p50_ms"] == min(row["p50_ms"] for row in summary["variants"] if row["variant"].startswith("int8")
-                                   and row["accuracy"] >= summary["float_accuracy"] - 0.01)
+    within = [row for row in summary["variants"] if row["variant"].startswith("int8")
+              and row["accuracy"] >= summary["float_accuracy"] - 0.01]
+    if recommended["basis"] == "host timing":  # no emulated figure (no QEMU with plugins here): this host decides
+        assert chosen["p50_ms"] == min(row["p50_ms"] for row in within)
+    else:  # decided on the target's emulated core (edgekit.pipeline_target): the cheapest .pte there
+        assert chosen["target_ratio"] == min(row["target_ratio"] for row in within if row["target_ratio"] is not None)
     from edgekit.pipeline_verdict import recommendation_line
 
     # "Recommended: ..." or, when its interval does not lie below 1, "... for its size only ...": as printed

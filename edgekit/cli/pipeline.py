@@ -72,6 +72,7 @@ def pipeline_command(
     min_time: float = typer.Option(0.5, "--min-time", help="Minimum timed seconds per variant."),
     processes: int = typer.Option(4, "--processes", help="Benchmark worker processes per variant (confidence intervals across them)."),
     reference: bool = typer.Option(True, "--reference/--no-reference", help="Time a reference workload in every bench round (regression gates normalise by it)."),
+    emulate: bool = typer.Option(True, "--emulate/--no-emulate", help="Count each .pte variant on the target's core under QEMU and take the recommendation, the int8 warning and the target's latency budgets from that estimate, not this host's timings (skipped, with the reason, where QEMU cannot count)."),
     max_size_mb: MaxSizeOpt = None,
     max_p50_ms: MaxP50Opt = None,
     max_p99_ms: MaxP99Opt = None,
@@ -135,6 +136,7 @@ def pipeline_command(
         force=force,
         processes=processes,
         reference=reference,
+        emulate=emulate,
         eval_data=eval_data,
         require_eval_data=require_eval_data,
     )
@@ -147,6 +149,11 @@ def pipeline_command(
         table.add_row(*(escape(cell) for cell in row[:-1]), gate)
     out_console = console()
     out_console.print(table)
+    from edgekit.pipeline_summary import target_line
+
+    basis = target_line(result)
+    if basis:
+        out_console.print(basis, markup=False, highlight=False)
     out_console.print(recommendation_line(result.recommended), markup=False, highlight=False)
     for warning in result.warnings:
         out_console.print(f"[yellow]Warning:[/yellow] {escape(warning)}")
