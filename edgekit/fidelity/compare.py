@@ -39,7 +39,9 @@ class Comparison:
         self.outputs: list[OutputFidelity] | None = None
         self.notes: list[str] = []
 
-    def add(self, reference: list, candidate: list, batch: int) -> None:
+    def add(self, reference: list, candidate: list, batch: int, feed: Mapping[str, np.ndarray] | None = None) -> None:
+        """One batch of every output; ``feed`` (the inputs) lets a feature output leave out the padded
+        positions an integer ``*mask*`` input marks (no head reads them)."""
         if len(reference) != len(candidate):
             # a file exported with fewer outputs than the module returns (an auxiliary head left
             # out): the outputs both have are compared, in order, and the difference said
@@ -54,12 +56,22 @@ class Comparison:
                                                              self.labelled and i == 0))
                             for i, (name, ref) in enumerate(zip(names, reference))]
         for acc, ref, got in zip(self.outputs, reference, candidate):
-            acc.add(np.asarray(ref), np.asarray(got), batch)
+            ref, got = np.asarray(ref), np.asarray(got)
+            keep = _real_positions(feed, ref.shape) if feed is not None and acc.kind == "tensor" else None
+            if keep is not None and got.shape == ref.shape:
+                ref, got = ref[keep], got[keep]
+            acc.add(ref, got, batch)
 
     def results(self, floors: Mapping[str, Mapping[str, float]] | None = None) -> list[dict]:
         if not self.outputs:
             return []
         return [acc.result((floors or {}).get(acc.kind)) for acc in self.outputs]
+
+
+def _real_positions(feed: Mapping[str, np.ndarray], shape: tuple):
+    from edgekit.quantize.search.accuracy import real_positions
+
+    return real_positions(dict(feed), shape)
 
 
 def _output_names(names: Sequence[str], count: int) -> list[str]:
@@ -71,7 +83,7 @@ def compare_batches(float_run: Run, candidate_run: Run, feeds: Iterable[dict], n
                     kinds: Mapping[str, str] | None = None, labelled: bool = False) -> Comparison:
     comparison = Comparison(names, kinds, labelled)
     for feed in feeds:
-        comparison.add(float_run(feed), candidate_run(feed), _batch_of(feed))
+        comparison.add(float_run(feed), candidate_run(feed), _batch_of(feed), feed)
     return comparison
 
 

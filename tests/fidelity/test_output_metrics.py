@@ -134,3 +134,26 @@ def test_a_stateful_model_is_run_as_streams_with_its_own_state_fed_back(tmp_path
     hand_ref, hand_got = np.array(hand_ref), np.array(hand_got)
     assert prob["metrics"]["max_abs"] == pytest.approx(np.abs(hand_ref - hand_got).max(), rel=1e-4)
     assert prob["metrics"]["correlation"] == pytest.approx(np.corrcoef(hand_ref, hand_got)[0, 1], abs=1e-4)
+
+
+def test_padded_positions_of_a_feature_output_are_left_out():
+    """A hidden state at positions the attention mask marks as padding is read by no head: damage
+    there (here: garbage at every padded position) does not count, damage at real tokens does."""
+    rng = np.random.default_rng(0)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=np.int64)
+    hidden = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    garbage = hidden.copy()
+    garbage[mask == 0] = 100.0
+    feed = {"input_ids": np.ones((2, 5), np.int64), "attention_mask": mask}
+    comparison = Comparison(["last_hidden_state"])
+    comparison.add([hidden], [garbage], batch=2, feed=feed)
+    (result,) = comparison.results()
+    assert result["kind"] == "tensor" and result["metrics"]["cosine"] == pytest.approx(1.0)
+    damaged = hidden.copy()
+    damaged[0, 0] = -damaged[0, 0]  # a real token's features flipped
+    comparison = Comparison(["last_hidden_state"])
+    comparison.add([hidden], [damaged], batch=2, feed=feed)
+    real = hidden[mask.astype(bool)].ravel()
+    got = damaged[mask.astype(bool)].ravel()
+    expected = float(real @ got / (np.linalg.norm(real) * np.linalg.norm(got)))
+    assert comparison.results()[0]["metrics"]["cosine"] == pytest.approx(expected, abs=1e-6)
