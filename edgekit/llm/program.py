@@ -143,8 +143,9 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
     return {
         "precision": precision,
         "linears": linears,
-        **({"gguf_4bit_blocks_kept": kept, "gguf_4bit_blocks": "linears on the source's 4-bit grid (Q4_1) keep its "
-            "codes and scales exactly: d*(q-8) in int4 plus an int8 linear over each 32-block's input sum (the m + 8d term)"}
+        **({"gguf_4bit_blocks_kept": kept, "gguf_4bit_blocks": "linears on the source's 4-bit grid (Q4_0, Q4_1, "
+            "Q4_K) keep its codes and scales exactly: d*(q-8) in int4 plus an int8 linear over each 32-block's input "
+            "sum (the m + 8d term)"}
            if kept else {}),
         "lm_head": "int8 weights per output channel, int8 activations per token (8da8w; untied from the embedding)",
         "embedding": "int8 per row (symmetric)",

@@ -9,7 +9,8 @@ pre-tokenizers llama.cpp names in ``tokenizer.ggml.pre``:
   ``Digits(individual_digits=True)`` + ``ByteLevel``). The vocabulary proves it: it holds no
   token of two digits;
 - ``gpt2``/``default``: GPT-2's split;
-- ``llama-bpe``/``llama3``/``llama-v3`` (Llama 3): the Llama 3 expression.
+- ``llama-bpe``/``llama3``/``llama-v3`` (Llama 3): the Llama 3 expression;
+- ``qwen2`` (Qwen2, Qwen2.5, Qwen3): the Llama 3 expression with single digits, after NFC.
 
 Tokens marked CONTROL (type 3) are special (matched whole, e.g. ``<|im_start|>``), USER_DEFINED
 (type 4) are added tokens. SentencePiece vocabularies (``tokenizer.ggml.model = llama``: Llama 2,
@@ -24,13 +25,17 @@ from edgekit.outputs import safe_text
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-PRE_TOKENIZERS = ("smollm", "gpt2", "default", "llama-bpe", "llama3", "llama-v3")
+# Qwen2/2.5/3: Llama 3's expression with every digit on its own (transformers' Qwen2Tokenizer, which
+# also NFC-normalizes the text first)
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZERS = ("smollm", "gpt2", "default", "llama-bpe", "llama3", "llama-v3", "qwen2")
 CONTROL, USER_DEFINED = 3, 4
 
 
 def build_tokenizer(meta: dict, where: str, vocab_size: int):
     """The ``tokenizers.Tokenizer`` the GGUF metadata describes (an InputFileError when it cannot)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     kind = meta.get("tokenizer.ggml.model")
     if kind == "llama":
@@ -61,7 +66,9 @@ def build_tokenizer(meta: dict, where: str, vocab_size: int):
     if unknown is not None:
         raise InputFileError(f"{where}: the merge {safe_text(' '.join(unknown))} names tokens outside the vocabulary")
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
-    split = LLAMA3_SPLIT if pre in ("llama-bpe", "llama3", "llama-v3") else GPT2_SPLIT
+    split = LLAMA3_SPLIT if pre in ("llama-bpe", "llama3", "llama-v3") else QWEN2_SPLIT if pre == "qwen2" else GPT2_SPLIT
+    if pre == "qwen2":
+        tokenizer.normalizer = normalizers.NFC()
     steps = [pre_tokenizers.Split(Regex(split), behavior="isolated"),
              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     if pre == "smollm":
