@@ -144,7 +144,7 @@ def _bundle(folder: Path) -> dict:
     info = read_bundle_json(folder)
     native = info.get("native") if isinstance(info.get("native"), dict) else None
     needs = (f"no Python: {native.get('runner')} for {native.get('arch')} with {len(native.get('libraries') or [])} "
-             "ExecuTorch libraries in lib/" if native else
+             f"{native.get('runtime_label') or 'ExecuTorch'} libraries in lib/" if native else
              f"Python {info.get('python_version')} with pip, then requirements.txt ({', '.join(info.get('requirements') or [])})")
     return {
         "type": "bundle",

@@ -57,7 +57,7 @@ def render(s: dict) -> list[str]:
     if bundle:
         runtime = bundle.get("runtime") or {}
         if bundle.get("kind") == "native":
-            lines.append(f"bundle: {runtime.get('name')} (ExecuTorch {runtime.get('version')}), "
+            lines.append(f"bundle: {runtime.get('name')} {runtime.get('version')}, "
                          f"{_size(bundle['folder_bytes'])} on disk; the board needs {bundle['board_needs']}")
         else:
             lines.append(f"bundle: {runtime.get('name')}=={runtime.get('version')} for {bundle.get('python_platform')}, "
