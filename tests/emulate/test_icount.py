@@ -138,6 +138,29 @@ def test_bench_emulate_refuses_bad_input_in_one_line(tmp_path):
     assert "--processes" in one_line_error(with_host, 2)
 
 
+def test_missing_tools_are_named_with_what_installs_them(tmp_path, monkeypatch):
+    from edgekit.emulate.icount_plugin import find_header, plugin_qemu
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no qemu-aarch64 on it
+    with pytest.raises(EmulationError, match="apt-get install qemu-user"):
+        plugin_qemu()
+    monkeypatch.setenv("EDGEKIT_QEMU_PLUGIN_HEADER", str(tmp_path / "absent.h"))
+    with pytest.raises(EmulationError, match="absent.h is not a file"):
+        find_header()
+
+
+@pytest.mark.slow
+def test_a_damaged_program_fails_in_one_line_under_emulation(tmp_path):
+    from conftest import one_line_error
+
+    _needs_counting_tools()
+    program = tmp_path / "model.pte"
+    program.write_bytes(bytes(range(256)) * 20)
+    result = runner.invoke(app, ["bench", str(program), "--emulate", "--target", "rpi4", "--json", str(tmp_path / "r.json")])
+    assert "failed under emulation" in one_line_error(result, 1)
+    assert not (tmp_path / "r.json").exists()
+
+
 # -- real models -------------------------------------------------------------------------------------
 
 
