@@ -150,3 +150,20 @@ def test_an_initial_state_for_another_batch_size_is_one_line(tmp_path):
     line = one_line_error(runner.invoke(app, ["quantize", str(model), "--method", "static", "--calib",
                                               str(tmp_path / "bad.npz"), "--out", str(tmp_path / "q")]), 2)
     assert "state input 'state' holds 3 sample(s) along axis 1" in line
+
+
+def test_a_fixed_input_shape_is_the_shape_a_transformer_is_judged_at(tmp_path):
+    """`hf:` BERT with --input-shape 1x128: its reference rows were 1x16 and 7x11 whatever the shape,
+    which an ExecuTorch program fixed at 1x128 refused (set_inputs error 0x10, an internal error)."""
+    from edgekit.sources.model_source import resolve_source
+
+    config = {"model_type": "bert", "vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    fixed = resolve_source(f"hf:{tmp_path}", input_shapes=["input_ids=1x128", "attention_mask=1x128"], random_init=True)
+    for batch in (1, 7):
+        rows = fixed.reference_feed(batch)
+        assert {name: value.shape for name, value in rows.items()} == {"input_ids": (1, 128), "attention_mask": (1, 128)}
+        assert rows["attention_mask"][0].all()  # the first row is a whole sentence
+    free = resolve_source(f"hf:{tmp_path}", random_init=True)  # dynamic axes: two batch sizes, two lengths
+    assert free.reference_feed(7)["input_ids"].shape == (7, 11)
