@@ -72,6 +72,10 @@ def quantize_command(
              "with --calib-preprocess, a .txt file). Default: a held-out part of --calib (all of it for dynamic), "
              "else synthetic inputs, labelled as no evidence of accuracy. A stateful model: each array file one stream."),
     require_eval_data: bool = typer.Option(False, "--require-eval-data", help="Refuse to judge on synthetic inputs (for CI): give --eval-data or --calib."),
+    state: Optional[list[str]] = typer.Option(
+        None, "--state", metavar="INPUT=OUTPUT",
+        help="A state input and the output fed back into it, when their names do not pair them (h/hn, state/stateN "
+             "are found); the files are judged on streams, each model feeding back its own state (repeatable)."),
     output_kind: Optional[list[str]] = typer.Option(
         None, "--output-kind", metavar="OUTPUT=KIND",
         help="What an output is, when its values do not tell: scalar | classes | sequence | tensor (repeatable); "
@@ -114,7 +118,7 @@ def quantize_command(
             "--per-channel/--per-tensor": per_channel, "--reduce-range": reduce_range, "--op-types": op_types,
             "--exclude": exclude, "--max-drop": max_drop, "--auto": auto, "--fusion": fusion, "--smooth": smooth,
             "--report": report, "--eval-data": eval_data, "--require-eval-data": require_eval_data or None,
-            "--output-kind": output_kind, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
+            "--output-kind": output_kind, "--state": state, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
             "--input-dtype": input_dtype, "--dynamic-axes": dynamic_axes, "--input-range": input_range,
             "--state-dict": state_dict, "--random-init": random_init,
         }, f"--method {method} (a language model's .pte program)")
@@ -129,9 +133,9 @@ def quantize_command(
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None
     err = console(stderr=True)
-    if auto and (eval_data is not None or require_eval_data or output_kind):
-        raise UsageError("--eval-data, --require-eval-data and --output-kind judge one method's files; drop --auto "
-                         "and give --method")
+    if auto and (eval_data is not None or require_eval_data or output_kind or state):
+        raise UsageError("--eval-data, --require-eval-data, --output-kind and --state judge one method's files; drop "
+                         "--auto and give --method")
     if auto:
         chosen_by_auto = (
             ("--method", method != "static" or None), ("--calibrate-method", calibrate_method),
@@ -180,7 +184,7 @@ def quantize_command(
         "exclude": tuple(exclude) if exclude else None, "epochs": epochs, "lr": lr,
         "op_types": tuple(split_csv(op_types)) if op_types else None, "fusion": fusion,
         "smooth": smooth or None, "calib_preprocess": calib_preprocess, "tokenizer": tokenizer,
-        "eval_data": eval_data, "require_eval_data": require_eval_data, "output_kinds": output_kind,
+        "eval_data": eval_data, "require_eval_data": require_eval_data, "output_kinds": output_kind, "state_pairs": state,
     }
     with _calibration_progress(err) as progress:
         try:

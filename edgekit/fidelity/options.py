@@ -15,14 +15,14 @@ from edgekit.errors import UsageError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.metrics import KINDS
 
-EVAL_OPTIONS = ("eval_data", "require_eval_data", "output_kinds")
-
-
 def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
     """The evaluation settings among ``options`` (removed from it; CLI-style values)."""
     data = options.pop("eval_data", None)
     require = bool(options.pop("require_eval_data", False))
     kinds = parse_output_kinds(options.pop("output_kinds", None))
+    from edgekit.sources.state_pairs import parse_state_pairs
+
+    state = parse_state_pairs(options.pop("state_pairs", None))
     kind = ev.EVAL_DATA
     if calibrated:
         preprocess, tokenizer = options.get("calib_preprocess"), options.get("tokenizer")
@@ -35,7 +35,7 @@ def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
             raise UsageError("--calib-preprocess and --tokenizer say how --calib or --eval-data is read; give one")
     return ev.EvalSettings(data=Path(data) if data is not None else None, kind=kind if data is not None else ev.SYNTHETIC,
                            preprocess=preprocess, tokenizer=Path(tokenizer) if tokenizer is not None else None,
-                           require=require, kinds=kinds)
+                           require=require, kinds=kinds, state=state)
 
 
 def parse_output_kinds(texts) -> dict[str, str]:
@@ -56,6 +56,9 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
     data is required and there is none, InputFileError for evaluation data the model cannot take."""
     settings = settings or ev.EvalSettings()
     warning = None
+    from edgekit.sources.state_pairs import stream_layout
+
+    streams = stream_layout(src, declared_states=settings.state or None)[1]  # a --state that names nothing: now
     if settings.data is not None:
         from edgekit.errors import InputFileError
         from edgekit.quantize.calibration.data import calibration_kind
@@ -63,9 +66,7 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
         if not settings.data.exists():
             raise InputFileError(f"evaluation data not found: {settings.data}")
         calibration_kind(settings.data)  # a path that holds no data is refused before any work
-        from edgekit.sources.state_pairs import state_pairs
-
-        if not state_pairs(src.inputs, src.outputs):  # its first batch checked against the inputs now
+        if not streams:  # its first batch checked against the inputs now (streams: when they are read)
             try:
                 open_calibration(settings.data, settings.reading)
             except InputFileError as exc:

@@ -28,7 +28,7 @@ def _export(model, args, path: Path, inputs, outputs, dynamic=None) -> Path:
     return path
 
 
-def vad(path: Path, damage: str | None = None) -> Path:
+def vad(path: Path, damage: str | None = None, names: tuple[str, ...] = ("x", "h", "prob", "hn")) -> Path:
     """``prob, hn = vad(x (1, FRAME), h (1, 1, HIDDEN))``. ``damage="state"``: the recurrent weights
     scaled by 1.5 (each single call is close, the state drifts over a stream)."""
     import torch
@@ -49,7 +49,7 @@ def vad(path: Path, damage: str | None = None) -> Path:
         model.head.weight.mul_(4.0)
         if damage == "state":
             model.gru.weight_hh_l0.mul_(1.5)
-    return _export(model, (torch.zeros(1, FRAME), torch.zeros(1, 1, HIDDEN)), path, ["x", "h"], ["prob", "hn"])
+    return _export(model, (torch.zeros(1, FRAME), torch.zeros(1, 1, HIDDEN)), path, list(names[:2]), list(names[2:]))
 
 
 def ctc(path: Path, damage: bool = False) -> Path:

@@ -156,3 +156,18 @@ def test_dynamic_is_judged_on_an_image_folder_through_its_preprocessing(tmp_path
     assert fidelity["outputs"][0]["kind"] == "classes"
     orphan = _quantize(model, "--method", "dynamic", "--calib-preprocess", "range=0:1", "--out", tmp_path / "q2")
     assert orphan.exit_code == 2 and "--calib-preprocess" in orphan.stderr.strip().splitlines()[0]
+
+
+def test_a_state_pair_names_do_not_tell_is_declared_with_state(tmp_path):
+    model = fm.vad(tmp_path / "vad.onnx", names=("x", "carry", "prob", "carry2"))
+    (tmp_path / "streams").mkdir()
+    for i, frames in enumerate(fm.frames(2, 10)):
+        np.save(tmp_path / "streams" / f"take{i}.npy", frames)
+    result = _quantize(model, "--method", "dynamic", "--eval-data", tmp_path / "streams", "--state", "carry=carry2",
+                       "--out", tmp_path / "q")
+    assert result.exit_code == 0, result.output
+    fidelity = _fidelity(tmp_path / "q")
+    assert fidelity["state_pairs"] == [{"input": "carry", "output": "carry2"}]
+    assert (fidelity["streams"], fidelity["samples"]) == (2, 20)
+    wrong = _quantize(model, "--method", "dynamic", "--state", "carry=nowhere", "--out", tmp_path / "q2")
+    assert wrong.exit_code == 2 and "state output 'nowhere'" in wrong.stderr
