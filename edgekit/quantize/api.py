@@ -39,6 +39,10 @@ def quantize(
     strings) and ``state_dict``. ``max_drop`` (points): keep the most sensitive layers in float
     until the drop is within it, or raise ``AccuracyBudgetError``. ``progress`` receives
     ``CalibrationProgress`` during calibration.
+
+    Each requested format stands alone (``quantize/each_format``): one that fails leaves no file and
+    is listed with its reason in the manifest's ``quantization["failed"]``; only a run where every
+    format failed raises (the first failure).
     """
     from edgekit.quantize.registry import get_method, make_config
 
