@@ -119,6 +119,18 @@ def test_outputs_equal_python_onnxruntime(host_bundles, precision, tmp_path):
             assert (ours.argmax(1) == reference[f"{batch}/output"].argmax(1)).mean() >= 0.9
 
 
+def test_the_board_native_runtime_drives_it(host_bundles):
+    """edgekit.board's NativeRuntime (the Python side that runs edgekit-run) on the ONNX build."""
+    from edgekit.board.runtimes.native_runtime import NativeRuntime
+
+    bundle = host_bundles["int8"]
+    runtime = NativeRuntime(bundle / "model.onnx", 1)
+    assert runtime.info["name"] == "onnxruntime-native" and runtime.info["providers"] == ["CPUExecutionProvider"]
+    assert runtime.input_specs()[0]["shape"] == [None, 1, 8, 8]
+    x = np.load(bundle / "reference.npz")["b7/input/input"]
+    np.testing.assert_allclose(runtime.run([x])[0], python_ort(bundle / "model.onnx", x), rtol=0, atol=1e-6)
+
+
 def test_run_sh_check_and_info_need_no_python(host_bundles):
     bundle = host_bundles["int8"]
     done = run(["sh", bundle / "run.sh", "verify"], env={"PATH": "/usr/bin:/bin"})  # checksums, then the check

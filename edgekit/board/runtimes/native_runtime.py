@@ -1,4 +1,4 @@
-"""The native runner (``edgekit-run``, a C++ program): ExecuTorch with no Python on the board.
+"""The native runner (``edgekit-run``, a C++ program): ExecuTorch, or ONNX Runtime, with no Python on the board.
 
 The other runtimes load a model into this process; this one is a program, so this class runs it:
 the argument lists of its commands (``bench``, ``check``, ``probe``, ``info``) and, for callers that
@@ -35,7 +35,9 @@ class NativeRuntime(Runtime):
         if not self.runner.is_file():
             raise BoardError(f"{self.runner} not found (a native bundle carries it beside the model)")
         self.facts = self._call(["info", str(self.path)])
-        self.info = {"name": "executorch-native", "version": self.facts.get("executorch_version"),
+        built = self.facts.get("runtime") if isinstance(self.facts.get("runtime"), dict) else {}  # which backend
+        self.info = {"name": built.get("name") or "executorch-native",
+                     "version": built.get("version") or self.facts.get("executorch_version"),
                      "threads": self.threads, "engine": None,
                      "providers": list(self.facts.get("registered_backends") or [])}
 
@@ -67,7 +69,8 @@ class NativeRuntime(Runtime):
         specs = []
         for index, spec in enumerate(self.facts.get("inputs") or []):
             sizes = [int(d) for d in spec.get("sizes") or []]
-            specs.append({"name": f"input{index}", "shape": [None, *sizes[1:]] if sizes else [],
+            rest = [d if d >= 0 else None for d in sizes[1:]]  # an ONNX model's dynamic axes are -1
+            specs.append({"name": f"input{index}", "shape": [None, *rest] if sizes else [],
                           "dtype": str(spec.get("dtype")), "dynamic_axes": {0: "batch"} if sizes else {},
                           "bounded": True})
         return specs
