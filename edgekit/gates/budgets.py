@@ -109,6 +109,8 @@ class Budget:
             raise UsageError(f"{spec.key}: limit {self.limit!r} is not a finite number")
         if self.limit < 0 or (self.limit == 0 and not spec.allow_zero):
             raise UsageError(f"{spec.key}: limit {self.limit!r} must be {'zero or more' if spec.allow_zero else 'above zero'}")
+        if spec.most is not None and self.limit > spec.most:
+            raise UsageError(f"{spec.key}: limit {self.limit:g} is above {spec.most:g}, more than any {spec.label} can be")
         if self.origin not in ORIGINS:
             raise UsageError(f"budget origin {self.origin!r}; allowed: {', '.join(ORIGINS)}")
         object.__setattr__(self, "limit", float(self.limit))

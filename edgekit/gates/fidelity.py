@@ -32,7 +32,7 @@ def fidelity_measure(result: "BenchResult", metric: str) -> tuple[float | None, 
              if isinstance(out, dict) and out.get(key) is not None}
     if not found:
         kinds = sorted({str(out.get("kind")) for out in fidelity["outputs"].values() if isinstance(out, dict)})
-        return None, f"no output with a {key} figure (output kinds: {', '.join(kinds) or 'none'})", ""
+        return None, f"no output has this figure ({key}; output kinds: {', '.join(kinds) or 'none'})", ""
     name, value = min(found.items(), key=lambda item: _number(item[1]))
     evidence = fidelity.get("evidence")
     where = ("on synthetic inputs: not evidence of accuracy" if evidence not in REAL_EVIDENCE

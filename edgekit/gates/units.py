@@ -58,6 +58,7 @@ class Metric:
     units: Mapping[str, tuple[str, float]]  # lower-case spelling -> (canonical unit, factor)
     allow_zero: bool = False  # a zero limit is meaningful (no accuracy drop at all) or not (0 ms)
     minimum: bool = False  # the limit is a floor (a rate that must stay above it), not a ceiling
+    most: float | None = None  # the largest value the quantity can take (a cosine: 1), where it has one
 
     @property
     def spellings(self) -> str:
@@ -82,11 +83,12 @@ METRICS: dict[str, Metric] = {
         Metric("ttft", "max_ttft_ms", "time to first token", "ms", _TIME_UNITS),
         Metric("decode_tps", "min_decode_tps", "decode rate", "tok/s", _TOKEN_RATE_UNITS, minimum=True),
         # fidelity to the float model, worst output (``edgekit.gates.fidelity``)
-        Metric("cosine", "min_cosine", "fidelity cosine", "", _RATIO_UNITS, allow_zero=True, minimum=True),
-        Metric("agreement", "min_agreement", "fidelity agreement", "", _RATIO_UNITS, allow_zero=True, minimum=True),
+        Metric("cosine", "min_cosine", "fidelity cosine", "", _RATIO_UNITS, allow_zero=True, minimum=True, most=1.0),
+        Metric("agreement", "min_agreement", "fidelity agreement", "", _RATIO_UNITS, allow_zero=True, minimum=True,
+               most=1.0),
         Metric("sqnr", "min_sqnr_db", "fidelity SQNR", "dB", _DB_UNITS, allow_zero=True, minimum=True),
         Metric("correlation", "min_correlation", "fidelity correlation", "", _RATIO_UNITS, allow_zero=True,
-               minimum=True),
+               minimum=True, most=1.0),
     )
 }
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS.values()}
@@ -130,7 +132,8 @@ def parse_limit(metric: str | Metric, value: Any, where: str | None = None) -> t
     """
     spec = metric if isinstance(metric, Metric) else get_metric(metric)
     what = where or spec.key
-    allowed = f"units: {spec.spellings}; a bare number means {spec.unit}"
+    allowed = (f"units: {spec.spellings}; a bare number means {spec.unit}" if spec.unit
+               else f"a fraction such as 0.95, or a percentage ({spec.spellings})")
     number, spelling = _number(value, what, allowed)
     if spelling == "":
         unit, factor = spec.unit, 1.0

@@ -90,3 +90,15 @@ def test_gate_cli_takes_fidelity_floors_and_can_require_real_data(judged, tmp_pa
     assert refused.exit_code == 2
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("Error: --require-eval-data") and "synthetic" in line
+
+
+def test_fidelity_floors_are_fractions_up_to_one():
+    from edgekit.errors import UsageError
+    from edgekit.gates.budgets import parse_limit
+
+    assert parse_limit("cosine", "95%") == (pytest.approx(0.95), "")
+    assert parse_limit("sqnr", "20dB") == (20.0, "dB")
+    with pytest.raises(UsageError, match="above 1"):
+        Budget.parse("agreement", "1.2", "flag")
+    with pytest.raises(UsageError, match="a fraction such as 0.95"):
+        parse_limit("correlation", "high")
