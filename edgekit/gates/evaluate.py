@@ -349,7 +349,9 @@ def _latency_notes(checks: list[Check], results, names: list[str]) -> list[str]:
             f"pass {LOCAL_LATENCY_FLAG} to apply them to these results anyway"
         )
     if emulated:
-        notes.append(f"{_count(emulated)} measured under emulation: no latency or regression check applies to it "
+        counted = all(by_name[m].emulated is not None for m in emulated)  # bench --emulate: its counts are gated
+        notes.append(f"{_count(emulated)} measured under emulation: no latency "
+                     f"{'budget applies to its timings' if counted else 'or regression check applies to it'} "
                      "(QEMU's timings are not a board's)")
     return notes
 
