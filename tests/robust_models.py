@@ -94,11 +94,13 @@ def export_detector(path) -> None:
                                     "mask": {0: "batch", 2: "height", 3: "width"}})
 
 
-def export_recurrent(path) -> None:
+def export_recurrent(path, state: str = "state", next_state: str = "stateN") -> None:
+    """``state``/``next_state``: the names of the state input and output (names that do not pair
+    need ``--state``)."""
     torch.onnx.export(Recurrent().eval(), (torch.randn(1, 16), torch.zeros(2, 1, 32)), str(path),
-                      input_names=["input", "state"], output_names=["output", "stateN"], opset_version=17,
-                      dynamo=False, dynamic_axes={"input": {0: "batch"}, "state": {1: "batch"},
-                                                  "output": {0: "batch"}, "stateN": {1: "batch"}})
+                      input_names=["input", state], output_names=["output", next_state], opset_version=17,
+                      dynamo=False, dynamic_axes={"input": {0: "batch"}, state: {1: "batch"},
+                                                  "output": {0: "batch"}, next_state: {1: "batch"}})
 
 
 def concat_of_constants(path, inside_if: bool = False) -> None:

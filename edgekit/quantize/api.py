@@ -103,8 +103,9 @@ def quantize_config(
     from edgekit.quantize.job import calibration_reading, open_source_calibration
 
     # what the files are judged on (a held-out part of --calib may leave calibration); real data if required
+    declared_states = dict(getattr(evaluation, "state", None) or {})  # --state: calibration runs those streams too
     evaluation, config, eval_warning = plan(src, config, evaluation, lambda path, reading: open_source_calibration(
-        src, path, reading=calibration_reading(config) if reading is None else reading))
+        src, path, reading=calibration_reading(config) if reading is None else reading, declared_states=declared_states))
     calibrated = config.calibrated
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     options["eval_data"] = evaluation.data
@@ -114,6 +115,7 @@ def quantize_config(
         from edgekit.fidelity.assess import SETTINGS_KEY
 
         job.memo[SETTINGS_KEY] = evaluation
+        job.declared_states = declared_states
         if eval_warning:
             job.warnings.append(eval_warning)
         from edgekit.quantize.job import calibration_reading
@@ -130,7 +132,7 @@ def quantize_config(
 
         attempts = Attempts(job.dest)  # a format that fails is a row with its reason; the others are written
         produced = _run_each_format(job, config, method_spec, attempts)
-        cases = write_reference(job, getattr(config, "calib", None))
+        cases = write_reference(job, _reference_data(job, config, evaluation))
         files, budgets = [], []
         for item in produced:
             def check(item=item):
@@ -167,6 +169,16 @@ def quantize_config(
             quantization["failed"] = attempts.summary()
         result = finish(job, files, quantization)
     return Path(out), result
+
+
+def _reference_data(job, config, evaluation):
+    """The data the reference cases are cut from: --calib, else --eval-data (read as it says), so a
+    model with free height/width is judged at the data's size, not one edgekit makes up."""
+    if getattr(config, "calib", None) is not None or getattr(evaluation, "data", None) is None:
+        return getattr(config, "calib", None)
+    reading = {"preprocess": evaluation.preprocess, "tokenizer": evaluation.tokenizer}
+    job.calib_reading = {key: value for key, value in reading.items() if value is not None}
+    return evaluation.data
 
 
 def _run_each_format(job, config, method_spec, attempts) -> list:

@@ -33,6 +33,8 @@ class QuantJob:
     memo: dict = field(default_factory=dict)
     # how the run's --calib is read (images: "preprocess"; text: "tokenizer"), from its StaticConfig
     calib_reading: dict = field(default_factory=dict)
+    # --state INPUT=OUTPUT: state pairs declared for a stateful model (calibrated on streams)
+    declared_states: dict = field(default_factory=dict)
 
     @property
     def dest(self) -> Path:
@@ -69,7 +71,7 @@ class QuantJob:
     def open_calibration(self, calib, batch_size: int = 32, max_samples: int | None = None, reading: dict | None = None):
         """The calibration set ``calib`` for this model: arrays, images or text (``calibration/data.py``)."""
         return open_source_calibration(self.source, calib, batch_size, max_samples,
-                                       self.calib_reading if reading is None else reading)
+                                       self.calib_reading if reading is None else reading, self.declared_states)
 
     def calibration(self, config):
         return self.open_calibration(config.calib, config.calib_batch_size, config.calib_max_samples,
@@ -99,7 +101,7 @@ class QuantJob:
 
 
 def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, max_samples: int | None = None,
-                            reading: dict | None = None):
+                            reading: dict | None = None, declared_states: dict | None = None):
     """``calib`` opened for ``source``'s inputs, read as ``reading`` says (``calibration_reading``); an
     hf: model brings its tokenizer and its longest sequence. The first batch is checked now."""
     from edgekit.quantize.calibration.data import open_calibration
@@ -108,7 +110,8 @@ def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, ma
     positions = (source.model_info.get("config") or {}).get("max_position_embeddings") if source.kind == "hf" else None
     from edgekit.sources.state_pairs import stream_layout
 
-    axes, streams = stream_layout(source)  # a state input's batch axis; outputs fed back between calls
+    # a state input's batch axis; outputs fed back between calls (found by name, or --state)
+    axes, streams = stream_layout(source, declared_states=declared_states)
     return open_calibration(calib, source.inputs, batch_size, max_samples,
                             preprocess=reading.get("preprocess"), tokenizer=reading.get("tokenizer"),
                             model_tokenizer=source.tokenizer, axes=axes, streams=streams,

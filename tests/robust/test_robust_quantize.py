@@ -128,6 +128,20 @@ def test_a_recurrent_model_calibrates_on_a_stream_with_its_state_fed_back(tmp_pa
     assert np.abs(int8 - float_).max() < 0.1
 
 
+def test_a_state_whose_names_do_not_pair_is_declared_with_state(tmp_path):
+    """`memory` in, `carry` out: nothing pairs them by name, so the calibration data must hold the
+    state for every call (refused: it is not in the block); --state memory=carry calibrates on the stream."""
+    model = tmp_path / "rnn.onnx"
+    robust_models.export_recurrent(model, state="memory", next_state="carry")
+    np.savez(tmp_path / "stream.npz", input=_stream(60))
+    args = ["quantize", str(model), "--method", "static", "--calib", str(tmp_path / "stream.npz")]
+    refused = one_line_error(runner.invoke(app, [*args, "--out", str(tmp_path / "a")]), 2)
+    assert "lacks array(s) for input(s): memory" in refused
+    result = runner.invoke(app, [*args, "--state", "memory=carry", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert _manifest(tmp_path / "b")["quantization"]["calibration"]["samples"] >= 40
+
+
 def test_state_pairs_and_sample_axes_are_found_from_names_and_dynamic_axes(tmp_path):
     from edgekit.sources.model_source import resolve_source
     from edgekit.sources.state_pairs import StatePair, state_pairs, stream_layout
