@@ -118,10 +118,10 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
     if pairs:
         initial = _initial_state(job.source.inputs, pairs)
         comparison, streams, samples = compare_streams(
-            float_run, candidate_run, _streams(job, settings, pairs, kind), outputs, pairs, initial,
+            float_run, candidate_run, _streams(job, settings, pairs), outputs, pairs, initial,
             settings.kinds, labelled)
     else:
-        counted = _Counted(_feeds(job, settings, cases, kind))
+        counted = _Counted(_feeds(job, settings, cases))
         comparison = compare_batches(float_run, candidate_run, counted, outputs, settings.kinds, labelled)
         samples = counted.samples
     results = comparison.results()
@@ -173,7 +173,7 @@ class _Counted:
             yield feed
 
 
-def _feeds(job, settings: ev.EvalSettings, cases: dict, kind: str) -> Iterator[dict]:
+def _feeds(job, settings: ev.EvalSettings, cases: dict) -> Iterator[dict]:
     if settings.data is None:  # the reference cases: the test split, or synthetic inputs
         for _, (inputs, _) in sorted(cases.items()):
             yield inputs
@@ -197,7 +197,7 @@ def _initial_state(specs, pairs) -> dict:
     return {p.input: np.zeros(by_name[p.input].concrete_shape(), dtype=by_name[p.input].dtype) for p in pairs}
 
 
-def _streams(job, settings: ev.EvalSettings, pairs, kind: str):
+def _streams(job, settings: ev.EvalSettings, pairs):
     """Streams of per-call feeds of the inputs that are not state: each array file of the data is one
     stream, its rows the calls in order; synthetic streams when there is no data."""
     states = {p.input for p in pairs}

@@ -176,6 +176,10 @@ def _reference_data(job, config, evaluation):
     model with free height/width is judged at the data's size, not one edgekit makes up."""
     if getattr(config, "calib", None) is not None or getattr(evaluation, "data", None) is None:
         return getattr(config, "calib", None)
+    from edgekit.sources.state_pairs import stream_layout
+
+    if stream_layout(job.source, declared_states=evaluation.state or None)[1]:
+        return None  # streams of the inputs that are not state: no case holds a whole call (edgekit/fidelity)
     reading = {"preprocess": evaluation.preprocess, "tokenizer": evaluation.tokenizer}
     job.calib_reading = {key: value for key, value in reading.items() if value is not None}
     return evaluation.data
