@@ -83,6 +83,11 @@ def test_a_detector_with_free_height_and_width_asks_for_its_size(tmp_path):
     assert result.exit_code == 0, result.output
     feed = {"image": pages[:2]}
     assert _cosine(_run(tmp_path / "d" / "model.onnx", feed)[0], _run(model, feed)[0]) > 0.99
+    # dynamic judged on --eval-data: the reference cases are the data's pages, at their size
+    result = runner.invoke(app, ["quantize", str(model), "--method", "dynamic", "--eval-data", str(tmp_path / "pages.npy"),
+                                 "--out", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output
+    assert _cosine(_run(tmp_path / "e" / "model.onnx", feed)[0], _run(model, feed)[0]) > 0.99
 
 
 def _stream(steps: int = 120) -> np.ndarray:
