@@ -1,4 +1,4 @@
-"""``build_ort_runner``: ``edgekit-run`` with the ONNX Runtime backend (``runner/ort_backend.cpp``).
+"""``build_ort_runner``: ``edgekit-run`` with the ONNX Runtime backend (``runner/ort_backend.cpp``, ``ort_library.*``).
 
 The same commands and protocol as the ExecuTorch build (the shared sources of ``runner/``), one
 backend per program: a bundle then carries one runtime's library only. The program is compiled

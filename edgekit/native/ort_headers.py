@@ -23,7 +23,7 @@ from typing import Callable
 from edgekit.errors import EdgekitError
 
 HEADER = "onnxruntime_c_api.h"
-API_VERSION = 21  # what ort_backend.cpp asks GetApi for
+API_VERSION = 21  # what ort_library.cpp asks GetApi for
 SYSTEM_INCLUDE = Path("/usr/include/onnxruntime")
 PACKAGE = "libonnxruntime-dev"
 SUITE = "trixie"

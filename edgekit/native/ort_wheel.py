@@ -26,7 +26,7 @@ from edgekit.native.toolchain import host_arch
 from edgekit.native.wheel import PLATFORMS, PYTHON_TAG, _sha256, download
 
 DIST = "onnxruntime"
-LIBRARY = "libonnxruntime.so"  # its name in a bundle's lib/ (ort_backend.cpp opens this name)
+LIBRARY = "libonnxruntime.so"  # its name in a bundle's lib/ (ort_library.cpp opens this name)
 NOTICES = ("LICENSE", "ThirdPartyNotices.txt")
 KNOWN_SHA256 = {
     ("1.32.0", "manylinux_2_28_aarch64"): "2303372a85299b6757b0e11e1cbf13e410ddf7e10c37f4b37e99d1c90e7daf7c",
