@@ -68,6 +68,17 @@ def one_line_error(result, code: int) -> str:
     return lines[0]
 
 
+# ---- the inner loop: tests/slow_tests.py lists what `-m "not slow"` leaves out --------------------
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    from slow_tests import is_slow
+
+    for item in items:
+        if is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+
+
 # ---- skips: counted by reason, and held to tests/skip_policy.py on CI -----------------------------
 
 _SKIPS: dict[str, int] = {}
