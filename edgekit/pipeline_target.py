@@ -4,7 +4,7 @@ A variant's cost has one basis, the first that applies:
 
 * **measured**: its bench ran on the target's board (``edgekit.gates.device.on_device``: the host's
   arch and core are the target's): the timing is the board's;
-* **estimated**: an ExecuTorch program (``.pte``), counted on the target's core under emulation
+* **estimated**: a file the counter runs (ExecuTorch ``.pte``, ONNX), counted on the target's core under emulation
   (``edgekit.emulate.icount``, one thread) and priced by the core's fitted cost model
   (``edgekit.estimate``) at the target's clock and threads, with its band. A core without a fitted
   model still has its instruction count, and ratios between variants are taken on it;
@@ -21,7 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from edgekit.estimate.on_target import ESTIMATED, HOST, MEASURED, Counter, TargetCost, Unavailable, no_emulation
+from edgekit.estimate.on_target import (
+    ESTIMATED, HOST, MEASURED, Counter, TargetCost, Unavailable, counted_formats, no_emulation,
+)
 
 __all__ = ["ESTIMATED", "HOST", "MEASURED", "TargetCost", "apply_to_gate", "basis_line", "target_costs", "target_ratios"]
 Progress = Callable[[str], None]
@@ -35,16 +37,17 @@ def target_costs(models: Sequence[tuple[Path, str]], results, target, *, emulate
     device = Device.of(target)
     off = no_emulation(target, emulate)
     counter = Counter(target, threads, progress)  # the native row runs the static .pte again: counted once
+    counted = counted_formats()
     out = []
     for (path, fmt), result in zip(models, results):
         if not is_emulated(result) and on_device(result, device):
             out.append(TargetCost(MEASURED, f"measured on {measured_on(result)}", result.timing.p50))
-        elif off or fmt != "executorch":
+        elif off or fmt not in counted:
             out.append(TargetCost(HOST, "host timing",
-                                  note=off or f"not counted: emulated counts run .pte programs, not {fmt}"))
+                                  note=off or f"not counted: emulated counts run {' and '.join(counted)} files, not {fmt}"))
         else:
             try:
-                out.append(counter.cost(Path(path)))
+                out.append(counter.cost(Path(path), fmt))
             except Unavailable as exc:
                 out.append(TargetCost(HOST, "host timing", note=str(exc)))
     return out

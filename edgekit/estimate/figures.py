@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgekit.errors import InputFileError
 
-ROLES = ("fit", "check")
+ROLES = ("fit", "check", "aside")  # aside: shown with its error, in neither the fit nor the medians (why: in the file)
 SOURCE_KEYS = ("runtime", "repo", "path", "commit", "url", "statistic")
 FIGURE_KEYS = ("source", "board", "core", "mhz", "model", "threads", "ms", "role")
 
@@ -35,7 +35,7 @@ class Figure:
     model: str
     threads: int
     ms: float
-    role: str  # fit | check
+    role: str  # fit | check | aside
 
     @property
     def label(self) -> str:
@@ -48,7 +48,7 @@ def default_path() -> Path:
 
 def load_figures(path: Path | None = None) -> list[Figure]:
     """Every figure of ``path`` (default: the shipped ``published.toml``), each checked: a known
-    source with its provenance, a positive clock, latency and thread count, a role of fit|check."""
+    source with its provenance, a positive clock, latency and thread count, a role of fit|check|aside."""
     path = Path(path) if path is not None else default_path()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -47,6 +47,13 @@ class TargetCost:
         return asdict(self)
 
 
+def counted_formats() -> tuple[str, ...]:
+    """The formats the emulated counter runs (``edgekit.emulate.icount.RUNNERS``)."""
+    from edgekit.emulate.icount import RUNNERS
+
+    return tuple(RUNNERS)
+
+
 class Unavailable(Exception):
     """Emulated counting cannot run on this machine (no QEMU with plugins, no compiler, ...)."""
 
@@ -61,8 +68,9 @@ def no_emulation(target, emulate: bool) -> str | None:
 
 
 class Counter:
-    """Counts .pte files on a target's emulated core, each distinct file once; after the first
-    failure every call raises the same ``Unavailable``."""
+    """Counts model files on a target's emulated core, each distinct file once. A file that cannot be
+    counted raises ``Unavailable`` with the reason (QEMU missing, the model failing under it): the
+    caller keeps that row on host timings and goes on with the next."""
 
     def __init__(self, target, threads: int | None, progress: Progress):
         from edgekit.estimate.cores import load_cores
@@ -70,34 +78,27 @@ class Counter:
         self.target, self.threads, self.progress = target, threads, progress
         self.cores = load_cores()  # read once: every file of a run is priced by the same model
         self.counted: dict[str, dict] = {}
-        self.unavailable: str | None = None
 
-    def cost(self, path: Path) -> TargetCost:
-        if self.unavailable:
-            raise Unavailable(self.unavailable)
-        try:
-            return priced(self._counts(Path(path)), self.target, self.threads, self.cores)
-        except Unavailable as exc:
-            self.unavailable = str(exc)
-            raise
+    def cost(self, path: Path, fmt: str = "executorch") -> TargetCost:
+        return priced(self._counts(Path(path), fmt), self.target, self.threads, self.cores)
 
-    def _counts(self, path: Path) -> dict:
+    def _counts(self, path: Path, fmt: str) -> dict:
         from edgekit.emulate import EmulationError
         from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
         from edgekit.emulate.icount import count_per_run
         from edgekit.emulate.icount_plugin import plugin_qemu
         from edgekit.errors import EdgekitError
 
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest not in self.counted:
-            try:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            if digest not in self.counted:
                 cpu, note = qemu_cpu_for(self.target.core, tuple(qemu_cpus(plugin_qemu())))
                 if note:
                     raise Unavailable(f"emulation skipped: {note}")
                 self.progress(f"count instructions of {path.parent.name}/{path.name} on emulated {self.target.core}")
-                self.counted[digest] = count_per_run(path, "executorch", cpu, threads=1, runs=EMULATED_RUNS)
-            except (EmulationError, EdgekitError, OSError) as exc:
-                raise Unavailable(f"emulation unavailable: {str(exc).splitlines()[0]}") from None
+                self.counted[digest] = count_per_run(path, fmt, cpu, threads=1, runs=EMULATED_RUNS)
+        except (EmulationError, EdgekitError, OSError) as exc:
+            raise Unavailable(f"emulation unavailable: {str(exc).splitlines()[0]}") from None
         return self.counted[digest]
 
 

@@ -109,9 +109,11 @@ def test_without_qemu_the_rows_keep_host_timings_and_say_why(tmp_path, monkeypat
 
     program = tmp_path / "model.pte"
     program.write_bytes(b"\0" * 64)
+    (tmp_path / "model.onnx").write_bytes(b"\0" * 64)
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without qemu-user: no qemu-aarch64 on the PATH
-    results = [replace(make_result(v), host={"machine": "x86_64"}) for v in ("fp32-executorch", "fp32-onnx")]
-    models = [(program, "executorch"), (tmp_path / "model.onnx", "onnx")]
+    results = [replace(make_result(v), host={"machine": "x86_64"})
+               for v in ("fp32-executorch", "fp32-onnx", "fp32-torchscript")]
+    models = [(program, "executorch"), (tmp_path / "model.onnx", "onnx"), (tmp_path / "model.pt", "torchscript")]
 
     def costs(target: str, emulate: bool = True) -> list[TargetCost]:
         return target_costs(models, results, load_target(target), emulate=emulate, threads=None, progress=print)
@@ -119,10 +121,35 @@ def test_without_qemu_the_rows_keep_host_timings_and_say_why(tmp_path, monkeypat
     notes = [c.note for c in costs("rpi4")]
     assert all(c.basis == HOST for c in costs("rpi4"))
     assert notes[0].startswith("emulation unavailable: counting instructions needs qemu-aarch64")
-    assert notes[1] == "not counted: emulated counts run .pte programs, not onnx"
+    assert notes[1] == notes[0]  # the ONNX row is not counted either, for the same reason
+    assert notes[2] == "not counted: emulated counts run executorch and onnx files, not torchscript"
     assert {c.note for c in costs("rpi4", emulate=False)} == {"emulation off (--no-emulate)"}
     assert {c.label for c in costs("x86-64")} == {"measured on x86_64"}  # this host is an x86-64 target's board
     board = [replace(r, host={"machine": "aarch64", "board": "Raspberry Pi 4 Model B Rev 1.4"}) for r in results]
     measured = target_costs(models, board, load_target("rpi4"), emulate=True, threads=None, progress=print)
-    assert [c.basis for c in measured] == [MEASURED, MEASURED]
+    assert [c.basis for c in measured] == [MEASURED] * 3
     assert measured[0].label == "measured on aarch64 (Raspberry Pi 4 Model B Rev 1.4)" and measured[0].ms == 10.0
+
+
+def test_auto_falls_back_to_host_timings_and_says_why(tmp_path, monkeypatch):
+    from edgekit.quantize.search.auto import Candidate
+    from edgekit.quantize.search.target_choice import choice_key, decide_on_target
+
+    (tmp_path / "fp32.pte").write_bytes(b"\0" * 64)
+    (tmp_path / "int8.pte").write_bytes(b"\1" * 64)
+    cand = Candidate("static-minmax", "static", "executorch", {}, str(tmp_path / "int8.pte"), 64, drop_points=0.1,
+                     p50_ms=2.0, meets_budget=True)
+    floats = [("executorch", tmp_path / "fp32.pte")]
+
+    def decide(target: str, emulate: bool = True):
+        return decide_on_target([cand], floats, load_target(target), 1.0, emulate=emulate, progress=print)
+
+    assert decide("x86-64") == {"not_counted": "emulated counts are for aarch64 boards; x86-64 is x86_64"}
+    assert decide("rpi4", emulate=False) == {"not_counted": "emulation off (--no-emulate)"}
+    monkeypatch.setenv("PATH", str(tmp_path))  # no qemu-aarch64
+    assert decide("rpi4")["not_counted"].startswith("emulation unavailable: counting instructions needs qemu-aarch64")
+    assert cand.target is None and cand.meets_budget and choice_key(cand) == 2.0  # the host's p50 decides
+    assert decide_on_target([replace(cand, format="torchscript")], [("torchscript", tmp_path / "m.pt")],
+                            load_target("rpi4"), 1.0, emulate=True, progress=print) is None
+    cand.target = {"ratio_to_float": 0.4}
+    assert choice_key(cand) == 0.4
