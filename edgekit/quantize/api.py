@@ -132,6 +132,7 @@ def quantize_config(
 
         attempts = Attempts(job.dest)  # a format that fails is a row with its reason; the others are written
         produced = _run_each_format(job, config, method_spec, attempts)
+        attempts.raise_if_nothing_written(len(produced))  # every format failed: the first failure, as before
         cases = write_reference(job, _reference_data(job, config, evaluation))
         files, budgets = [], []
         for item in produced:
