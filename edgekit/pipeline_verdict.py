@@ -107,6 +107,7 @@ def _recommended(best, drop: float | None) -> dict[str, Any]:
         "accuracy_drop_points": drop,
         "metric": getattr(best, "metric", "accuracy"),
         "cosine": (getattr(best, "fidelity", None) or {}).get("cosine"),
+        "evidence": (getattr(best, "fidelity", None) or {}).get("evidence"),  # what the fidelity was measured on
     }
 
 
@@ -126,7 +127,10 @@ def recommendation_line(rec: dict[str, Any] | None) -> str:
         return "No int8 variant qualifies (accuracy or fidelity within budget and gate not failed)."
     interval = "" if rec["p50_ratio_ci"] is None else f" (95% CI {rec['p50_ratio_ci'][0]:.2f}-{rec['p50_ratio_ci'][1]:.2f}x)"
     if rec.get("metric") == "fidelity" and rec.get("cosine") is not None:
-        drop = f", cosine {rec['cosine']:.4f} to the float model"
+        from edgekit.fidelity.evidence import REAL, SYNTHETIC_NOTE
+
+        synthetic = rec.get("evidence") is not None and rec["evidence"] not in REAL
+        drop = f", cosine {rec['cosine']:.4f} to the float model" + (f" ({SYNTHETIC_NOTE})" if synthetic else "")
     else:
         drop = "" if rec["accuracy_drop_points"] is None else f", accuracy {-rec['accuracy_drop_points'] + 0.0:+.2f} pt"
     size = "" if rec["size_ratio"] is None else f", {rec['size_ratio']:.2f}x the size"
