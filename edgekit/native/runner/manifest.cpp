@@ -120,6 +120,44 @@ std::string detect_format(const std::string& model, const Json& entry, const std
                    backend().suffix + " models (or pass --format " + ours + ")");
 }
 
+namespace {
+
+// A number as Python's float() of an int or float (not a bool), else null.
+Json number_or_null(const Json* v) {
+  if (v == nullptr || !v->is_number() || !std::isfinite(v->as_double())) return Json();
+  return Json(v->as_double());
+}
+
+// board/manifest.py's fidelity_summary: what a gate's fidelity budgets read of metrics.fidelity.
+Json fidelity_summary(const Json* fidelity) {
+  const Json* outputs = fidelity && fidelity->is_object() ? fidelity->find("outputs") : nullptr;
+  if (outputs == nullptr || !outputs->is_array()) return Json();
+  Json summary = Json::object();
+  for (const Json& out : outputs->items()) {
+    const Json* found = out.is_object() ? out.find("metrics") : nullptr;
+    if (found == nullptr || !found->is_object()) continue;
+    const Json* agreement = found->find("top1_agreement");
+    if (agreement == nullptr) agreement = found->find("timestep_agreement");
+    const Json* name = out.find("output");
+    const Json* kind = out.find("kind");
+    const Json* ok = out.find("ok");
+    summary.set(head_chars(name ? py_str(*name) : "None", 200),
+                Json::object()
+                    .set("kind", head_chars(kind ? py_str(*kind) : "None", 20))
+                    .set("cosine", number_or_null(found->find("cosine")))
+                    .set("sqnr_db", number_or_null(found->find("sqnr_db")))
+                    .set("agreement", number_or_null(agreement))
+                    .set("correlation", number_or_null(found->find("correlation")))
+                    .set("ok", ok != nullptr && ok->is_bool() && ok->as_bool()));
+  }
+  const Json* evidence = fidelity->find("evidence");
+  return Json::object()
+      .set("evidence", evidence && !evidence->is_null() ? Json(head_chars(py_str(*evidence), 40)) : Json())
+      .set("outputs", summary);
+}
+
+}  // namespace
+
 Json model_info(const std::string& model, const std::string& format, const Json& entry) {
   static const Json empty = Json::object();
   const Json& e = entry.is_object() ? entry : empty;
@@ -155,6 +193,7 @@ Json model_info(const std::string& model, const std::string& format, const Json&
   info.set("variant", variant && py_truthy(*variant) ? py_str(*variant) : std::string());
   info.set("accuracy", metric("accuracy"));
   info.set("float_accuracy", metric("float_accuracy"));
+  info.set("fidelity", fidelity_summary(metrics ? metrics->find("fidelity") : nullptr));
   return info;
 }
 
