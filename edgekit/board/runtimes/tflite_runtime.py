@@ -7,6 +7,7 @@ and zero point, so callers always trade float32 arrays.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from ..errors import BoardError, BoardUsageError, first_line
@@ -27,8 +28,9 @@ class TfliteRuntime(Runtime):
                              "another format)")
         interpreter_module = _import_litert()
         try:
-            self.interpreter = interpreter_module.Interpreter(model_path=str(path), num_threads=threads or None)
-            self.interpreter.allocate_tensors()
+            with _native_stderr_quiet():  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every load
+                self.interpreter = interpreter_module.Interpreter(model_path=str(path), num_threads=threads or None)
+                self.interpreter.allocate_tensors()
         except Exception as exc:  # noqa: BLE001 - the interpreter raises ValueError/RuntimeError for bad files
             raise BoardError(f"cannot load {path.name} as a LiteRT model: {first_line(exc)}") from None
         self.inputs = self.interpreter.get_input_details()
@@ -80,6 +82,27 @@ class TfliteRuntime(Runtime):
             for k, detail in enumerate(self.outputs):
                 parts[k].append(_dequantized(self.interpreter.get_tensor(detail["index"]), detail))
         return [np.concatenate(p) for p in parts]
+
+
+@contextlib.contextmanager
+def _native_stderr_quiet():
+    """File descriptor 2 to /dev/null while the interpreter loads (its C++ log lines); errors still raise."""
+    import os
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _quantized(values, detail):
