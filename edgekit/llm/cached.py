@@ -37,18 +37,25 @@ class CachedLM:
     precision: str
     path: Path
     max_feed: int  # the most ids one call takes (a program's planned prefill length)
+    feed_last_fn: Callable[[list[int], int], Any] | None = None  # -> (vocab,) logits of the last position only
 
     def feed(self, ids: list[int], start: int):
+        if self.feed_last_fn is not None:
+            self._check(ids, start)
+            return self.feed_last_fn(ids, start)
         return self.feed_all(ids, start)[-1]
+
+    def _check(self, ids: list[int], start: int) -> None:
+        if not ids:
+            raise UsageError("nothing to feed the language model (no tokens)")
+        if start < 0 or start + len(ids) > self.context:
+            raise UsageError(f"{start + len(ids)} tokens do not fit this model's context of {self.context} tokens")
 
     def feed_all(self, ids: list[int], start: int):
         """Like ``feed``, but the (T, vocab) logits of every fed position (perplexity needs them)."""
         import torch
 
-        if not ids:
-            raise UsageError("nothing to feed the language model (no tokens)")
-        if start < 0 or start + len(ids) > self.context:
-            raise UsageError(f"{start + len(ids)} tokens do not fit this model's context of {self.context} tokens")
+        self._check(ids, start)
         parts = [self.feed_fn(ids[at:at + self.max_feed], start + at)  # past the planned length: in slices
                  for at in range(0, len(ids), self.max_feed)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -85,13 +92,14 @@ def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "f
 
     where = next(model.parameters()).device
 
-    def feed(ids: list[int], start: int):
+    def feed(ids: list[int], start: int, last_only: bool = False):
         with torch.inference_mode():
             tokens = torch.tensor([ids], dtype=torch.long, device=where)
             positions = torch.arange(start, start + len(ids), dtype=torch.long, device=where)
-            return model.step(tokens, positions)[0].float().cpu()
+            return model.step(tokens, positions, last_only=last_only)[0].float().cpu()
 
-    return CachedLM(feed, model.reset_cache, int(model.max_len), fmt, precision, path, int(model.max_len))
+    return CachedLM(feed, model.reset_cache, int(model.max_len), fmt, precision, path, int(model.max_len),
+                    feed_last_fn=lambda ids, start: feed(ids, start, last_only=True)[-1])
 
 
 def program_cached(path: Path, details: dict, threads: int | None = None) -> CachedLM:

@@ -253,9 +253,10 @@ class Llama(nn.Module):
             x = layer(x, *views[kind])
         return self.output(self.norm(x))
 
-    def step(self, tokens, input_pos):
+    def step(self, tokens, input_pos, last_only: bool = False):
         """(1, T) ids at the consecutive positions ``input_pos`` (T,) int64 -> (1, T, vocab) logits,
-        through the cache.
+        through the cache; ``last_only``: (1, 1, vocab), the last position's (generation needs no
+        other, and a prompt's logits are T x vocab floats: 134 MB for 128 tokens of Gemma 3's 262,144).
 
         Keys past the last position are never read, so what a longer earlier conversation left in
         the cache there does not leak into this one.
@@ -271,6 +272,8 @@ class Llama(nn.Module):
         views = self.attention_views(input_pos, keys, x.dtype)
         for layer, kind in zip(self.layers, self.layer_kinds):
             x = layer.cached(x, *views[kind][:2], input_pos, views[kind][2], start)
+        if last_only:
+            x = x[:, -1:]
         return self.output(self.norm(x))
 
     def reset_cache(self) -> None:

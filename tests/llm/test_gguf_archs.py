@@ -281,3 +281,31 @@ def test_gemma3_sliding_window_and_global_layers(tmp_path):
 
     _compare(tmp_path, model, "gemma3", metadata, {"ffn_down.weight": "Q4_K", "attn_v.weight": "Q6_K"}, "gemma3",
              length=20)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_generation_computes_only_the_last_positions_logits(family):
+    """``step(..., last_only=True)`` is the last row of the full step, for a prefill and a decode
+    step, and the cached model's ``feed`` (what generation calls) returns it."""
+    from pathlib import Path
+
+    from edgekit.llm.cached import torch_cached
+    from edgekit.models import build_model
+
+    extra = {"sliding_window": 3, "sliding_pattern": 2} if family == "gemma3" else {}
+    model = build_model("llama", {"family": family, "vocab_size": 97, "max_len": 32, **extra}).eval()
+    tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        full = model.step(tokens[:, :8], torch.arange(8))
+        full_next = model.step(tokens[:, 8:], torch.tensor([8]))
+        model.reset_cache()
+        last = model.step(tokens[:, :8], torch.arange(8), last_only=True)
+        last_next = model.step(tokens[:, 8:], torch.tensor([8]), last_only=True)
+    assert last.shape == (1, 1, 97)
+    torch.testing.assert_close(last, full[:, -1:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(last_next, full_next, rtol=1e-5, atol=1e-5)
+    cached = torch_cached(model, Path("model"))
+    cached.reset()
+    every = cached.feed_all(tokens[0, :8].tolist(), 0)
+    cached.reset()
+    torch.testing.assert_close(cached.feed(tokens[0, :8].tolist(), 0), every[-1], rtol=1e-5, atol=1e-5)
