@@ -156,6 +156,10 @@ def main() -> None:
         if errors:
             print(f"median absolute error, {role} figures: {100 * statistics.median(errors):.1f}% "
                   f"({len(errors)} figures on {', '.join(cores_seen)})")
+    for core in sorted(models):
+        errors = [abs(r.error) for r in rows if r.figure.role == "check" and r.figure.core == core]
+        if errors:
+            print(f"  {core}: check figures {100 * statistics.median(errors):.1f}% ({len(errors)})")
     errors = [abs(r.error) for r in rows]
     if errors:
         print(f"median absolute error, all figures: {100 * statistics.median(errors):.1f}% ({len(errors)} figures)")
