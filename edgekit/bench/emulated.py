@@ -1,7 +1,8 @@
 """``edgekit bench --emulate``: executed instructions per inference on the target's core, under QEMU.
 
-A native bundle runs with its own ``edgekit-run``; an ExecuTorch program (.pte, or an export folder
-holding one) with edgekit's cached aarch64 build for the target's core. Both run in the bundle
+A native bundle runs with its own ``edgekit-run``; an ExecuTorch program or ONNX model (a file, an
+export folder, or a Python bundle's model) with edgekit's cached aarch64 build for its format and
+the target's core (a Python bundle's per-call Python overhead is not counted). Both run in the bundle
 sandbox with the counting plugin (``edgekit.emulate.icount``). Each result is the runner's own
 bench result under QEMU (its timings are QEMU's, not the board's: mode ``emulated``) with the
 counts in ``emulated`` (``edgekit.bench.instructions``).
@@ -44,14 +45,23 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
     from edgekit.emulate.bundle import open_bundle
     from edgekit.emulate.icount import count_bundle
 
+    from edgekit.emulate.icount import RUNNERS, count_per_run
+
     bundle = open_bundle(path)
-    if not native.is_native(bundle.info):
-        raise UsageError(f"{path} is a Python bundle; bench --emulate counts native bundles (edgekit bundle ... "
-                         "--runtime native) and ExecuTorch programs (.pte with --target)")
     if target is not None and target != bundle.target:
         raise UsageError(f"{path} is a bundle for {bundle.target}, not {target}; drop --target, or bundle it for {target}")
     cpu, notes = _cpu(bundle.target)
-    counts = count_bundle(bundle, cpu, threads=threads, runs=runs, progress=progress)
+    if native.is_native(bundle.info):
+        counts = count_bundle(bundle, cpu, threads=threads, runs=runs, progress=progress)
+    elif bundle.format in RUNNERS:  # a Python bundle: its model, run by edgekit-run on the same runtime's kernels
+        counts = count_per_run(bundle.model, bundle.format, cpu, threads=threads, runs=runs, progress=progress)
+        runtime = bundle.info.get("runtime") or {}
+        notes.append(f"a Python bundle: its model was counted with edgekit's own aarch64 edgekit-run, on the kernels of "
+                     f"the runtime the bundle pins ({runtime.get('name')} {runtime.get('version')}); the board's Python "
+                     "adds its per-call overhead, which is not counted")
+    else:
+        raise UsageError(f"{path} is a Python bundle of a {bundle.format} model; bench --emulate counts "
+                         f"{', '.join(RUNNERS.values())} (native bundles or Python ones)")
     return _result(counts, path=bundle.model, precision=bundle.precision, variant=str(bundle.info.get("variant") or ""),
                    target=bundle.target, notes=notes)
 

@@ -313,16 +313,33 @@ def test_bench_emulate_counts_a_native_bundle_with_its_own_runner(tmp_path):
     assert wrong.exit_code == 2 and "bundle for rpi5" in wrong.output
 
 
+
 @pytest.mark.slow
-def test_bench_emulate_counts_an_onnx_model_with_the_onnx_runtime_runner(tmp_path):
+def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     _needs_counting_tools()
-    from tiny_models import build_models
+    from tiny_models import build_models, tiny_mlp
+
+    from edgekit.artifacts import finalize, load_manifest
+    from edgekit.emulate.icount import PROCESS_NOISE
+    from edgekit.formats.reference import write_reference
 
     export = build_models(tmp_path / "export", formats=("onnx",))
     doc = _bench(export, "rpi4", tmp_path / "onnx.json")
     assert doc["model"]["format"] == "onnx" and doc["emulated"]["cpu"] == "cortex-a72"
     # a 64-16-10 MLP: 1,184 multiply-adds, a few hundred NEON instructions; the rest is ONNX Runtime's dispatch
     assert 300 < doc["emulated"]["instructions"]["classes"]["simd_fp"] < 1_184 * 2
+
+    manifest = load_manifest(export)[1]
+    write_reference(export / "reference.npz", tiny_mlp(), manifest.inputs, {})
+    finalize(manifest, export)
+    bundle = tmp_path / "python-bundle"
+    made = runner.invoke(app, ["bundle", str(export), "--target", "rpi4", "--out", str(bundle)])
+    assert made.exit_code == 0, made.output
+    counted = _bench(bundle, "rpi4", tmp_path / "bundle.json")
+    assert any("Python bundle" in note for note in counted["notes"])
+    # the same file on the same core and runner: equal but for the per-process spread
+    a, b = doc["emulated"]["instructions"]["per_run"], counted["emulated"]["instructions"]["per_run"]
+    assert abs(a - b) <= PROCESS_NOISE / 20
 
 
 # -- the count gate's rules and the JSON it reads (no QEMU) -------------------------------------------
