@@ -63,6 +63,7 @@ def quantize_command(
     exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="LAYER", help="Keep this layer in float (ONNX node or torch module name; repeatable)."),
     max_drop: Optional[float] = typer.Option(None, "--max-drop", help="Accuracy budget in points: sensitive layers fall back to float until met."),
     auto: bool = typer.Option(False, "--auto", help="Try the target's candidate recipes; keep the fastest within the budget."),
+    emulate: bool = typer.Option(True, "--emulate/--no-emulate", help="--auto: compare .pte and ONNX candidates by their cost on the target's core under QEMU (edgekit.estimate), not this host's timings."),
     fusion: Optional[str] = typer.Option(None, "--fusion", help="ONNX graph layout: no-skip-ln (default) | runtime | transformer (dynamic only)."),
     smooth: bool = typer.Option(False, "--smooth", help="ONNX static: SmoothQuant scale migration of outlier channels into the weights, alpha searched on the calibration data."),
     report: bool = typer.Option(False, "--report", help="Per-tensor int8 error table (SQNR, range, outliers), worst first; kept in the manifest."),
@@ -155,7 +156,8 @@ def quantize_command(
             try:
                 folder, manifest, candidates = quantize_auto(
                     source, out, target, calib=calib, formats=fmt, max_drop=max_drop, progress=progress, force=force,
-                    with_report=report, calib_preprocess=calib_preprocess, tokenizer=tokenizer, **source_options
+                    with_report=report, calib_preprocess=calib_preprocess, tokenizer=tokenizer, emulate=emulate,
+                    **source_options
                 )
             except NoCandidateError as exc:
                 if not as_json:
@@ -167,6 +169,10 @@ def quantize_command(
             return
         console().print(render_candidates(candidates, f"Candidates for {manifest.target}",
                                           (manifest.quantization or {}).get("bench_inputs")))
+        chosen_on = ((manifest.quantization or {}).get("target_choice") or {}).get("basis")
+        if chosen_on:
+            console().print(f"Candidates compared on {manifest.target}: {chosen_on} (p50 ms: this host's)",
+                            markup=False, highlight=False)
         render_files(manifest, f"Quantized (auto) for {manifest.target} -> {folder}")
         _render_reports(manifest)
         return

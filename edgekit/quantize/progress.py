@@ -26,6 +26,7 @@ STAGE_NAMES = {
     "qat": "QAT epoch",
     "auto": "auto: candidate",
     "auto-bench": "auto: timing candidates",
+    "auto-target": "auto: on the target's emulated core",
     "sensitivity": "sensitivity: layer",
     "fallback": "float fallback: layer",
 }

@@ -48,6 +48,7 @@ class Candidate:
     error: str | None = None
     slower_than_float: bool = False  # never chosen: int8 that costs time is no int8 worth having
     skipped: str | None = None  # not built, and why (static recipes without calibration data)
+    target: dict | None = None  # its cost on the target's emulated core (edgekit.quantize.search.target_choice)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,12 +101,14 @@ def quantize_auto(
     with_report: bool = False,
     calib_preprocess: str | None = None,
     tokenizer: str | Path | None = None,
+    emulate: bool = True,
     **source_options,
 ) -> tuple[Path, Manifest, list[Candidate]]:
     """``calib``: the static recipes' calibration data, as ``--method static`` takes it (arrays,
     images with ``calib_preprocess``, text with the model's or ``tokenizer``'s tokenizer); None: the
     set edgekit ships for the model's dataset, and without one the static recipes are listed as
-    skipped, with the reason."""
+    skipped, with the reason. ``emulate``: compare .pte and ONNX candidates by their cost on the target's
+    emulated core (``target_choice``) rather than by this host's timings."""
     from edgekit.bench.api import bench
     from edgekit.data.calibsets import default_calibration
     from edgekit.quantize.job import calibration_reading
@@ -199,6 +202,7 @@ def quantize_auto(
             settings["input_file"] = job.scratch / "bench-inputs.npz"
             np.savez(settings["input_file"], **cases[min(cases)][0])
         bench_inputs = _shapes(settings["input_file"])
+        basis = None
         if paths:
             report(progress, "auto-bench", 0, len(paths), f"{len(paths)} files, interleaved")
             results = bench(paths, target=target, **settings)
@@ -211,13 +215,19 @@ def quantize_auto(
                     if cand.format == fmt and cand.p50_ms is not None and cand.p50_ms >= ref.p50_ms:
                         cand.slower_than_float = True
                         cand.meets_budget = False
+            from edgekit.quantize.search.target_choice import decide_on_target
+
+            basis = decide_on_target(timed, floats, target, budget, emulate=emulate,
+                                     progress=lambda message: report(progress, "auto-target", 0, 1, message))
 
         files = []
         for fmt in formats:
             ok = [(c, e) for c, e in built if c.format == fmt and c.meets_budget]
             if not ok:
                 continue
-            cand, entry = min(ok, key=lambda pair: pair[0].p50_ms if pair[0].p50_ms is not None else float("inf"))
+            from edgekit.quantize.search.target_choice import choice_key
+
+            cand, entry = min(ok, key=lambda pair: choice_key(pair[0]))
             cand.chosen = True
             for rel in entry.paths():
                 shutil.copyfile(Path(cand.path).parent / rel, work / rel)
@@ -250,6 +260,7 @@ def quantize_auto(
             "calibration": job.calibration_info or None,
             "candidates": [c.to_dict() for c in candidates],
             "bench_inputs": bench_inputs,
+            "target_choice": basis,  # {"basis": what chose the candidates on the target} or {"not_counted": why}
         }
         result = finish(job, files, quantization)
     return Path(out), result, candidates
