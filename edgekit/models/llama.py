@@ -19,7 +19,8 @@ so GGUF weights load as they are. Llama 3.x's rope scaling is ``rope_freq_factor
 The other families (``edgekit.models.qwen``, ``edgekit.models.gemma``) are subclasses that change
 parts: the class attributes ``attention_bias``, ``qk_norm`` and ``rotate``, the block, the
 embedding, and which layers see which positions (``layer_kinds``, ``attention_views``).
-``config["family"]`` picks the class (``build_decoder``).
+``config["family"]`` picks the class (``edgekit.models.families``, where the zoo entry ``llama``
+is registered for all of them).
 """
 
 from __future__ import annotations
@@ -30,9 +31,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgekit.artifacts import InputSpec
 from edgekit.models.checks import expect_tokens
-from edgekit.models.registry import ModelSpec, register_model
 
 
 class RMSNorm(nn.Module):
@@ -299,44 +298,3 @@ class CachedStep(nn.Module):
 
     def forward(self, tokens, input_pos):
         return self.model.step(tokens, input_pos)
-
-
-def _token_input(cfg) -> tuple[InputSpec, ...]:
-    return (InputSpec("tokens", (None, None), "int64", {0: "batch", 1: "sequence"}),)
-
-
-def build_decoder(family: str = "llama", **config) -> Llama:
-    """The decoder of ``family`` (llama, qwen2, qwen3, gemma3) from a config; keys another family
-    uses must keep their defaults."""
-    import inspect
-
-    from edgekit.models.families import FAMILIES
-
-    if family not in FAMILIES:
-        raise ValueError(f"unknown decoder family {family!r}; known: {', '.join(FAMILIES)}")
-    cls = FAMILIES[family]
-    accepted = inspect.signature(cls).parameters
-    foreign = [k for k, v in config.items() if k not in accepted and v != FAMILY_DEFAULTS.get(k)]
-    if foreign:
-        raise ValueError(f"a {family} decoder has no {', '.join(foreign)}")
-    return cls(**{k: v for k, v in config.items() if k in accepted})
-
-
-# keys only some families use, with the value that means "not used"
-FAMILY_DEFAULTS = {"rope_freq_factors": [], "sliding_window": 0, "sliding_pattern": 0, "rope_local_theta": 10000.0,
-                   "rope_linear_factor": 1}
-
-register_model(
-    ModelSpec(
-        name="llama",
-        factory=build_decoder,
-        default_config={"family": "llama", "vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
-                        "hidden_dim": 128, "head_dim": 0, "rope_theta": 10000.0, "norm_eps": 1e-5,
-                        "max_len": 256, "tie_embeddings": True, **FAMILY_DEFAULTS},
-        input_spec=_token_input,
-        outputs=("logits",),
-        task={"type": "language-modeling", "dataset": "pydoc-text", "metric": "next_token_accuracy"},
-        description="Llama-family decoder (GQA, RoPE, SwiGLU) with a static KV cache; pretrained ones come from GGUF files",
-        onnx_exporter="dynamo",
-    )
-)

@@ -19,7 +19,7 @@ _ZOO_MODULES = {
     "transformer-lm": "edgekit.models.transformer",
     "transformer-classifier": "edgekit.models.transformer",
     "lstm-lm": "edgekit.models.lstm_lm",
-    "llama": "edgekit.models.llama",
+    "llama": "edgekit.models.families",
 }
 
 

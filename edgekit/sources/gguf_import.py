@@ -102,7 +102,7 @@ def _short(value) -> str | None:
 
 def open_gguf(source: str | Path, context: int | None = None) -> OpenedGGUF:
     """Read, validate and size-check a GGUF source; nothing is dequantized yet."""
-    from edgekit.models.llama import build_decoder
+    from edgekit.models.families import build_decoder
     from edgekit.models.registry import check_model_memory
     from edgekit.sources.gguf_tokenizer import build_tokenizer, special_ids
 
@@ -152,7 +152,7 @@ def state_dict(opened: OpenedGGUF) -> dict:
 
 def build_model(opened: OpenedGGUF):
     """The float decoder (eval mode) with the GGUF's weights, built in memory."""
-    from edgekit.models.llama import build_decoder
+    from edgekit.models.families import build_decoder
 
     model = build_decoder(**opened.config)
     model.load_state_dict(state_dict(opened), strict=True)
