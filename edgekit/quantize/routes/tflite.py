@@ -18,7 +18,6 @@ FILE = FORMAT.files.file_name
 
 def _prepared(job, config, dynamic: bool):
     import torch
-    from litert_torch.quantize import pt2e_quantizer
     from torchao.quantization.pt2e import quantize_pt2e
 
     from edgekit.errors import UsageError
@@ -28,20 +27,23 @@ def _prepared(job, config, dynamic: bool):
         raise UsageError("--format tflite keeps no layer in float: --exclude and --max-drop take torch or ONNX layer "
                          "names of the other formats")
     per_channel = True if config.per_channel is None else bool(config.per_channel)
-    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
-        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic))
-    with tflite.quiet():
+    with tflite.quiet():  # importing litert-torch loads JAX, which logs to stderr from C++
+        from litert_torch.quantize import pt2e_quantizer
+
+        quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic))
         program = torch.export.export(job.float_model().eval(), tflite.single(job.example_inputs())).module()
         return quantize_pt2e.prepare_pt2e(program, quantizer), quantizer, per_channel
 
 
 def _write(job, graph, quantizer, details: dict) -> list[Produced]:
-    from litert_torch.quantize import quant_config
     from torchao.quantization.pt2e import quantize_pt2e
 
     from edgekit.formats import tflite
 
     with tflite.quiet():
+        from litert_torch.quantize import quant_config
+
         converted = quantize_pt2e.convert_pt2e(graph, fold_quantize=False)
     done = tflite.convert(converted, job.example_inputs(), job.source.inputs, job.dest / FILE,
                           quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer))
