@@ -164,3 +164,16 @@ def test_a_param_without_its_weights_is_one_line(ncnn_digits, tmp_path):
     alone.write_bytes((ncnn_digits / "model.ncnn.param").read_bytes())
     result = runner.invoke(app, ["bench", str(alone), "--min-runs", "1", "--min-time", "0", "--warmup", "0"])
     assert "model.ncnn.bin" in one_line_error(result, 1)
+
+
+def test_the_pipeline_plan_runs_each_method_on_the_formats_it_takes(digits_checkpoint, tmp_path):
+    from edgekit.pipeline import PipelineConfig
+    from edgekit.pipeline_plan import make_plan
+
+    plan = make_plan(PipelineConfig(checkpoint=digits_checkpoint, methods=("dynamic", "static"),
+                                    formats=("onnx", "ncnn"), out=tmp_path / "run"))
+    assert [(run.label, run.config.formats) for run in plan.quant_runs] == [("dynamic", ("onnx",)),
+                                                                             ("static", ("onnx", "ncnn"))]
+    (skipped,) = plan.skipped
+    assert skipped.variants == ("int8-dynamic-ncnn",)
+    assert skipped.reason == "dynamic quantization has no route to ncnn (ncnn takes: static)"
