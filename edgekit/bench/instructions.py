@@ -22,6 +22,9 @@ CLASS_LABELS = {"simd_fp": "SIMD/FP", "integer": "integer", "load": "loads", "st
 COMPARABLE = ("cpu", "threads", "qemu", "plugin", "libc", "runner")
 TEXT_FIELDS = ("cpu", "qemu", "plugin", "libc", "runner")
 MAX_COUNT = 1 << 62
+# instructions per inference: the most two counts of one program differ by (worst seen 1,244; typically ~100):
+# the runner times each call with QEMU's clock, and what varies with those readings (edgekit.emulate.icount)
+CALL_NOISE = 2_000
 MAX_TEXT = 300
 
 

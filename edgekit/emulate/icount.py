@@ -8,10 +8,10 @@ inferences and no warm-up, differ by exactly ``runs`` inferences:
     per_run = (count(runs + 1) - count(1)) / runs
     startup = count(1) - 2 * per_run       (process start, loading, the first call's extra work, exit)
 
-Counts repeat to within ``PROCESS_NOISE`` instructions per process, whatever the host's load: what
-differs between two processes (the timings the runner measures, sorts and prints; where memory
-lands) costs a few thousand instructions once, not per inference. Measured: 2,420 between two
-processes at 10 runs, 2,520 at 20 runs (126 per inference of digits-mobilenet's 4.8 M).
+Counts repeat to within ``CALL_NOISE`` instructions per inference, whatever the host's load: the
+runner times each call (QEMU's clock), and what varies with those readings costs about a hundred
+instructions a call, rarely more. Measured per inference between processes: spreads of 120-126
+(a 1.46 M-instruction conv net, digits-mobilenet's 4.8 M), 100 (a 22 k MLP), worst 1,244.
 
 Counts depend on the core (the kernels a runtime picks from its HWCAP), the runner build, the C
 library, QEMU's version and the plugin; the result records them, so a gate compares like with like.
@@ -28,12 +28,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from edgekit.bench.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
 from edgekit.emulate import EmulationError
 from edgekit.errors import UsageError
 
 CLASSES = ("simd_fp", "integer", "load", "store", "branch", "other")
 DEFAULT_RUNS = 20
-PROCESS_NOISE = 10_000  # instructions: the most two processes counting one program differ by (4x measured)
 MAX_RUNS = 10_000
 MAX_THREADS = 64
 TIMEOUT_S = 1800.0

@@ -231,12 +231,12 @@ def _bench(path: Path, target: str, json_path: Path, *extra: str) -> dict:
 
 @pytest.mark.slow
 def test_counts_repeat_and_their_classes_add_up(programs, tmp_path):
-    from edgekit.emulate.icount import PROCESS_NOISE, count_per_run
+    from edgekit.emulate.icount import CALL_NOISE, count_per_run
 
     first = count_per_run(programs["fp32"], "executorch", "cortex-a72", runs=10)
     again = count_per_run(programs["fp32"], "executorch", "cortex-a72", runs=10)
-    # what varies is per process (timings, where memory lands), not per inference: measured 2,420 in 14.6 M
-    assert abs(first["per_run"] - again["per_run"]) <= PROCESS_NOISE / 10
+    # typically ~120 apart in 1.46 M (the runner's per-call timing), the worst seen 1,244
+    assert abs(first["per_run"] - again["per_run"]) <= CALL_NOISE
     assert abs(sum(first["classes"].values()) - first["per_run"]) <= 6
     # two 3x3 convolutions of 16x16 maps are 16*32*9*256 + 32*32*9*256 = 3.54 M multiply-adds: NEON does 4 a lane op
     assert 3_538_944 / 4 / 2 < first["classes"]["simd_fp"] < 3_538_944
@@ -320,7 +320,7 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     from tiny_models import build_models, tiny_mlp
 
     from edgekit.artifacts import finalize, load_manifest
-    from edgekit.emulate.icount import PROCESS_NOISE
+    from edgekit.emulate.icount import CALL_NOISE
     from edgekit.formats.reference import write_reference
 
     export = build_models(tmp_path / "export", formats=("onnx",))
@@ -339,7 +339,7 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     assert any("Python bundle" in note for note in counted["notes"])
     # the same file on the same core and runner: equal but for the per-process spread
     a, b = doc["emulated"]["instructions"]["per_run"], counted["emulated"]["instructions"]["per_run"]
-    assert abs(a - b) <= PROCESS_NOISE / 20
+    assert abs(a - b) <= CALL_NOISE
 
 
 # -- the count gate's rules and the JSON it reads (no QEMU) -------------------------------------------
@@ -366,7 +366,7 @@ def test_the_count_gate_holds_the_limit_exactly(per_run, status):
 
     check = check_instructions("m", _counted(per_run), _counted(1_000_000), 0.01)
     assert check.status == status, check.message
-    expected = 0.0 if abs(per_run / 1_000_000 - 1) <= 1e-3 else (per_run / 1_000_000 - 1) * 100
+    expected = 0.0 if abs(per_run - 1_000_000) <= 2_000 else (per_run / 1_000_000 - 1) * 100  # CALL_NOISE
     assert check.measured == pytest.approx(expected)
 
 
