@@ -7,11 +7,12 @@ from typer.testing import CliRunner
 
 from edgekit import formats
 from edgekit.cli.app import app
+from edgekit.quantize.registry import methods_for
 
 runner = CliRunner()
-# every format this host can write (the pipeline's default), fp32 and both int8 methods
+# every format this host can write (the pipeline's default): fp32, and each default int8 method the format takes
 VARIANTS = {f"{variant}-{fmt}" for fmt in formats.available_names()
-            for variant in ("fp32", "int8-dynamic", "int8-static")}
+            for variant in ("fp32", *(f"int8-{method}" for method in ("dynamic", "static") if method in methods_for(fmt)))}
 
 
 def _host_compiler() -> bool:
@@ -111,8 +112,10 @@ def test_gate_on_pipeline_output_fails_with_exit_3(pipeline_run, tmp_path):
         if case.find("failure") is not None
     }
     names = formats.available_names()
-    assert failed == ({f"fp32-{fmt}" for fmt in names}
-                      | {f"int8-dynamic-{fmt}" for fmt in names if not formats.get(fmt).quantization.onnx_graph})
+    assert {f"fp32-{fmt}" for fmt in names} <= failed
+    # exactly the files over 50 KB on disk (dynamic int8 from torch's quantizers among them)
+    on_disk = {row["variant"]: row["size_bytes"] for row in json.loads((out / "pipeline.json").read_text())["variants"]}
+    assert failed == {variant for variant, size in on_disk.items() if size > 50_000}
     result = runner.invoke(app, ["gate", str(out / "bench.json"), "--max-size-mb", "1", "--max-accuracy-drop", "1"])
     assert result.exit_code == 0, result.output + result.stderr
 

@@ -11,6 +11,7 @@ TensorFlow). The provenance lives in the manifest.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import shutil
 from pathlib import Path
@@ -37,7 +38,9 @@ def quiet():
     for name in levels:
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        with native_output_silenced():
+        # its progress lines are Python writes (to whatever sys.stdout is), the rest C++ writes to fds 1 and 2
+        with native_output_silenced(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
         for name, level in levels.items():
