@@ -339,7 +339,8 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     assert any("Python bundle" in note for note in counted["notes"])
     # the same file on the same core and runner: equal but for the per-process spread
     a, b = doc["emulated"]["instructions"]["per_run"], counted["emulated"]["instructions"]["per_run"]
-    assert abs(a - b) <= CALL_NOISE
+    assert counted["emulated"]["runner"] == doc["emulated"]["runner"]
+    assert abs(a - b) <= CALL_NOISE, (doc["emulated"], counted["emulated"])
 
 
 # -- the count gate's rules and the JSON it reads (no QEMU) -------------------------------------------
