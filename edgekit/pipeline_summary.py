@@ -16,9 +16,11 @@ def ratio(value: float | None) -> str:
     return "" if value is None else f" ({value:.2f}x)"
 
 
-def headers(result) -> tuple[str, ...]:
+def headers(result, target_column: bool = True) -> tuple[str, ...]:
+    """The table's headers; ``target_column``: with the target's figures (the terminal prints them as
+    a table of their own, so the main one keeps its width)."""
     names = tuple(result.metric if name == "accuracy" else name for name in HEADERS)
-    if not _has_target(result):
+    if not (target_column and _has_target(result)):
         return names
     return (*names[:-1], f"on {result.target_name}", names[-1])
 
@@ -64,10 +66,10 @@ def quality(row) -> str:
     return pct(row.accuracy)
 
 
-def cells(result) -> list[tuple[str, ...]]:
+def cells(result, target_column: bool = True) -> list[tuple[str, ...]]:
     """The table's rows, as text: every variant measured, then every variant skipped."""
     out = []
-    extra = _has_target(result)
+    extra = target_column and _has_target(result)
     for row in result.rows:
         cells_ = (row.variant, row.format, f"{row.size_bytes / 1024:.1f} KB{ratio(row.size_ratio)}", quality(row),
                   f"{row.p50_ms:.3f}{ratio(row.p50_ratio)}", f"{row.p99_ms:.3f}", f"{row.peak_rss_mb:.0f} MB")

@@ -98,7 +98,7 @@ def pipeline_command(
 
     from edgekit.errors import UsageError
     from edgekit.pipeline import DEFAULT_MODEL, PipelineConfig, run_pipeline
-    from edgekit.pipeline_summary import cells, headers, skipped_lines, title
+    from edgekit.pipeline_summary import cells, headers, skipped_lines, target_cell, title
     from edgekit.pipeline_verdict import recommendation_line
 
     given = [flag for flag, value in (("--model", model), ("--checkpoint", checkpoint), ("--source", source))
@@ -143,8 +143,9 @@ def pipeline_command(
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))
 
-    table = Table(*headers(result), title=f"{title(result, target)} (ratios vs fp32 of the same format, same run)")
-    for row in cells(result):
+    table = Table(*headers(result, target_column=False),
+                  title=f"{title(result, target)} (ratios vs fp32 of the same format, same run)")
+    for row in cells(result, target_column=False):
         gate = {"pass": "[green]pass[/green]", "fail": "[red]FAIL[/red]"}.get(row[-1], escape(row[-1]))
         table.add_row(*(escape(cell) for cell in row[:-1]), gate)
     out_console = console()
@@ -153,6 +154,12 @@ def pipeline_command(
 
     basis = target_line(result)
     if basis:
+        on_board = [(row.variant, target_cell(row)) for row in result.rows if target_cell(row) != "-"]
+        if on_board:
+            board = Table("variant", f"on {result.target_name}", title=f"{result.target_name}: per inference on the board")
+            for variant, cell in on_board:
+                board.add_row(escape(variant), escape(cell))
+            out_console.print(board)
         out_console.print(basis, markup=False, highlight=False)
     out_console.print(recommendation_line(result.recommended), markup=False, highlight=False)
     for warning in result.warnings:

@@ -98,7 +98,7 @@ class Counter:
                 self.progress(f"count instructions of {path.parent.name}/{path.name} on emulated {self.target.core}")
                 self.counted[digest] = count_per_run(path, fmt, cpu, threads=1, runs=EMULATED_RUNS)
         except (EmulationError, EdgekitError, OSError) as exc:
-            raise Unavailable(f"emulation unavailable: {str(exc).splitlines()[0]}") from None
+            raise Unavailable(f"not counted under emulation: {str(exc).splitlines()[0]}") from None
         return self.counted[digest]
 
 

@@ -120,7 +120,7 @@ def test_without_qemu_the_rows_keep_host_timings_and_say_why(tmp_path, monkeypat
 
     notes = [c.note for c in costs("rpi4")]
     assert all(c.basis == HOST for c in costs("rpi4"))
-    assert notes[0].startswith("emulation unavailable: counting instructions needs qemu-aarch64")
+    assert notes[0].startswith("not counted under emulation: counting instructions needs qemu-aarch64")
     assert notes[1] == notes[0]  # the ONNX row is not counted either, for the same reason
     assert notes[2] == "not counted: emulated counts run executorch and onnx files, not torchscript"
     assert {c.note for c in costs("rpi4", emulate=False)} == {"emulation off (--no-emulate)"}
@@ -147,7 +147,7 @@ def test_auto_falls_back_to_host_timings_and_says_why(tmp_path, monkeypatch):
     assert decide("x86-64") == {"not_counted": "emulated counts are for aarch64 boards; x86-64 is x86_64"}
     assert decide("rpi4", emulate=False) == {"not_counted": "emulation off (--no-emulate)"}
     monkeypatch.setenv("PATH", str(tmp_path))  # no qemu-aarch64
-    assert decide("rpi4")["not_counted"].startswith("emulation unavailable: counting instructions needs qemu-aarch64")
+    assert decide("rpi4")["not_counted"].startswith("not counted under emulation: counting instructions needs qemu-aarch64")
     assert cand.target is None and cand.meets_budget and choice_key(cand) == 2.0  # the host's p50 decides
     assert decide_on_target([replace(cand, format="torchscript")], [("torchscript", tmp_path / "m.pt")],
                             load_target("rpi4"), 1.0, emulate=True, progress=print) is None
