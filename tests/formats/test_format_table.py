@@ -35,6 +35,10 @@ OTHER_MEANING = {
     "edgekit/native/wheel.py": "the executorch distribution whose wheel the native runner builds against",
     "edgekit/native/build.py": "the executorch folder of that wheel's include/ tree",
     "edgekit/bench/workers.py": "the bench's reference workload is an ONNX file edgekit writes itself",
+    "edgekit/sources/torchscript_source.py": "model source kinds (a TorchScript file as the float model)",
+    "edgekit/quantize/routes/torchscript.py": "model source kinds (a TorchScript file as the float model)",
+    "edgekit/emulate/icount.py": "the native edgekit-run builds (one backend per binary), as native/build.py names them",
+    "edgekit/estimate/on_target.py": "the .pte default of the native runner build a file is counted with",
 }
 ALLOWED = {**BOARD_SCRIPTS, **OTHER_MEANING}
 
