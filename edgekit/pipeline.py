@@ -329,17 +329,14 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         exports.append(native)
     model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
     say(f"bench {len(model_paths)} variants on this machine ({config.processes} worker processes each, interleaved)")
-    results = bench(
-        model_paths,
-        target=target,
-        threads=config.threads,
-        warmup=config.warmup,
-        min_runs=config.min_runs,
-        min_time_s=config.min_time_s,
-        batch=config.batch,
-        processes=config.processes,
-        reference=config.reference,
-    )
+    settings = dict(target=target, threads=config.threads, warmup=config.warmup, min_runs=config.min_runs,
+                    min_time_s=config.min_time_s, batch=config.batch, processes=config.processes,
+                    reference=config.reference)
+    results, unbenched = _bench_each_standing_alone(bench, model_paths, settings, say)
+    if unbenched:
+        names = {folder / e.path: e.details.get("variant", e.path) for folder, manifest in exports for e in manifest.files}
+        exports = _without_files(exports, {path for path, _ in unbenched})
+        failed += [Skipped((names[path],), f"failed: {why}") for path, why in unbenched]
     write_json(out / "bench.json", to_document(results))
     from edgekit.pipeline_target import target_costs
 
@@ -514,3 +511,29 @@ def _with_ratios(rows: list[VariantRow], results) -> list[VariantRow]:
         )
     return out
 
+
+def _bench_each_standing_alone(bench, model_paths: list[Path], settings: dict, say: Progress):
+    """(results, [(path, reason)]): every variant benched together, interleaved; when that fails
+    (a variant that times out, a runner that dies), each one alone, so one variant's failure is its row."""
+    from edgekit.errors import BenchError
+    from edgekit.quantize.each_format import reason
+
+    try:
+        return list(bench(model_paths, **settings)), []
+    except BenchError as exc:
+        say(f"  the interleaved bench failed ({reason(exc)}); benching each variant alone")
+    results, unbenched = [], []
+    for path in model_paths:
+        try:
+            results += bench([path], **settings)
+        except BenchError as exc:
+            say(f"  {path.parent.name}/{path.name}: {reason(exc)}")
+            unbenched.append((path, reason(exc)))
+    if not results:  # nothing could be benched: the run's error, not a table of failures
+        raise BenchError(unbenched[0][1])
+    return results, unbenched
+
+
+def _without_files(exports, gone: set) -> list:
+    return [(folder, replace(manifest, files=tuple(e for e in manifest.files if folder / e.path not in gone)))
+            for folder, manifest in exports]
