@@ -91,7 +91,8 @@ def pipeline_command(
     """Train (or take --checkpoint / --source), quantize (dynamic + static int8), export, benchmark every
     variant and gate on budgets: one table, with pipeline.json/md and report.html.
 
-    Exit codes: 0 all budgets met, 3 a budget failed, 2 usage error, 1 tool error.
+    Exit codes: 0 all budgets met, 3 a budget failed, 4 some variants failed (their rows say why),
+    2 usage error, 1 tool error.
     """
     from rich.markup import escape
     from rich.table import Table
