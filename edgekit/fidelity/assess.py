@@ -178,8 +178,11 @@ def _feeds(job, settings: ev.EvalSettings, cases: dict) -> Iterator[dict]:
         for _, (inputs, _) in sorted(cases.items()):
             yield inputs
         return
-    calib = job.open_calibration(settings.data, EVAL_BATCH, settings.skip + settings.max_samples, settings.reading)
+    batch = min(EVAL_BATCH, settings.batch_size or EVAL_BATCH)
+    calib = job.open_calibration(settings.data, batch, settings.skip + settings.max_samples, settings.reading)
     skip = settings.skip
+    if skip and hasattr(calib, "skipping"):  # images: the calibrated files are passed over, not decoded
+        calib, skip = calib.skipping(skip), 0
     for feed in calib.feeds():
         rows = len(next(iter(feed.values())))
         if skip >= rows:

@@ -23,6 +23,7 @@ EVAL_MAX_SAMPLES = 256  # samples (or stream steps) an evaluation reads at most
 HOLDOUT_SHARE = 5  # static calibration with --calib and no --eval-data: 1/5 of it held out...
 HOLDOUT_MAX = 64  # ...at most this many samples...
 HOLDOUT_MIN_SAMPLES = 10  # ...when it holds at least this many
+HOLDOUT_BATCH = 4  # held-out samples are judged this many at a time: the same memory for 2 of them as for 64
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class EvalSettings:
     kinds: dict = field(default_factory=dict)  # output name -> scalar | classes | sequence | tensor
     state: dict = field(default_factory=dict)  # state input -> the output fed back into it
     max_samples: int = EVAL_MAX_SAMPLES
+    batch_size: int | None = None  # samples judged at a time (None: assess.EVAL_BATCH)
 
     @property
     def reading(self) -> dict:

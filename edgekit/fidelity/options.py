@@ -77,11 +77,12 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
         limit = getattr(config, "calib_max_samples", None)
         if limit is not None and count > limit:
             settings = dataclasses.replace(settings, data=Path(calib), kind=ev.CALIB_HOLDOUT, skip=limit,
-                                           max_samples=min(ev.EVAL_MAX_SAMPLES, count - limit))
+                                           max_samples=min(ev.EVAL_MAX_SAMPLES, count - limit),
+                                           batch_size=ev.HOLDOUT_BATCH)
         elif limit is None and (held := ev.holdout(count)):
             config = dataclasses.replace(config, calib_max_samples=count - held)
             settings = dataclasses.replace(settings, data=Path(calib), kind=ev.CALIB_HOLDOUT, skip=count - held,
-                                           max_samples=held)
+                                           max_samples=held, batch_size=ev.HOLDOUT_BATCH)
         else:
             warning = (f"--calib {calib} holds {count} samples, all used to calibrate (a held-out part needs "
                        f"{ev.HOLDOUT_MIN_SAMPLES}); fidelity is {ev.SYNTHETIC_NOTE}: give --eval-data")

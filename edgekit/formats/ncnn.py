@@ -82,11 +82,59 @@ def convert(model, examples: tuple, inputs, path: Path) -> dict:
             said = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
             raise EdgekitError(f"pnnx cannot convert the model to ncnn (exit {done.returncode}): "
                                f"{(said or ['no output'])[-1][:300]}")
+        with torch.no_grad():
+            expected = [tuple(t.shape[1:]) for t in _tensors(model(*single))]
+        _fix_output_shapes(param, expected, single)
         with atomic_path(data_file(path)) as tmp_bin:
             shutil.copyfile(weights, tmp_bin)
         with atomic_path(path) as tmp_param:
             shutil.copyfile(param, tmp_param)
     return {"converter": f"pnnx {_version('pnnx')}", "ncnn": _version("ncnn")}
+
+
+def _tensors(out) -> list:
+    """The tensors of a model's output (a tensor, or tuples/lists/dicts of them), in order."""
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _tensors(item)]
+    return [out]
+
+
+def _fix_output_shapes(param: Path, expected: list[tuple], single: tuple) -> None:
+    """pnnx keeps the batch axis of a reshape it cannot drop (``flatten(1)`` -> a (1, 64) blob), so
+    an output would come out of ncnn with an extra leading 1 per sample. Such an output gets a
+    closing Reshape to its sample shape (the float model's, less the batch axis), in the file
+    itself: every ncnn runtime (a board's too) then answers in the float model's shape."""
+    import numpy as np
+
+    from edgekit.board.runtimes.ncnn_runtime import NcnnRuntime
+
+    runtime = NcnnRuntime(param, 1)
+    got = [out.shape[1:] for out in runtime.run([np.asarray(t.numpy(), dtype=np.float32) for t in single])]
+    names = list(runtime.output_names)
+    del runtime
+    fixes = {name: want for name, want, have in zip(names, expected, got)
+             if tuple(have) != tuple(want) and 1 <= len(want) <= 4 and int(np.prod(have)) == int(np.prod(want))}
+    if not fixes:
+        return
+    lines = [line for line in param.read_text(encoding="ascii").splitlines() if line.strip()]
+    layers, blobs = (int(n) for n in lines[1].split())
+    body = []
+    for line in lines[2:]:
+        words = line.split()
+        n_in, n_out = int(words[2]), int(words[3])
+        blob_words = range(4, 4 + n_in + n_out)
+        body.append(" ".join(f"{w}_{SHAPED_SUFFIX}" if i in blob_words and w in fixes else w for i, w in enumerate(words)))
+    for name, want in fixes.items():
+        keys = (0, 1, 11, 2) if len(want) == 4 else (0, 1, 2)  # w, h, (d,) c: the sample shape reversed
+        params = " ".join(f"{key}={dim}" for key, dim in zip(keys, reversed(want)))
+        body.append(f"Reshape shape_{name} 1 1 {name}_{SHAPED_SUFFIX} {name} {params}")
+    param.write_text("\n".join([lines[0], f"{layers + len(fixes)} {blobs + len(fixes)}", *body]) + "\n",
+                     encoding="ascii")
+
+
+SHAPED_SUFFIX = "unshaped"
 
 
 def export_float(model, request) -> dict:

@@ -148,6 +148,12 @@ def layers_for(fmt: str) -> Handler:
     return _LAYER_LISTERS[fmt]
 
 
+def listed_formats() -> list[str]:
+    """The formats whose routes list their layers for ``--max-drop`` (``@layer_lister``), by name."""
+    _load_builtin()
+    return sorted(_LAYER_LISTERS)
+
+
 def _load_builtin() -> None:
     # always before a lookup: a method or route a user registered first must not keep the built-in ones out
     if _LOADED:

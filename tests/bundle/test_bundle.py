@@ -291,7 +291,8 @@ def test_cli_bundle_defaults_and_errors(int8_export, digits_checkpoint, tmp_path
     for args, expected in (
         ([str(digits_checkpoint)], "is a checkpoint artifact; export it first"),
         ([str(tmp_path / "missing")], "artifact not found"),
-        ([str(int8_export), "--format", "tflite"], "unknown format 'tflite'"),
+        ([str(int8_export), "--format", "toy"], "unknown format 'toy'"),
+        ([str(int8_export), "--format", "tflite"], "artifact has no tflite model file (it has: onnx, torchscript)"),
         ([str(int8_export), "--target", "nope"], "unknown target 'nope'"),
         ([str(int8_export), "--platform", "many linux"], "is not a wheel platform tag"),
     ):

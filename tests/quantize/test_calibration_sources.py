@@ -250,7 +250,10 @@ def test_photos_calibrate_a_model_through_the_cli(tmp_path):
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
     calib = manifest["quantization"]["calibration"]
-    assert calib["samples"] == 12 and len(calib["files"]) == 12
+    # 12 photos: the last fifth (2) is held out of calibration to judge the file on
+    assert calib["samples"] == 10 and len(calib["files"]) == 12
+    fidelity = manifest["files"][0]["metrics"]["fidelity"]
+    assert fidelity["evidence"] == "calib-holdout" and fidelity["samples"] == 2
     assert calib["reading"]["preprocess"]["layout"] == "nhwc" and calib["reading"]["preprocess"]["crop"] == [32, 32]
     assert manifest["quantization"]["config"]["calib_preprocess"] == "resize=40,crop=32,mean=0.5,std=0.25"
     assert manifest["files"][0]["metrics"]["fidelity"]["cosine"] > 0.99
@@ -317,7 +320,8 @@ def test_a_text_file_calibrates_a_three_input_token_model(tmp_path):
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
     calib = manifest["quantization"]["calibration"]
-    assert calib["samples"] == 12 and calib["reading"]["kind"] == "text" and calib["reading"]["max_length"] == 128
+    # 12 sentences: the last fifth (2) is held out of calibration to judge the file on
+    assert calib["samples"] == 10 and calib["reading"]["kind"] == "text" and calib["reading"]["max_length"] == 128
     assert manifest["files"][0]["metrics"]["fidelity"]["cosine"] > 0.99
     no_tokenizer = runner.invoke(app, ["quantize", str(model), "--method", "static", "--calib", str(text),
                                        "--out", str(tmp_path / "x")])

@@ -127,7 +127,7 @@ def test_quantize_a_pretrained_folder_calibrated_from_text_keeps_its_embeddings(
     assert manifest["model"]["weights"]["kind"] == "pretrained"
     assert manifest["parent"]["weights_sha256"] == manifest["model"]["weights"]["sha256"]
     calibration = manifest["quantization"]["calibration"]
-    assert calibration["samples"] == 32 and calibration["files"] == ["sentences.txt"]
+    assert calibration["samples"] == 26 and calibration["files"] == ["sentences.txt"]  # 6 (a fifth) held out to judge on
     assert calibration["reading"]["kind"] == "text" and calibration["reading"]["max_length"] == 128  # the tokenizer's
 
 

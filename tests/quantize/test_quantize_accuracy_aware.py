@@ -114,9 +114,14 @@ def test_max_drop_needs_a_method_that_can_fall_back(digits_checkpoint, tmp_path)
 
 def test_each_format_lists_its_own_layers_and_one_without_a_list_is_refused():
     from edgekit import formats
-    from edgekit.quantize.registry import layers_for
+    from edgekit.quantize.registry import layers_for, listed_formats
 
-    assert all(callable(layers_for(name)) for name in formats.names())  # registered by each route module
+    listed = listed_formats()  # registered by each route module that lists its layers
+    assert {"onnx", "torchscript", "executorch"} <= set(listed) <= set(formats.names())
+    assert all(callable(layers_for(name)) for name in listed)
+    for name in sorted(set(formats.names()) - set(listed)):  # ncnn, tflite: no lister, refused in one line
+        with pytest.raises(UsageError, match=rf"^--max-drop cannot keep layers of --format {name} in float: "):
+            layers_for(name)
     with pytest.raises(UsageError, match=r"^--max-drop cannot keep layers of --format toy in float: .*\(@layer_lister\('toy'\)\)$"):
         layers_for("toy")
 

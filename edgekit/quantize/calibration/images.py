@@ -479,6 +479,13 @@ class ImageCalibrationSet:
         files = self.files if self.max_samples is None else self.files[: self.max_samples]
         return files[: len(files) - len(files) % self.batch_size] if self.fixed_batch else files
 
+    def skipping(self, count: int) -> "ImageCalibrationSet":
+        """The same set without its first ``count`` images (their files are not read)."""
+        import dataclasses
+
+        kept = self._files()[count:]
+        return dataclasses.replace(self, files=kept, max_samples=None)
+
     def feeds(self) -> Iterator[dict[str, np.ndarray]]:
         files = self._files()
         for start in range(0, len(files), self.batch_size):
