@@ -156,7 +156,7 @@ CASES = [
     ("bundle-no-reference", ["bundle", "{e_no_reference}", "--out", "{out}"], 2, "reference.npz is missing"),
     ("bundle-broken-graph", ["bundle", "{e_broken_graph}", "--out", "{out}"], 2, "model.onnx"),
     ("bundle-checkpoint", ["bundle", "{ckpt}", "--out", "{out}"], 2, "export it first"),
-    ("bundle-format", ["bundle", "{fp32}", "--format", "tflite", "--out", "{out}"], 2, "unknown format 'tflite'"),
+    ("bundle-format", ["bundle", "{fp32}", "--format", "tflight", "--out", "{out}"], 2, "unknown format 'tflight'"),
     ("bundle-target-unknown-keys", ["bundle", "{fp32}", "--target", "{c:targets/unknown_keys.toml}", "--out", "{out}"], 2, "unknown key(s)"),
     ("bundle-out-under-file", ["bundle", "{fp32}", "--out", "{blocked}"], 1, "cannot create output folder"),
     ("bundle-out-is-export", ["bundle", "{fp32}", "--out", "{fp32}"], 2, "is an input"),

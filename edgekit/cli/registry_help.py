@@ -48,10 +48,50 @@ def command(helps: dict[str, Callable[[], str]]) -> type[TyperCommand]:
             for param in self.params:
                 for flag in getattr(param, "opts", ()):
                     if flag in helps:
-                        param.help = helps[flag]()
+                        param.help = _written(flag, helps[flag], param.help)
             super().format_help(ctx, formatter)
 
     return RegistryHelpCommand
+
+
+def _written(flag: str, write: Callable[[], str], given: str | None) -> str | None:
+    """``write()``; when that fails (a plug-in that does not load), the built-in names with the
+    reason the plug-ins are left out. Help never fails: at worst the option's own help stays."""
+    try:
+        return write()
+    except Exception as exc:  # noqa: BLE001 - a broken plug-in must not take --help down with it
+        from edgekit.errors import first_line
+
+        why = first_line(exc, 200)
+    try:
+        builtin = _builtin_methods() if flag in ("--method", "--methods") else _builtin_formats()
+    except Exception:  # noqa: BLE001
+        return given
+    what = "One of, built in" if flag == "--method" else "Comma-separated, built in"
+    return f"{what}: {builtin} (plug-ins not listed: {why})."
+
+
+def _builtin_formats() -> str:
+    """The formats edgekit ships, in table order, no plug-in loaded."""
+    import importlib
+
+    from edgekit import formats as table
+
+    entries = [importlib.import_module(f"{table.__name__}.{name}").FORMAT for name in table._builtin_modules()]
+    return ", ".join(entry.name for entry in sorted(entries, key=lambda entry: entry.host.table_order))
+
+
+def _builtin_methods() -> str:
+    """The methods edgekit's own route modules register, no plug-in loaded."""
+    import importlib
+    import pkgutil
+
+    from edgekit.quantize import registry, routes
+
+    for found in pkgutil.iter_modules(routes.__path__):
+        importlib.import_module(f"{routes.__name__}.{found.name}")
+    return ", ".join(sorted(name for name, entry in registry._METHODS.items()
+                            if getattr(entry.config_type, "__module__", "").startswith("edgekit.")))
 
 
 def _defaults() -> str:

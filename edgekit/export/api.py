@@ -45,6 +45,7 @@ def export(
 
     if torchscript_mode not in TORCHSCRIPT_MODES:
         raise UsageError(f"unknown TorchScript mode {torchscript_mode!r}; choose from: {', '.join(TORCHSCRIPT_MODES)}")
+    onnx_export.check_route(onnx_route)  # a bad option value is refused before any format is tried
     if formats is not None:
         formats = table.check(tuple(formats))
     if _outside_zoo(source):

@@ -104,8 +104,7 @@ def export_onnx(
     falls back to the other exporter when it cannot export the model. External data files are written beside the
     model when it needs them (over 2 GB) or ``external_data`` asks for them.
     """
-    if route not in CHOICES:
-        raise UsageError(f"unknown ONNX exporter {route!r}; choose one of: {', '.join(CHOICES)}")
+    check_route(route)
     check_opset(opset)
     if route != "auto":
         return OnnxExport(route, "asked", _export_checked(model, example_inputs, inputs, outputs, path, opset, route,
@@ -123,6 +122,13 @@ def export_onnx(
         except EdgekitError:
             raise failed from None
         return OnnxExport(other, f"the {first} exporter failed ({str(failed).split(': ', 1)[-1]})", written)
+
+
+def check_route(route: str) -> str:
+    """``route`` when it names an exporter (or auto); a UsageError otherwise."""
+    if route not in CHOICES:
+        raise UsageError(f"unknown ONNX exporter {route!r}; choose one of: {', '.join(CHOICES)}")
+    return route
 
 
 def _export_checked(model, example_inputs, inputs, outputs, path, opset, route, provenance, external_data) -> list[str]:

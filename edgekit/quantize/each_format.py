@@ -1,16 +1,25 @@
 """Each requested format stands alone: one that fails (a lowering error, a parity refusal) becomes a
 row with its reason, its files are removed, and the other formats are still written.
 
-A run where every format failed raises the first failure, as a one-format run always did.
+A run where every format failed raises the first failure, as a one-format run always did. A failure
+of the environment (a full disk, a quota, a read-only or failing device: ``ENVIRONMENT_ERRNOS``) is
+no format's fault: it ends the whole run, as before.
 """
 
 from __future__ import annotations
 
+import errno
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError, first_line
+
+# OSErrors of the machine, not of one format: they end the run (exit 1, nothing left), never a row
+ENVIRONMENT_ERRNOS = frozenset(
+    code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EROFS, errno.EFBIG, errno.EIO)
+    if code is not None
+)
 
 EXIT_SOME_FAILED = 4  # some formats written, some failed (each failure is a row with its reason)
 
@@ -32,6 +41,18 @@ class FormatFailure:
         return {"format": self.format, "stage": self.stage, "reason": self.reason}
 
 
+def environment_failure(exc: BaseException) -> OSError | None:
+    """The OSError of the environment (``ENVIRONMENT_ERRNOS``) in ``exc``'s cause/context chain,
+    if any: a library that wrapped a full disk into its own error still ends the run."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def reason(exc: BaseException) -> str:
     """One line: an edgekit error's own message; anything else with its type named."""
     line = first_line(exc, 300)
@@ -51,13 +72,16 @@ class Attempts:
 
     def run(self, fmt: str, stage: str, step):
         """``step()``'s result, or None when it raised (then the format's files are removed and its
-        failure recorded). Interruptions (Ctrl-C) pass through."""
+        failure recorded). Interruptions (Ctrl-C) and failures of the environment (a full disk:
+        ``environment_failure``) pass through: they end the run."""
         before = set(self.dest.iterdir())
         try:
             result = step()
         except Exception as exc:  # noqa: BLE001 - any failure of one format is that format's row
             self._remove(set(self.dest.iterdir()) - before)
             self._remove(self.written.pop(fmt, set()))
+            if environment_failure(exc) is not None:
+                raise
             self.failures.append(FormatFailure(fmt, stage, reason(exc), exc))
             return None
         self.written.setdefault(fmt, set()).update(set(self.dest.iterdir()) - before)

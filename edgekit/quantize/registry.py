@@ -88,14 +88,15 @@ def register_method(entry: Method) -> Method:
         raise UsageError(f"method {entry.name!r} cannot be registered: its config {entry.config_type!r} is not a class")
     if entry.handler is not None and not callable(entry.handler):
         raise UsageError(f"method {entry.name!r} cannot be registered: its handler is not callable")
-    found = getattr(entry.config_type, "precision", None)
-    if not isinstance(found, str) or not _PRECISION.fullmatch(found) or found == "fp32":
-        raise UsageError(f"method {entry.name!r} cannot be registered: its config's precision {found!r} is not a "
-                         "lowercase label other than fp32 (int8, int4, fp16, ...)")
+    # a name another method has is refused for that first, whatever else is wrong with the entry
     other = _METHODS.get(entry.name)
     if other is not None and not _same(other.config_type, entry.config_type):
         raise UsageError(f"method {entry.name!r} cannot be registered: the name is already "
                          f"{other.config_type.__module__}.{other.config_type.__qualname__}'s")
+    found = getattr(entry.config_type, "precision", None)
+    if not isinstance(found, str) or not _PRECISION.fullmatch(found) or found == "fp32":
+        raise UsageError(f"method {entry.name!r} cannot be registered: its config's precision {found!r} is not a "
+                         "lowercase label other than fp32 (int8, int4, fp16, ...)")
     _METHODS[entry.name] = entry
     return entry
 

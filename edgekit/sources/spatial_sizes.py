@@ -61,14 +61,18 @@ def _declared_free_axes(path) -> dict[str, dict[int, str]]:
 
 
 def _run_once(path, feed) -> str | None:
-    """None when the model runs on ``feed``, else the first line of ONNX Runtime's complaint."""
-    import onnxruntime as ort
+    """None when the model runs on ``feed``, else the first line of ONNX Runtime's complaint. The
+    model is loaded by the board's ONNX runtime (``edgekit.board.runtimes``); what ONNX Runtime logs
+    natively is silenced: the failure is reported in one line by the caller."""
+    from edgekit import formats
+    from edgekit.board.runtimes import open_model
+    from edgekit.formats.onnx_export import native_output_silenced
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4  # the failure is reported in one line below, not in ORT's log
     try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        session.run(None, feed)
+        with native_output_silenced():
+            runtime = open_model(formats.by_suffix(".onnx").name, path, 1)
+            with runtime.context():
+                runtime.run([feed[name] for name in runtime.call_order(feed, None)])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types (Fail, InvalidArgument)
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__

@@ -58,7 +58,7 @@ def _assert_really_int8(ckpt, dist, fp32):
         (["quantize", "{ckpt}", "--method", "int3", "--out", "{tmp}/q"], 2, "unknown quantization method 'int3'"),
         (["quantize", "{ckpt}", "--target", "rpi9", "--out", "{tmp}/q"], 2, "unknown target 'rpi9'"),
         (["quantize", "{ckpt}", "--method", "static", "--calib", "{tmp}/nocalib", "--out", "{tmp}/q"], 2, "calibration data not found"),
-        (["export", "{ckpt}", "--format", "tflite", "--out", "{tmp}/d"], 2, "unknown format 'tflite'"),
+        (["export", "{ckpt}", "--format", "tflight", "--out", "{tmp}/d"], 2, "unknown format 'tflight'"),
         (["export", "{ckpt}", "--out", "{blocked}/d"], 1, "cannot create output folder"),
     ],
 )
