@@ -23,7 +23,7 @@ EVAL_MAX_SAMPLES = 256  # samples (or stream steps) an evaluation reads at most
 HOLDOUT_SHARE = 5  # static calibration with --calib and no --eval-data: 1/5 of it held out...
 HOLDOUT_MAX = 64  # ...at most this many samples...
 HOLDOUT_MIN_SAMPLES = 10  # ...when it holds at least this many
-HOLDOUT_BATCH = 4  # held-out samples are judged this many at a time: the same memory for 2 of them as for 64
+HOLDOUT_BATCH = 1  # held-out samples are judged one at a time: the same memory for 2 of them as for 64
 
 
 @dataclass(frozen=True)
