@@ -22,8 +22,8 @@ CLASS_LABELS = {"simd_fp": "SIMD/FP", "integer": "integer", "load": "loads", "st
 COMPARABLE = ("cpu", "threads", "qemu", "plugin", "libc", "runner")
 TEXT_FIELDS = ("cpu", "qemu", "plugin", "libc", "runner")
 MAX_COUNT = 1 << 62
-# instructions per inference: the most two counts of one program differ by (worst seen 1,244; typically ~100):
-# the runner times each call with QEMU's clock, and what varies with those readings (edgekit.emulate.icount)
+# instructions per inference two counts of one program may differ by and still count as equal: a margin for
+# per-call work that follows QEMU's clock (counted between the runner's marks they have come out identical)
 CALL_NOISE = 2_000
 MAX_TEXT = 300
 

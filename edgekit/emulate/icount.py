@@ -2,16 +2,21 @@
 
 The model runs in ``edgekit-run bench`` under Debian's dynamic ``qemu-aarch64 -cpu <core>`` with
 edgekit's counting plugin (``icount_plugin``), inside the bundle sandbox (``emulate.sandbox``: the
-program and the model come from a bundle or a user). Two runs, with 1 and ``runs + 1`` timed
-inferences and no warm-up, differ by exactly ``runs`` inferences:
+program and the model come from a bundle or a user). One process, ``runs`` timed inferences and no
+warm-up; the runner marks the start and end of its timed runs (``count_mark`` in
+``native/runner/timing.cpp``) and the plugin counts what ran between the marks:
 
-    per_run = (count(runs + 1) - count(1)) / runs
-    startup = count(1) - 2 * per_run       (process start, loading, the first call's extra work, exit)
+    per_run = window / runs
+    startup = count before the first mark     (process start, loading, the first inference)
 
-Counts repeat to within ``CALL_NOISE`` instructions per inference, whatever the host's load: the
-runner times each call (QEMU's clock), and what varies with those readings costs about a hundred
-instructions a call, rarely more. Measured per inference between processes: spreads of 120-126
-(a 1.46 M-instruction conv net, digits-mobilenet's 4.8 M), 100 (a 22 k MLP), worst 1,244.
+Counting between marks in one process leaves out what varies from one process to the next. Two
+processes with 1 and ``runs + 1`` timed runs (this module's first method) were wrong twice over: a
+process with a single timed run executes ~330 k more instructions than the line through 2, 3, ...
+81 runs predicts (a 64-16-10 MLP: 22 k per run by that method, 38.7 k by the line and by the marks),
+and about one process in forty spends another 0.1-0.7 M instructions on its way out.
+
+Counts repeat exactly whatever the host's load (30 of 30 loaded runs: 770,660 instructions in the
+MLP's window); ``CALL_NOISE`` is the gate's margin for per-call work that follows QEMU's clock.
 
 Counts depend on the core (the kernels a runtime picks from its HWCAP), the runner build, the C
 library, QEMU's version and the plugin; the result records them, so a gate compares like with like.
@@ -107,19 +112,19 @@ def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads:
     with bundle_sandbox(folder, [runner], arch="aarch64", libraries_from=sysroot) as box:
         add_host_program(box.root, qemu, f"{INSIDE}/qemu-aarch64")
         add_host_program(box.root, library, f"{INSIDE}/{library.name}")
-        totals, docs = {}, {}
-        for n in (1, runs + 1):
-            progress(f"counting instructions of {Path(model).name} on {cpu} under emulation ({n} timed runs)")
-            totals[n], docs[n] = _counted_run(box, runner, model, cpu, library.name, n, threads, timeout_s)
-    one, many = totals[1], totals[runs + 1]
-    # a class the run barely uses may come out a few instructions lower in the longer run: zero, not an error
-    per_class = {name: _per_run(max(many[name] - one[name], 0), runs) for name in CLASSES}
-    per_run = _per_run(many["total"] - one["total"], runs)
+        progress(f"counting instructions of {Path(model).name} on {cpu} under emulation ({runs} timed runs)")
+        counts, doc = _counted_run(box, runner, model, cpu, library.name, runs, threads, timeout_s)
+    if counts["windows"] != 1 or counts["bad_marks"]:
+        raise EmulationError(f"{runner} did not mark its timed runs once ({counts['windows']} marked, "
+                             f"{counts['bad_marks']} out of order): a runner from an older edgekit? make the bundle again")
+    window = counts["window"]
+    per_run = round(window["total"] / runs)
     return {
-        "cpu": cpu, "per_run": per_run, "startup": max(one["total"] - 2 * per_run, 0), "classes": per_class,
+        "cpu": cpu, "per_run": per_run, "startup": counts["before"],
+        "classes": {name: round(window[name] / runs) for name in CLASSES},
         "runs": runs, "threads": threads, "qemu": version, "plugin": library.parent.name,
-        "libc": str(sysroot), "counted": {"1": one["total"], str(runs + 1): many["total"]},
-        "bench": docs[runs + 1],  # edgekit-run's bench document of the longer run (QEMU's timings: not a board's)
+        "libc": str(sysroot), "counted": {"before": counts["before"], "window": window["total"], "total": counts["total"]},
+        "bench": doc,  # edgekit-run's bench document (QEMU's timings: not a board's)
     }
 
 
@@ -144,19 +149,23 @@ def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int
     return parse_log(box.output(log, LOG_BYTES).read_text(encoding="utf-8", errors="replace"), tag), doc
 
 
-def parse_log(text: str, tag: str) -> dict[str, int]:
-    """The plugin's one line for ``tag``: ``edgekit-icount TAG total=N simd_fp=N ...``."""
+def parse_log(text: str, tag: str) -> dict:
+    """The plugin's one line for ``tag``: ``edgekit-icount TAG total=N simd_fp=N ... windows=K bad_marks=K
+    before=N w_total=N w_simd_fp=N ...``: the whole run's counts, and the marked window's under ``window``."""
     lines = [line for line in text.splitlines() if line.startswith(f"edgekit-icount {tag} ")]
     if len(lines) != 1:
         raise EmulationError(f"the counting plugin reported {len(lines)} results (expected one)")
     fields = dict(item.split("=", 1) for item in lines[0].split()[2:] if "=" in item)
     try:
-        counts = {name: int(fields[name]) for name in ("total", *CLASSES)}
+        counts: dict = {name: int(fields[name]) for name in ("total", *CLASSES)}
+        window = {name: int(fields[f"w_{name}"]) for name in ("total", *CLASSES)}
+        marks = {name: int(fields[name]) for name in ("windows", "bad_marks", "before")}
     except (KeyError, ValueError):
         raise EmulationError(f"the counting plugin's line is malformed: {lines[0][:200]}") from None
-    if sum(counts[name] for name in CLASSES) != counts["total"]:
-        raise EmulationError("the counting plugin's classes do not add up to its total")
-    return counts
+    for part in (counts, window):
+        if sum(part[name] for name in CLASSES) != part["total"]:
+            raise EmulationError("the counting plugin's classes do not add up to its total")
+    return {**counts, **marks, "window": window}
 
 
 def _bench_document(stdout: str, timed: int) -> dict:
@@ -168,12 +177,6 @@ def _bench_document(stdout: str, timed: int) -> dict:
     if runs != timed:
         raise EmulationError(f"edgekit-run timed {runs} runs where {timed} were asked for")
     return doc
-
-
-def _per_run(difference: int, runs: int) -> int:
-    if difference < 0:
-        raise EmulationError("more inferences counted fewer instructions: the run is not deterministic")
-    return round(difference / runs)
 
 
 def _build_runner(fmt: str, cpu: str, progress: Progress | None):

@@ -51,6 +51,16 @@ PER_ITERATION = {"integer": 3, "load": 4, "store": 4, "simd_fp": 2, "branch": 1,
 OUTSIDE = {"integer": 5, "other": 1}
 
 
+def _mark(value: int) -> str:  # the runner's count_mark: write(-1, NULL, value)
+    return (f"    mov x0, #-1\n    mov x1, #0\n    movz x2, #{value & 0xffff:#x}\n"
+            f"    movk x2, #{value >> 16:#x}, lsl #16\n    mov x8, #64\n    svc #0\n")
+
+
+BEGIN, END = 0x65646B62, 0x65646B65
+# the loop between the runner's two marks: the window holds what follows the first svc up to the second one
+MARKED = LOOP.replace("_start:\n", "_start:\n" + _mark(BEGIN)).replace("    mov x0, #0\n", _mark(END) + "    mov x0, #0\n")
+
+
 def _needs_counting_tools() -> None:
     from edgekit.emulate.icount_plugin import find_header
 
@@ -72,11 +82,11 @@ def plugin() -> Path:
     return plugin_library(qemu_version(plugin_qemu()))
 
 
-def _count_loop(plugin: Path, tmp_path: Path, iterations: int, *options: str) -> dict[str, int]:
+def _count_loop(plugin: Path, tmp_path: Path, iterations: int, *options: str, code: str = LOOP) -> dict:
     from edgekit.emulate.icount import parse_log
 
     source = tmp_path / "loop.S"
-    source.write_text(LOOP)
+    source.write_text(code)
     program = tmp_path / f"loop{iterations}"
     subprocess.run(["aarch64-linux-gnu-gcc", "-nostdlib", "-static", f"-DITERATIONS={iterations}", "-o", str(program),
                     str(source)], check=True)
@@ -93,17 +103,41 @@ def test_the_plugin_counts_every_class_of_a_hand_written_loop_exactly(plugin, tm
         for name, per in PER_ITERATION.items():
             assert counts[name] == per * iterations + OUTSIDE.get(name, 0), (name, counts)
         assert counts["total"] == 15 * iterations + 6
+        assert counts["windows"] == 0 and counts["window"]["total"] == 0
+
+
+@pytest.mark.parametrize("options", [(), ("atomic=on",)], ids=["inline", "atomic"])
+def test_the_plugin_counts_exactly_what_ran_between_the_runners_marks(plugin, tmp_path, options):
+    for iterations in (1000, 3000):
+        counts = _count_loop(plugin, tmp_path, iterations, *options, code=MARKED)
+        assert (counts["windows"], counts["bad_marks"]) == (1, 0), counts
+        assert counts["before"] == 6  # the first mark: five moves and its svc
+        window = counts["window"]
+        # after the first svc: mov, sub, and; the loop; the second mark's five moves and svc
+        for name, per in PER_ITERATION.items():
+            assert window[name] == per * iterations + {"integer": 8, "other": 1}.get(name, 0), (name, window)
+        assert counts["total"] == counts["before"] + window["total"] + 3  # mov, mov, svc of exit
+
+
+def test_a_mark_out_of_order_is_reported(plugin, tmp_path):
+    counts = _count_loop(plugin, tmp_path, 10, code=LOOP.replace("_start:\n", "_start:\n" + _mark(END)))
+    assert (counts["windows"], counts["bad_marks"]) == (0, 1)
 
 
 def test_the_plugin_line_is_taken_only_once_and_only_with_its_tag():
     from edgekit.emulate.icount import parse_log
 
-    line = "edgekit-icount abc total=6 simd_fp=1 integer=1 load=1 store=1 branch=1 other=1"
+    line = ("edgekit-icount abc total=6 simd_fp=1 integer=1 load=1 store=1 branch=1 other=1 windows=1 bad_marks=0 "
+            "before=2 w_total=3 w_simd_fp=0 w_integer=1 w_load=1 w_store=1 w_branch=0 w_other=0")
     assert parse_log(f"noise\n{line.replace('abc', 'forged')}\n{line}\n", "abc")["total"] == 6
     with pytest.raises(EmulationError, match="2 results"):
         parse_log(f"{line}\n{line}\n", "abc")
     with pytest.raises(EmulationError, match="add up"):
-        parse_log(line.replace("total=6", "total=7"), "abc")
+        parse_log(line.replace(" total=6", " total=7"), "abc")
+    with pytest.raises(EmulationError, match="add up"):
+        parse_log(line.replace("w_total=3", "w_total=4"), "abc")
+    with pytest.raises(EmulationError, match="malformed"):
+        parse_log(line.split(" windows=")[0], "abc")
 
 
 @pytest.mark.parametrize("cpu", ["max", "MAX", "max,sme=off", "any", ""])
@@ -235,7 +269,7 @@ def test_counts_repeat_and_their_classes_add_up(programs, tmp_path):
 
     first = count_per_run(programs["fp32"], "executorch", "cortex-a72", runs=10)
     again = count_per_run(programs["fp32"], "executorch", "cortex-a72", runs=10)
-    # typically ~120 apart in 1.46 M (the runner's per-call timing), the worst seen 1,244
+    # counted between the runner's marks, within one process: apart only by the per-call timing's noise
     assert abs(first["per_run"] - again["per_run"]) <= CALL_NOISE
     assert abs(sum(first["classes"].values()) - first["per_run"]) <= 6
     # two 3x3 convolutions of 16x16 maps are 16*32*9*256 + 32*32*9*256 = 3.54 M multiply-adds: NEON does 4 a lane op

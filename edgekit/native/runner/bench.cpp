@@ -163,7 +163,9 @@ class Benchmark {
   }
 
   void run_plain() {
+    count_mark(CountMark::kBegin);
     samples_ = timed_until([this] { model_->call(); }, a_.min_runs, a_.min_time, a_.max_runs);
+    count_mark(CountMark::kEnd);
   }
 
   std::vector<int64_t> run_block(int64_t n, int64_t warm) {

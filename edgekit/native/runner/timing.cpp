@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,13 @@ int64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+void count_mark(CountMark mark) {
+  int saved = errno;
+  long failed = syscall(SYS_write, -1L, nullptr, static_cast<size_t>(mark));
+  (void)failed;
+  errno = saved;
 }
 
 std::vector<int64_t> timed_calls(const Call& call, int64_t n) {
