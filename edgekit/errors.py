@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE_FAILED = 3
+
+# OSErrors of the machine's storage (disk full, quota, read-only, file too large, I/O error): the
+# user's to fix, never a bug and never one format's failure; they end a run wherever they surface
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO})
 
 
 class EdgekitError(Exception):

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import typer
 
-from edgekit.errors import EXIT_TOOL_ERROR, EXIT_USAGE, EdgekitError, GateFailed, UsageError, first_line
+from edgekit.errors import EXIT_TOOL_ERROR, EXIT_USAGE, STORAGE_ERRNOS, EdgekitError, GateFailed, UsageError, first_line
 
 
 def debug_enabled() -> bool:
@@ -85,9 +85,8 @@ def handles_errors(func: Callable) -> Callable:
     return wrapper
 
 
-# Disk full, quota, read-only, file too large: the user's to fix, not a bug. They are tool errors
-# (exit 1) wherever they surface, even wrapped by a library or an exporter into another error.
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# Storage errors (edgekit.errors.STORAGE_ERRNOS) are tool errors (exit 1) wherever they surface, even
+# wrapped by a library or an exporter into another error.
 # A path the user gave that cannot be one (a name of 300 characters, a loop of links): exit 2.
 _PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ELOOP}
 # Permission problems and a few more OS refusals: one line, exit 1, never "internal error".
@@ -96,7 +95,7 @@ _OS_TOOL_ERRNOS = {errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE, errno.
 
 def _report(exc: BaseException) -> typer.Exit:
     """The one line and exit code for an exception a command let out."""
-    storage = _in_chain(exc, lambda e: isinstance(e, OSError) and e.errno in _STORAGE_ERRNOS)
+    storage = _in_chain(exc, lambda e: isinstance(e, OSError) and e.errno in STORAGE_ERRNOS)
     if storage is not None and getattr(exc, "exit_code", None) != EXIT_TOOL_ERROR:  # tool errors say it already
         return report_error(EdgekitError(_storage_message(storage)), EXIT_TOOL_ERROR)
     if isinstance(exc, EdgekitError):

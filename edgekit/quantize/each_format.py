@@ -8,18 +8,14 @@ no format's fault: it ends the whole run, as before.
 
 from __future__ import annotations
 
-import errno
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import EdgekitError, first_line
+from edgekit.errors import STORAGE_ERRNOS, EdgekitError, first_line
 
 # OSErrors of the machine, not of one format: they end the run (exit 1, nothing left), never a row
-ENVIRONMENT_ERRNOS = frozenset(
-    code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EROFS, errno.EFBIG, errno.EIO)
-    if code is not None
-)
+ENVIRONMENT_ERRNOS = STORAGE_ERRNOS
 
 EXIT_SOME_FAILED = 4  # some formats written, some failed (each failure is a row with its reason)
 
