@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -23,7 +21,7 @@ from typing import Callable
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.native.toolchain import host_arch
-from edgekit.native.wheel import PLATFORMS, PYTHON_TAG, _sha256, download
+from edgekit.native.wheel import PLATFORMS, PYTHON_TAG, download, unpack_pinned
 
 DIST = "onnxruntime"
 LIBRARY = "libonnxruntime.so"  # its name in a bundle's lib/ (ort_library.cpp opens this name)
@@ -91,23 +89,9 @@ def _unpacked(version: str, arch: str, progress: Progress) -> OrtDist:
     if ready is not None and (entry / "dist" / LIBRARY).is_file():
         return _dist_in(entry / "dist", version, arch, ready.get("sha256"))
     wheel = download(version, platform, entry, progress, dist=DIST)
-    digest = _sha256(wheel)
     known = KNOWN_SHA256.get((version, platform))
-    if known is not None and digest != known:
-        wheel.unlink()
-        raise EdgekitError(f"the downloaded {wheel.name} has SHA-256 {digest}, not the {known} edgekit pins; "
-                           "removed it (a damaged or substituted download)")
-    progress(f"unpacking ONNX Runtime's library from {wheel.name} (SHA-256 {digest[:12]}...)")
-    staging = Path(tempfile.mkdtemp(prefix=".dist.", suffix=".tmp", dir=entry))
-    try:
-        _extract(wheel, version, staging)
-        final = entry / "dist"
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    digest = unpack_pinned(wheel, entry, known, lambda dest: _extract(wheel, version, dest),
+                           f"ONNX Runtime's library from {wheel.name}", progress)
     from edgekit.fileio import write_json
 
     write_json(entry / READY, {"schema": "edgekit.native-onnxruntime", "version": version, "platform": platform,

