@@ -49,7 +49,8 @@ def render_instructions(results):
 def footer(results) -> list[str]:
     first = results[0].emulated
     lines = [f"counted with qemu {first['qemu']} ({first['plugin']}), {first['threads']} thread(s), "
-             f"per run = (count of {first['runs'] + 1} timed runs - count of 1) / {first['runs']}"]
+             f"per run = the count between the runner's marks around {first['runs']} timed runs / {first['runs']}; "
+             "start-up = the count before them (loading, the first inference)"]
     notes: list[str] = []
     for r in results:
         for note in r.notes:
