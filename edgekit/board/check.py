@@ -12,9 +12,21 @@ document to stdout (or writes --json), then one plain verdict line, the last lin
 
     {"schema": "edgekit.check_outputs", "schema_version": 1, "model": {path, format, sha256},
      "runtime": {name, version, threads, engine}, "machine": "aarch64", "python": "3.11.2",
-     "batches": {"1": {"max_abs", "cosine", "top1_agreement", "outputs_sha256", "shape"}, "7": ...},
+     "batches": {"1": {"max_abs", "cosine", "top1_agreement", "outputs_sha256", "shape",
+                       "outputs": [{"index", "max_abs", "cosine", "top1_agreement", "outputs_sha256", "shape"}]},
+                 "7": ...},
+     "outputs": [{"index", "name", "max_abs", "cosine", "top1_agreement", "per_sample", "ok", "failures"}],
      "max_abs": worst, "cosine": worst, "top1_agreement": worst, "outputs_sha256": all batches,
-     "ok": bool, "failures": [..]}
+     "ok": bool, "failures": [..], "notes": [..]}
+
+Every output the reference holds is compared (``reference.npz``: ``bN/output`` the first,
+``bN/outputs/{k}`` the others; an older file holds the first alone, and only it is compared then).
+A batch's figures are the worst over its outputs (``shape`` the first output's, the hash over
+all); ``outputs`` holds each output's worst over the batches. The top-1 agreement is the first
+output's (an arg-max of boxes or a state is no decision). An output of one value per sample
+(``per_sample`` 1: a probability, a score) has no direction in one sample, so its cosine is taken
+over every batch at once, and its largest error may be at most ``SPREAD_CEILING`` of the float
+values' spread. A failure names its output (index and name) when the model has more than one.
 
 ``outputs_sha256`` hashes the model's float32 outputs (little-endian, C order): equal hashes on
 host and board mean bit-identical results; different CPUs may legitimately differ in the last
@@ -43,6 +55,7 @@ from .runtimes import open_model
 SCHEMA = "edgekit.check_outputs"
 SCHEMA_VERSION = 1
 COSINE_FLOOR = 0.5  # no option turns it off; quantized programs keep cosine > 0.9 (parity.INT8_MIN_COSINE 0.95)
+SPREAD_CEILING = 0.5  # one value per sample: largest error / the float values' spread, also always on
 
 
 def describe(folder: Path, model: str | None, fmt: str | None) -> tuple[Path, str, dict, list[str]]:
@@ -66,6 +79,14 @@ def describe(folder: Path, model: str | None, fmt: str | None) -> tuple[Path, st
         raise BoardUsageError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     inputs = [str(spec.get("name")) for spec in manifest.get("inputs") or [] if isinstance(spec, dict)]
     return path, fmt, entry, inputs
+
+
+def output_names(folder: Path, runtime) -> list[str]:
+    """The model's output names: the runtime's where the file has them, else the manifest's."""
+    names = list(getattr(runtime, "output_names", None) or [])
+    if not names and (folder / "manifest.json").is_file():
+        names = [str(n) for n in read_json_object(folder / "manifest.json").get("outputs") or [] if isinstance(n, str)]
+    return names
 
 
 def compare(got, want) -> dict:
@@ -96,33 +117,100 @@ def check(args, folder: Path) -> dict:
     folder = Path(args.model).resolve().parent if args.model else folder
     model, fmt, entry, order = describe(folder, args.model, args.format)
     reference = Path(args.reference) if args.reference else folder / "reference.npz"
-    cases = read_reference(reference)
+    cases = read_reference(reference, every_output=True)
     engine = args.engine or (entry.get("details") or {}).get("quantized_engine")
     runtime = open_model(fmt, model, args.threads, engine)
     digest = hashlib.sha256()
     with open(model, "rb") as fh:
         while block := fh.read(1 << 20):
             digest.update(block)
-    batches, all_outputs = {}, hashlib.sha256()
-    for batch, (inputs, want) in cases.items():
-        result = compare(runtime.predict(inputs, order), want)
-        batches[str(batch)] = result
-        all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
-    top1s = [b["top1_agreement"] for b in batches.values() if b["top1_agreement"] is not None]
+    batches, all_outputs, notes, short = {}, hashlib.sha256(), [], None
+    pooled: dict[int, list] = {}  # per output: (got, want) of every batch
+    for batch, (inputs, wants) in cases.items():
+        gots = runtime.predict_outputs(inputs, order)
+        if len(gots) < len(wants):
+            short = f"the model gives {len(gots)} output(s); the reference holds {len(wants)}"
+        elif len(gots) > len(wants) and not notes:
+            notes.append(f"the model gives {len(gots)} outputs; the reference holds {len(wants)} "
+                         f"(written before every output was kept): {len(wants)} compared")
+        per_output = []
+        for k, (got, want) in enumerate(zip(gots, wants)):
+            try:
+                result = compare(got, want)
+            except RuntimeError as exc:
+                raise RuntimeError(f"output {k}: {exc}" if len(wants) > 1 else str(exc)) from None
+            per_output.append({"index": k, **result})
+            pooled.setdefault(k, []).append((got, want, batch))
+            all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
+        batches[str(batch)] = _batch_summary(per_output)
+    names = output_names(folder, runtime)
+    outputs = [_output_summary(k, names[k] if k < len(names) else None, batches, pooled[k]) for k in sorted(pooled)]
     info = {key: runtime.info.get(key) for key in ("name", "version", "threads", "engine")}
+    top1s = [o["top1_agreement"] for o in outputs if o["top1_agreement"] is not None]
     doc = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "model": {"path": model.name, "format": fmt, "sha256": digest.hexdigest()},
         "runtime": info, "machine": platform.machine(), "python": platform.python_version(),
-        "batches": batches,
-        "max_abs": max(b["max_abs"] for b in batches.values()),
-        "cosine": min(b["cosine"] for b in batches.values()),
+        "batches": batches, "outputs": outputs,
+        "max_abs": max(o["max_abs"] for o in outputs),
+        "cosine": min(o["cosine"] for o in outputs),
         "top1_agreement": min(top1s) if top1s else None,
         "outputs_sha256": all_outputs.hexdigest(),
     }
-    failures = limit_failures(doc, args.max_abs, args.min_cosine, args.min_top1)
-    doc["ok"], doc["failures"] = not failures, failures
+    failures = [short] if short else []
+    for out in outputs:
+        out["failures"] = limit_failures(out, args.max_abs, args.min_cosine, args.min_top1)
+        if out.get("max_abs_of_spread") is not None and not out["max_abs_of_spread"] <= SPREAD_CEILING:
+            out["failures"].append(f"max abs error {out['max_abs_of_spread']:.4g} of the float values' spread > "
+                                   f"{SPREAD_CEILING:g} (one value per sample)")
+        out["ok"] = not out["failures"]
+        label = _label(out) if len(outputs) > 1 else ""
+        failures += [f"{label}{failure}" for failure in out["failures"]]
+    doc["ok"], doc["failures"], doc["notes"] = not failures, failures, notes
     return doc
+
+
+def _batch_summary(per_output: list[dict]) -> dict:
+    """One batch: the worst over its outputs (the first output's shape and top-1), each output's figures."""
+    first = per_output[0]
+    digest = hashlib.sha256()
+    for out in per_output:
+        digest.update(bytes.fromhex(out["outputs_sha256"]))
+    return {
+        "max_abs": max(o["max_abs"] for o in per_output),
+        "cosine": min(o["cosine"] for o in per_output),
+        "top1_agreement": first["top1_agreement"],
+        # one output: the hash of its bytes, as before there were several
+        "outputs_sha256": first["outputs_sha256"] if len(per_output) == 1 else digest.hexdigest(),
+        "shape": first["shape"],
+        "outputs": per_output,
+    }
+
+
+def _output_summary(index: int, name, batches: dict, pairs: list) -> dict:
+    """One output over every batch: worst max_abs, cosine, (first output) top-1 agreement; an output
+    of one value per sample gets its cosine over every batch at once, and its error against the spread."""
+    import numpy as np
+
+    found = [b["outputs"][index] for b in batches.values()]
+    per_sample = max(int(np.asarray(want).size // max(batch, 1)) for _, want, batch in pairs)
+    top1s = [f["top1_agreement"] for f in found if f["top1_agreement"] is not None] if index == 0 else []
+    summary = {"index": index, "name": name, "per_sample": per_sample,
+               "max_abs": max(f["max_abs"] for f in found), "cosine": min(f["cosine"] for f in found),
+               "top1_agreement": min(top1s) if top1s else None}
+    if per_sample <= 1:
+        got = np.concatenate([np.asarray(g, dtype=np.float64).ravel() for g, _, _ in pairs])
+        want = np.concatenate([np.asarray(w, dtype=np.float64).ravel() for _, w, _ in pairs])
+        norms = float(np.linalg.norm(got) * np.linalg.norm(want))
+        summary["cosine"] = float(got @ want / norms) if norms > 0 else float(not got.any() and not want.any())
+        spread = float(want.max() - want.min()) if want.size else 0.0
+        error = summary["max_abs"]
+        summary["max_abs_of_spread"] = error / spread if spread > 0 else None  # constant: nothing to measure against
+    return summary
+
+
+def _label(output: dict) -> str:
+    return f"output {output['index']}" + (f" ({output['name']!r})" if output.get("name") else "") + ": "
 
 
 def limit_failures(doc: dict, max_abs=None, min_cosine=None, min_top1=None) -> list[str]:

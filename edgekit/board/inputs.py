@@ -188,11 +188,15 @@ def _check_input_memory(specs: list[dict], shapes: dict, npz: dict | None, batch
     )
 
 
-def read_reference(path: str | Path, need_outputs: bool = True) -> dict[int, tuple[dict, object]]:
-    """{batch: ({input name: array}, float output or None)} from a reference.npz, batches ascending.
+def read_reference(path: str | Path, need_outputs: bool = True,
+                   every_output: bool = False) -> dict[int, tuple[dict, object]]:
+    """{batch: ({input name: array}, float output or None)} from a reference.npz, batches ascending;
+    with ``every_output`` the float outputs are the list of every output the file holds.
 
-    Keys are ``b{batch}/input/{name}`` and ``b{batch}/output``; an input name is everything after
-    ``input/`` (ONNX names may hold ``/``, e.g. ``gpu_0/data_0``)."""
+    Keys are ``b{batch}/input/{name}``, ``b{batch}/output`` (the first output) and
+    ``b{batch}/outputs/{k}`` (output k = 1, 2, ... where the model has more: older files hold the
+    first alone); an input name is everything after ``input/`` (ONNX names may hold ``/``, e.g.
+    ``gpu_0/data_0``)."""
     import numpy as np
 
     path = Path(path)
@@ -203,21 +207,32 @@ def read_reference(path: str | Path, need_outputs: bool = True) -> dict[int, tup
             items = {key: data[key] for key in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise BoardUsageError(f"cannot read {path}: {first_line(exc)}") from None
-    cases: dict[int, tuple[dict, object]] = {}
+    cases: dict[int, tuple[dict, dict]] = {}
     for key, value in items.items():
         head, _, rest = key.partition("/")
         kind, _, name = rest.partition("/")
         if not head.startswith("b") or not head[1:].isdigit() or not 0 < int(head[1:]) < 1_000_000:
             raise BoardUsageError(f"{path}: unexpected array {key[:80]!r}")
-        batch = int(head[1:])
-        inputs, output = cases.get(batch, ({}, None))
+        inputs, outputs = cases.setdefault(int(head[1:]), ({}, {}))
         if kind == "input" and name:
             inputs[name] = value
         elif kind == "output" and not name:
-            output = value
+            outputs[0] = value
+        elif kind == "outputs" and _output_index(name):
+            outputs[int(name)] = value
         else:
             raise BoardUsageError(f"{path}: unexpected array {key[:80]!r}")
-        cases[batch] = (inputs, output)
-    if not cases or any(not ins or (need_outputs and out is None) for ins, out in cases.values()):
+    if not cases or any(not ins or (need_outputs and 0 not in outs) for ins, outs in cases.values()):
         raise BoardUsageError(f"{path} lacks inputs or outputs for some batch")
-    return dict(sorted(cases.items()))
+    for batch, (_, outs) in cases.items():
+        if outs and sorted(outs) != list(range(len(outs))):
+            raise BoardUsageError(f"{path}: batch {batch} lacks output {min(set(range(len(outs))) - set(outs))}")
+    if len({len(outs) for _, outs in cases.values() if outs}) > 1:
+        raise BoardUsageError(f"{path}: its batches hold different numbers of outputs")
+    return {batch: (ins, [outs[k] for k in sorted(outs)] if every_output else outs.get(0))
+            for batch, (ins, outs) in sorted(cases.items())}
+
+
+def _output_index(text: str) -> bool:
+    """``outputs/{k}``: k a plain decimal 1..9999 (no sign, no leading zero)."""
+    return text.isascii() and text.isdigit() and not text.startswith("0") and len(text) <= 4

@@ -160,7 +160,7 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     from edgekit.formats.reference import REFERENCE_FILE, example_tensors, read_reference, write_reference
 
     write_reference(work / REFERENCE_FILE, model, manifest.inputs, manifest.task)
-    cases = read_reference(work / REFERENCE_FILE)
+    cases = read_reference(work / REFERENCE_FILE, every_output=True)
     examples = example_tensors(manifest.inputs)
     float_accuracy = manifest.metrics.get("accuracy")
     family = manifest.model.get("name", "")
@@ -184,7 +184,7 @@ def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optim
                 float_accuracy, family) -> ModelFile:
     from edgekit import formats as table
     from edgekit.evaluation import task_accuracy
-    from edgekit.formats.parity import check_parity, predictor_for
+    from edgekit.formats.parity import check_parity, every_output, predictor_for
     from edgekit.formats.request import FloatExport
     from edgekit.sources.onnx_exporter import preferred_exporter
 
@@ -196,7 +196,9 @@ def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optim
                           torchscript_mode=ts_mode, optimize=optimize, external_data=external_data)
     details = entry.ops().export_float(model, request)
     predict = predictor_for(path, fmt, details)
-    parity = check_parity(predict, cases, "fp32", f"fp32 {fmt} export")
+    outputs = every_output(predict)
+    parity = check_parity(outputs, cases, "fp32", f"fp32 {fmt} export",
+                          names=outputs.output_names or list(manifest.outputs))
     metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
     return describe_file(work, path.name, fmt, precision="fp32", metrics=metrics, details=details)
 
@@ -213,7 +215,7 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
     if not (folder / REFERENCE_FILE).is_file():
         raise InputFileError(f"{folder / REFERENCE_FILE} is missing; quantize the model again to create it")
     shutil.copyfile(folder / REFERENCE_FILE, work / REFERENCE_FILE)
-    cases = read_reference(work / REFERENCE_FILE)
+    cases = read_reference(work / REFERENCE_FILE, every_output=True)
     from edgekit.quantize.each_format import Attempts
 
     files = []
@@ -233,7 +235,7 @@ def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data
     from edgekit import formats as table
     from edgekit.errors import ParityError
     from edgekit.evaluation import task_accuracy
-    from edgekit.formats.parity import check_parity, predictor_for
+    from edgekit.formats.parity import check_parity, every_output, predictor_for
     from edgekit.formats.request import QuantizedCopy
 
     entry = manifest.file(fmt)
@@ -244,7 +246,9 @@ def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data
     details = table.get(fmt).ops().copy_quantized(request)
     predict = predictor_for(path, fmt, details)
     labelled = manifest.task.get("type") == "classification" and bool(manifest.task.get("dataset"))
-    parity = check_parity(predict, cases, entry.precision, f"{entry.precision} {fmt} export", decisions=labelled)
+    outputs = every_output(predict)
+    parity = check_parity(outputs, cases, entry.precision, f"{entry.precision} {fmt} export", decisions=labelled,
+                          names=outputs.output_names or list(manifest.outputs))
     accuracy = task_accuracy(manifest.task, predict)
     recorded = entry.metrics.get("accuracy")
     if recorded is not None and accuracy is not None and abs(accuracy - recorded) > 1e-9:

@@ -23,15 +23,15 @@ def export_onnx_file(src, out: str | Path, target, force: bool = False) -> tuple
     from edgekit.evaluation import onnx_predictor
     from edgekit.formats import onnx_export
     from edgekit.formats.onnx import FORMAT
-    from edgekit.formats.parity import check_parity
+    from edgekit.formats.parity import check_parity, every_output
     from edgekit.formats.reference import REFERENCE_FILE, read_reference, write_predicted_reference
     from edgekit.outputs import commit_dir
 
     original = Path(src.onnx_path)
     with commit_dir(out, "export", inputs=[original, target.source], force=force) as work:
-        write_predicted_reference(work / REFERENCE_FILE, onnx_predictor(original), src.inputs, src.task,
-                                  src.reference_feed)
-        cases = read_reference(work / REFERENCE_FILE)
+        write_predicted_reference(work / REFERENCE_FILE, every_output(onnx_predictor(original)), src.inputs,
+                                  src.task, src.reference_feed)
+        cases = read_reference(work / REFERENCE_FILE, every_output=True)
         model = onnx_files.load(original)
         dropped = onnx_files.drop_initializer_inputs(model)
         unused = set(onnx_files.unused_initializers(model))
@@ -51,7 +51,8 @@ def export_onnx_file(src, out: str | Path, target, force: bool = False) -> tuple
         if written:
             details["external_data"] = written
         onnx_export.check_model(path)
-        parity = check_parity(onnx_predictor(path), cases, "fp32", f"fp32 {FORMAT.name} copy of {original.name}")
+        parity = check_parity(every_output(onnx_predictor(path)), cases, "fp32",
+                              f"fp32 {FORMAT.name} copy of {original.name}")
         metrics = {"accuracy": None, "float_accuracy": None, "parity": parity, "metric": "cosine",
                    "fidelity": {"cosine": parity.get("cosine"), "top1_agreement": parity.get("top1_agreement")}}
         entry = describe_file(work, path.name, FORMAT.name, precision="fp32", metrics=metrics, details=details)

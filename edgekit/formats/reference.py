@@ -1,7 +1,10 @@
 """Fixed inputs and the float model's outputs on them: the yardstick every artifact is held to.
 
 Stored beside each exported model as ``reference.npz`` so parity can be re-checked anywhere
-(another machine, the device bundle, an emulated board) without the float model.
+(another machine, the device bundle, an emulated board) without the float model. Per batch size N:
+``bN/input/{name}`` for each input, ``bN/output`` the model's first output, and
+``bN/outputs/{k}`` each further output k = 1, 2, ... in the model's output order (files written
+before every output was kept hold ``bN/output`` alone, and stay valid).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from edgekit.fileio import atomic_path
 REFERENCE_FILE = "reference.npz"
 # An input name is everything after "input/": ONNX names are arbitrary strings ("gpu_0/data_0"),
 # read as the board's reader (edgekit/board/inputs.py) reads them.
-_KEY = re.compile(r"^b(?P<batch>[1-9][0-9]{0,5})/(?:input/(?P<name>.+)|output)\Z", re.DOTALL)
+_KEY = re.compile(r"^b(?P<batch>[1-9][0-9]{0,5})/(?:input/(?P<name>.+)|output|outputs/(?P<index>[1-9][0-9]{0,3}))\Z",
+                  re.DOTALL)
 BATCH_SIZES = (1, 7)  # two sizes, so a dynamic batch axis is really exercised
 # ...and two lengths for a dynamic sequence axis: the case at batch 1 is 16 long, at batch 7 11 long
 # (the example inputs exports trace with are 16 long, so a length baked in by tracing shows up).
@@ -72,12 +76,28 @@ def example_tensors(specs: tuple[InputSpec, ...], batch: int = 2) -> tuple:
     return tuple(torch.from_numpy(a) for a in random_inputs(specs, batch, 16).values())
 
 
-def float_outputs(model, inputs: dict[str, np.ndarray]) -> np.ndarray:
+def float_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Every output of the torch ``model`` on ``inputs``, flattened in order as torch.export and
+    the ONNX exporter flatten them (tuples, lists and dicts, nested)."""
     import torch
 
     with torch.inference_mode():
         out = model(*(torch.from_numpy(a) for a in inputs.values()))
-    return (out[0] if isinstance(out, (tuple, list)) else out).float().numpy()
+    return [t.float().numpy() for t in _flat_tensors(out)]
+
+
+def _flat_tensors(out) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):  # transformers' ModelOutput: its non-None fields, in order
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _flat_tensors(item)]
+    return []
 
 
 def write_reference(path: Path, model, specs: tuple[InputSpec, ...], task: dict) -> None:
@@ -85,42 +105,63 @@ def write_reference(path: Path, model, specs: tuple[InputSpec, ...], task: dict)
 
 
 def write_predicted_reference(path: Path, predict, specs: tuple[InputSpec, ...], task: dict, feed=None) -> None:
-    """reference.npz from any float predictor (inputs by name -> output array), e.g. ONNX Runtime
-    on an ``.onnx`` source; ``feed(batch)``, when given, makes the inputs instead of ``fixed_inputs``."""
+    """reference.npz from any float predictor (inputs by name -> every output as a list, or one
+    output array), e.g. ONNX Runtime on an ``.onnx`` source; ``feed(batch)``, when given, makes the
+    inputs instead of ``fixed_inputs``."""
     arrays = {}
     for batch in BATCH_SIZES:
         inputs = feed(batch) if feed is not None else fixed_inputs(specs, batch, task)
         for name, value in inputs.items():
             arrays[f"b{batch}/input/{name}"] = value
-        arrays[f"b{batch}/output"] = np.asarray(predict(inputs), dtype=np.float32)
+        arrays.update(output_arrays(batch, predict(inputs)))
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
 
 
-def read_reference(path: Path) -> dict[int, tuple[dict[str, np.ndarray], np.ndarray]]:
-    """{batch: (inputs by name, float outputs)}."""
+def output_arrays(batch: int, outputs) -> dict[str, np.ndarray]:
+    """The reference file's arrays for the outputs of one batch (a list, or one array)."""
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if not outputs:
+        from edgekit.errors import InputFileError
+
+        raise InputFileError("the float model returned no tensor output to hold the exports to")
+    arrays = {f"b{batch}/output": np.asarray(outputs[0], dtype=np.float32)}
+    for k, value in enumerate(outputs[1:], start=1):
+        arrays[f"b{batch}/outputs/{k}"] = np.asarray(value, dtype=np.float32)
+    return arrays
+
+
+def read_reference(path: Path, every_output: bool = False) -> dict[int, tuple[dict[str, np.ndarray], object]]:
+    """{batch: (inputs by name, float outputs)}: the first output as an array, or with
+    ``every_output`` the list of every output the file holds (one, in files written before)."""
     from edgekit.errors import InputFileError
     from edgekit.fileio import read_npz
 
     items = read_npz(path, "reference data")  # strict: no pickles, no zip bombs, headers match their bytes
-    cases: dict[int, tuple[dict, np.ndarray]] = {}
+    cases: dict[int, tuple[dict, dict]] = {}
     for key, value in items.items():
         match = _KEY.match(key)
         if match is None:
             raise InputFileError(f"reference data {path} is malformed: unexpected array {key[:60]!r}")
-        batch = int(match["batch"])
-        inputs, output = cases.get(batch, ({}, None))
+        inputs, outputs = cases.setdefault(int(match["batch"]), ({}, {}))
         if match["name"] is not None:
             inputs[match["name"]] = value
         else:
-            output = value
-        cases[batch] = (inputs, output)
+            outputs[int(match["index"] or 0)] = value
     if not cases:
         raise InputFileError(f"reference data {path} is malformed: it holds no cases")
-    for batch, (inputs, output) in cases.items():
-        if output is None or not inputs:
+    for batch, (inputs, outputs) in cases.items():
+        if 0 not in outputs or not inputs:
             raise InputFileError(f"reference data {path} is malformed: batch {batch} lacks its inputs or outputs")
-        if output.dtype.kind not in "fiu" or any(a.dtype.kind not in "fiub" for a in inputs.values()):
+        if sorted(outputs) != list(range(len(outputs))):
+            missing = min(set(range(len(outputs))) - set(outputs))
+            raise InputFileError(f"reference data {path} is malformed: batch {batch} lacks output {missing}")
+        if (any(o.dtype.kind not in "fiu" for o in outputs.values())
+                or any(a.dtype.kind not in "fiub" for a in inputs.values())):
             raise InputFileError(f"reference data {path} is malformed: batch {batch} holds non-numeric arrays")
-    return cases
+    counts = {len(outputs) for _, outputs in cases.values()}
+    if len(counts) > 1:
+        raise InputFileError(f"reference data {path} is malformed: its batches hold {sorted(counts)} outputs")
+    return {batch: (inputs, [outputs[k] for k in sorted(outputs)] if every_output else outputs[0])
+            for batch, (inputs, outputs) in cases.items()}

@@ -44,8 +44,10 @@ def write_reference(job, calib=None) -> dict:
     A model from outside the zoo with calibration data is held to the user's own inputs: the
     reference cases are calibration rows (their shapes, e.g. 128-token padded sentences), not
     random ones."""
-    from edgekit.evaluation import onnx_predictor, torch_predictor
-    from edgekit.formats.reference import REFERENCE_FILE, read_reference, write_reference as write_torch_reference
+    from edgekit.evaluation import onnx_predictor
+    from edgekit.formats.parity import every_output
+    from edgekit.formats.reference import REFERENCE_FILE, float_outputs, read_reference
+    from edgekit.formats.reference import write_reference as write_torch_reference
     from edgekit.quantize.search import accuracy
 
     path = job.work / REFERENCE_FILE
@@ -53,14 +55,14 @@ def write_reference(job, calib=None) -> dict:
     if job.source.labelled:
         write_torch_reference(path, model if model is not None else job.float_model(), job.source.inputs, job.source.task)
     else:
-        if model is not None:
-            predict = torch_predictor(model)
-        elif job.source.has_torch:
-            predict = torch_predictor(job.float_model())
+        # every output of the float model goes into the file (the board's check compares them all)
+        if model is not None or job.source.has_torch:
+            torch_model = model if model is not None else job.float_model()
+            predict = lambda inputs: float_outputs(torch_model, inputs)  # noqa: E731
         else:
             from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
-            predict = onnx_predictor(float_onnx(job))
+            predict = every_output(onnx_predictor(float_onnx(job)))
         feed = calibration_feed(calib, job.source.inputs, job) if calib is not None else None
         accuracy.write_reference(path, predict, job.source.inputs, job.source.task, job.input_ranges(),
                                  feed or job.source.reference_feed)

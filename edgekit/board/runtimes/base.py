@@ -50,6 +50,10 @@ class Runtime:
     def predict(self, inputs: dict, order: list | None = None):
         """The first output as float32 for inputs by name; ``order`` names the call order when the
         model cannot tell it (TorchScript, ExecuTorch)."""
+        return self.predict_outputs(inputs, order)[0]
+
+    def predict_outputs(self, inputs: dict, order: list | None = None) -> list:
+        """Every output, in the model's order, as float32, for inputs by name (``order`` as ``predict``'s)."""
         import numpy as np
 
         names = self.call_order(inputs, order)
@@ -59,8 +63,12 @@ class Runtime:
 
             raise BoardUsageError(f"no array for input {missing[0]!r} (given: {', '.join(inputs) or 'none'})")
         with self.context():
-            first = self.run([np.ascontiguousarray(inputs[n]) for n in names])[0]
-        return np.asarray(first, dtype=np.float32)
+            outputs = self.run([np.ascontiguousarray(inputs[n]) for n in names])
+        if not outputs:
+            from ..errors import BoardError
+
+            raise BoardError("the model returned no output")
+        return [np.asarray(out, dtype=np.float32) for out in outputs]
 
     def call_order(self, inputs: dict, order: list | None) -> list:
         """The input names in the order the model takes them."""

@@ -57,12 +57,21 @@ class TorchScriptRuntime(Runtime):
         return self.module, tuple(self.torch.from_numpy(a) for a in arrays.values())
 
     def run(self, arrays: list) -> list:
-        out = self.module(*(self.torch.from_numpy(a) for a in arrays))
-        outs = out if isinstance(out, (tuple, list)) else (out,)
+        outs = _flat(self.module(*(self.torch.from_numpy(a) for a in arrays)))
         return [o.detach().float().numpy() if o.is_floating_point() else o.numpy() for o in outs]
 
     def context(self):
         return self.torch.inference_mode()
+
+
+def _flat(out) -> list:
+    """Every tensor of a module's result, in order, as torch.export flattens it (nested tuples,
+    lists and dicts)."""
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _flat(item)]
+    return [out]
 
 
 def _import_torch():
