@@ -67,6 +67,8 @@ class PipelineConfig:
     emulate: bool = True
     eval_data: Path | None = None  # what every int8 variant is judged on (edgekit.fidelity; else --calib held out)
     require_eval_data: bool = False  # refuse to judge on synthetic inputs
+    # input -> the axis that counts its samples in --calib/--eval-data, where it is not detected (--sample-axis)
+    sample_axes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Every setting is checked here, before anything is trained or written."""
@@ -238,7 +240,7 @@ def _evaluation(config: PipelineConfig, plan, method_config):
 
     calib = plan.calib if plan.calib is not None else config.calib
     return for_pipeline(config.eval_data, calib, method_config, config.require_eval_data, plan.labelled,
-                        getattr(config, "calib_preprocess", None), plan.name)
+                        getattr(config, "calib_preprocess", None), plan.name, config.sample_axes)
 
 
 def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None) -> None:
@@ -247,6 +249,9 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
 
     if plan is None:
         plan = make_plan(config)
+    from edgekit.sources.state_pairs import sample_axes
+
+    axes = sample_axes(plan.inputs, config.sample_axes)  # a --sample-axis the inputs do not have: refused now
     for run in plan.quant_runs:  # --require-eval-data without data is refused now, not as a row after training
         _evaluation(config, plan, run.config)
     resolve_budgets(target, config.config_path, config.budget_overrides)
@@ -267,7 +272,7 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
         if warning:
             say(f"Warning: {warning}")
         # its first batch is checked now: shape, dtype, finite values (images and text as quantize reads them)
-        open_calibration(calib, plan.inputs, preprocess=config.calib_preprocess, tokenizer=config.tokenizer)
+        open_calibration(calib, plan.inputs, preprocess=config.calib_preprocess, tokenizer=config.tokenizer, axes=axes)
 
 
 def _float_bytes(plan) -> int | None:

@@ -58,6 +58,10 @@ def pipeline_command(
         help="Data every int8 variant is judged on (what --calib takes; docs/fidelity.md). Default: --calib "
              "(dynamic never sees it; static keeps a fifth of it out), else synthetic inputs, labelled as such."),
     require_eval_data: bool = typer.Option(False, "--require-eval-data", help="Refuse (exit 2, before training) to judge a model without labelled data on synthetic inputs."),
+    sample_axis: Optional[list[str]] = typer.Option(
+        None, "--sample-axis", metavar="INPUT=AXIS",
+        help="The axis of INPUT that counts samples in --calib/--eval-data, as `edgekit quantize --sample-axis` "
+             "takes it (repeatable)."),
     methods: Optional[str] = typer.Option(
         None, "--methods",
         help="Comma-separated int8 methods: dynamic, static, qat, or a plug-in's (default: dynamic,static; static is skipped, "
@@ -101,6 +105,7 @@ def pipeline_command(
     from edgekit.pipeline import DEFAULT_MODEL, PipelineConfig, run_pipeline
     from edgekit.pipeline_summary import cells, headers, skipped_lines, target_cell, title
     from edgekit.pipeline_verdict import recommendation_line
+    from edgekit.sources.state_pairs import parse_sample_axes
 
     given = [flag for flag, value in (("--model", model), ("--checkpoint", checkpoint), ("--source", source))
              if value is not None]
@@ -140,6 +145,7 @@ def pipeline_command(
         emulate=emulate,
         eval_data=eval_data,
         require_eval_data=require_eval_data,
+        sample_axes=parse_sample_axes(sample_axis),
     )
     err = console(stderr=True)
     result = run_pipeline(cfg, progress=lambda message: err.print(f"[dim]>[/dim] {message}"))

@@ -77,6 +77,11 @@ def quantize_command(
         None, "--state", metavar="INPUT=OUTPUT",
         help="A state input and the output fed back into it, when their names do not pair them (h/hn, state/stateN "
              "are found); the files are judged on streams, each model feeding back its own state (repeatable)."),
+    sample_axis: Optional[list[str]] = typer.Option(
+        None, "--sample-axis", metavar="INPUT=AXIS",
+        help="The axis of INPUT that counts samples, when it is not axis 0 and no dynamic batch name tells "
+             "(a (T, N, C) sequence: x=1; negative counts from the end); --calib and --eval-data are split "
+             "into samples along it (repeatable)."),
     output_kind: Optional[list[str]] = typer.Option(
         None, "--output-kind", metavar="OUTPUT=KIND",
         help="What an output is, when its values do not tell: scalar | classes | sequence | tensor (repeatable); "
@@ -119,7 +124,7 @@ def quantize_command(
             "--per-channel/--per-tensor": per_channel, "--reduce-range": reduce_range, "--op-types": op_types,
             "--exclude": exclude, "--max-drop": max_drop, "--auto": auto, "--fusion": fusion, "--smooth": smooth,
             "--report": report, "--eval-data": eval_data, "--require-eval-data": require_eval_data or None,
-            "--output-kind": output_kind, "--state": state, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
+            "--output-kind": output_kind, "--state": state, "--sample-axis": sample_axis, "--qat-epochs": epochs, "--qat-lr": lr, "--input-shape": input_shape,
             "--input-dtype": input_dtype, "--dynamic-axes": dynamic_axes, "--input-range": input_range,
             "--state-dict": state_dict, "--random-init": random_init,
         }, f"--method {method} (a language model's .pte program)")
@@ -134,6 +139,8 @@ def quantize_command(
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None
     err = console(stderr=True)
+    if auto and sample_axis:
+        raise UsageError("--sample-axis applies to one method's calibration and judging; drop --auto and give --method")
     if auto and (eval_data is not None or require_eval_data or output_kind or state):
         raise UsageError("--eval-data, --require-eval-data, --output-kind and --state judge one method's files; drop "
                          "--auto and give --method")
@@ -191,6 +198,7 @@ def quantize_command(
         "op_types": tuple(split_csv(op_types)) if op_types else None, "fusion": fusion,
         "smooth": smooth or None, "calib_preprocess": calib_preprocess, "tokenizer": tokenizer,
         "eval_data": eval_data, "require_eval_data": require_eval_data, "output_kinds": output_kind, "state_pairs": state,
+        "sample_axes": sample_axis,
     }
     with _calibration_progress(err) as progress:
         try:

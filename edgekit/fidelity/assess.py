@@ -110,19 +110,21 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
     candidate_run = _guarded(runtime_runner(fmt, path, names, (details or {}).get("quantized_engine")),
                              f"{label}: the file fails on the evaluation inputs", ParityError)
     outputs = list(job.source.outputs)
-    # state inputs fed back from outputs (by name, and by the ONNX file's output shapes where it has them)
-    pairs = [StatePair(i, o) for i, o in stream_layout(job.source, declared_states=settings.state or None)[1]]
+    # each input's sample axis (--sample-axis, else detected); state inputs fed back from outputs (by name,
+    # and by the ONNX file's output shapes where it has them)
+    axes, found = stream_layout(job.source, settings.axes or None, settings.state or None)
+    pairs = [StatePair(i, o) for i, o in found]
     kind = settings.kind if settings.data is not None else (ev.TEST_SPLIT if job.source.labelled else ev.SYNTHETIC)
     labelled = job.source.labelled
     streams = None
     if pairs:
         initial = _initial_state(job.source.inputs, pairs)
         comparison, streams, samples = compare_streams(
-            float_run, candidate_run, _streams(job, settings, pairs), outputs, pairs, initial,
-            settings.kinds, labelled)
+            float_run, candidate_run, _streams(job, settings, pairs, axes), outputs, pairs, initial,
+            settings.kinds, labelled, axes)
     else:
-        counted = _Counted(_feeds(job, settings, cases))
-        comparison = compare_batches(float_run, candidate_run, counted, outputs, settings.kinds, labelled)
+        counted = _Counted(_feeds(job, settings, cases, axes), axes)
+        comparison = compare_batches(float_run, candidate_run, counted, outputs, settings.kinds, labelled, axes)
         samples = counted.samples
     results = comparison.results()
     if not results:
@@ -135,6 +137,8 @@ def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: 
         "samples": samples,
         "streams": streams,
         "state_pairs": [p.to_dict() for p in pairs],
+        "sample_axes": axes,  # the axis of each input that counts samples
+        "sample_axes_declared": sorted(settings.axes),  # by --sample-axis (the others detected)
         "notes": comparison.notes,
         "outputs": results,
         "headline": headline(results),
@@ -164,16 +168,30 @@ def with_legacy(legacy: dict, record: dict) -> dict:
 
 
 class _Counted:
-    def __init__(self, feeds):
-        self.feeds, self.samples = feeds, 0
+    def __init__(self, feeds, axes: dict | None = None):
+        self.feeds, self.samples, self.axes = feeds, 0, axes or {}
 
     def __iter__(self):
         for feed in self.feeds:
-            self.samples += len(next(iter(feed.values())))
+            self.samples += _samples(feed, self.axes)
             yield feed
 
 
-def _feeds(job, settings: ev.EvalSettings, cases: dict) -> Iterator[dict]:
+def _samples(feed: dict, axes: dict) -> int:
+    """How many samples ``feed`` holds, counted on the sample axis of its first input with axes."""
+    for name, value in feed.items():
+        if np.ndim(value):
+            return int(np.shape(value)[axes.get(name, 0)])
+    return 1
+
+
+def _take(value: np.ndarray, axis: int, start: int, stop: int) -> np.ndarray:
+    """Samples ``start:stop`` of ``value`` along its sample axis ``axis`` (an input with no axes, a
+    sample rate: its one value, every call)."""
+    return value[(slice(None),) * axis + (slice(start, stop),)] if np.ndim(value) else value
+
+
+def _feeds(job, settings: ev.EvalSettings, cases: dict, axes: dict | None = None) -> Iterator[dict]:
     if settings.data is None:  # the reference cases: the test split, or synthetic inputs
         for _, (inputs, _) in sorted(cases.items()):
             yield inputs
@@ -183,13 +201,14 @@ def _feeds(job, settings: ev.EvalSettings, cases: dict) -> Iterator[dict]:
     skip = settings.skip
     if skip and hasattr(calib, "skipping"):  # images: the calibrated files are passed over, not decoded
         calib, skip = calib.skipping(skip), 0
+    axes = {**(axes or {}), **dict(getattr(calib, "axes", ()))}
     for feed in calib.feeds():
-        rows = len(next(iter(feed.values())))
+        rows = _samples(feed, axes)
         if skip >= rows:
             skip -= rows
             continue
         if skip:
-            feed = {name: value[skip:] for name, value in feed.items()}
+            feed = {name: _take(value, axes.get(name, 0), skip, None) for name, value in feed.items()}
             skip = 0
         yield feed
 
@@ -200,7 +219,7 @@ def _initial_state(specs, pairs) -> dict:
     return {p.input: np.zeros(by_name[p.input].concrete_shape(), dtype=by_name[p.input].dtype) for p in pairs}
 
 
-def _streams(job, settings: ev.EvalSettings, pairs):
+def _streams(job, settings: ev.EvalSettings, pairs, axes: dict | None = None):
     """Streams of per-call feeds of the inputs that are not state: each array file of the data is one
     stream, its rows the calls in order; synthetic streams when there is no data."""
     states = {p.input for p in pairs}
@@ -220,20 +239,21 @@ def _streams(job, settings: ev.EvalSettings, pairs):
         raise UsageError(f"evaluation data {path} for a stateful model must be .npy/.npz arrays: each file one "
                          f"stream, its rows the calls in order")
     left = settings.max_samples
+    axes = {name: axis for name, axis in (axes or {}).items() if axis and name not in states}
     for file in files:
         if left <= 0:
             return
-        steps = list(_rows(CalibrationSet((file,), specs, 1, left)))
+        steps = list(_rows(CalibrationSet((file,), specs, 1, left, tuple(sorted(axes.items())))))
         left -= len(steps)
         yield iter(steps)
 
 
 def _rows(calib) -> Iterator[dict]:
     """One call per row: a model that takes one sample a call gets each row with its batch axis."""
+    axes = dict(calib.axes)
     for feed in calib.feeds():
-        rows = len(next(iter(feed.values())))
-        for i in range(rows):
-            yield {name: value[i:i + 1] for name, value in feed.items()}
+        for i in range(_samples(feed, axes)):
+            yield {name: _take(value, axes.get(name, 0), i, i + 1) for name, value in feed.items()}
 
 
 def _synthetic_stream(specs, rng) -> Iterator[dict]:

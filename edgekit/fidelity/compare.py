@@ -22,10 +22,12 @@ from edgekit.fidelity.metrics import OutputFidelity, output_kind
 Run = Callable[[dict], list]
 
 
-def _batch_of(feed: Mapping[str, np.ndarray], skip: Sequence[str] = ()) -> int:
+def _batch_of(feed: Mapping[str, np.ndarray], skip: Sequence[str] = (), axes: Mapping[str, int] | None = None) -> int:
+    """Samples in ``feed``, on the sample axis (``axes``, default 0) of its first input not in ``skip``."""
     for name, value in feed.items():
         if name not in skip:
-            return int(np.asarray(value).shape[0]) if np.asarray(value).ndim else 1
+            shape = np.shape(value)
+            return int(shape[(axes or {}).get(name, 0)]) if shape else 1
     return 1
 
 
@@ -80,16 +82,18 @@ def _output_names(names: Sequence[str], count: int) -> list[str]:
 
 
 def compare_batches(float_run: Run, candidate_run: Run, feeds: Iterable[dict], names: Sequence[str],
-                    kinds: Mapping[str, str] | None = None, labelled: bool = False) -> Comparison:
+                    kinds: Mapping[str, str] | None = None, labelled: bool = False,
+                    axes: Mapping[str, int] | None = None) -> Comparison:
+    """``axes``: the sample axis of each input (default 0), where a batch's samples are counted."""
     comparison = Comparison(names, kinds, labelled)
     for feed in feeds:
-        comparison.add(float_run(feed), candidate_run(feed), _batch_of(feed), feed)
+        comparison.add(float_run(feed), candidate_run(feed), _batch_of(feed, (), axes), feed)
     return comparison
 
 
 def compare_streams(float_run: Run, candidate_run: Run, streams: Iterable[Iterable[dict]], names: Sequence[str],
                     pairs: Sequence, initial: Mapping[str, np.ndarray], kinds: Mapping[str, str] | None = None,
-                    labelled: bool = False) -> tuple[Comparison, int, int]:
+                    labelled: bool = False, axes: Mapping[str, int] | None = None) -> tuple[Comparison, int, int]:
     """Every stream from ``initial`` state (by state input name), each model feeding its own state
     outputs back (``pairs``: ``StatePair``s); -> (comparison, streams, steps)."""
     comparison = Comparison(names, kinds, labelled)
@@ -101,7 +105,7 @@ def compare_streams(float_run: Run, candidate_run: Run, streams: Iterable[Iterab
         for step in stream:
             ref = float_run({**step, **float_state})
             got = candidate_run({**step, **cand_state})
-            comparison.add(ref, got, _batch_of(step, [p.input for p in pairs]))
+            comparison.add(ref, got, _batch_of(step, [p.input for p in pairs], axes))
             for pair in pairs:
                 float_state[pair.input] = np.asarray(ref[index[pair.output]], dtype=initial[pair.input].dtype)
                 cand_state[pair.input] = np.asarray(got[index[pair.output]], dtype=initial[pair.input].dtype)

@@ -31,7 +31,7 @@ class EvalSettings:
     """How a quantize run judges its files: ``data`` (with ``kind`` EVAL_DATA or CALIB_HOLDOUT and,
     for a held-out part, ``skip``: the samples calibration used first), how it is read
     (``preprocess`` images, ``tokenizer`` text), whether real data is required, and declared
-    output kinds / state pairs."""
+    output kinds / state pairs / sample axes (they steer calibration too)."""
 
     data: Path | None = None
     kind: str = SYNTHETIC
@@ -41,6 +41,7 @@ class EvalSettings:
     require: bool = False
     kinds: dict = field(default_factory=dict)  # output name -> scalar | classes | sequence | tensor
     state: dict = field(default_factory=dict)  # state input -> the output fed back into it
+    axes: dict = field(default_factory=dict)  # --sample-axis: input -> the axis that counts its samples
     max_samples: int = EVAL_MAX_SAMPLES
     batch_size: int | None = None  # samples judged at a time (None: assess.EVAL_BATCH)
 

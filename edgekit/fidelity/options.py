@@ -20,9 +20,10 @@ def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
     data = options.pop("eval_data", None)
     require = bool(options.pop("require_eval_data", False))
     kinds = parse_output_kinds(options.pop("output_kinds", None))
-    from edgekit.sources.state_pairs import parse_state_pairs
+    from edgekit.sources.state_pairs import parse_sample_axes, parse_state_pairs
 
     state = parse_state_pairs(options.pop("state_pairs", None))
+    axes = parse_sample_axes(options.pop("sample_axes", None))
     kind = ev.EVAL_DATA
     if calibrated:
         preprocess, tokenizer = options.get("calib_preprocess"), options.get("tokenizer")
@@ -35,7 +36,7 @@ def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
             raise UsageError("--calib-preprocess and --tokenizer say how --calib or --eval-data is read; give one")
     return ev.EvalSettings(data=Path(data) if data is not None else None, kind=kind if data is not None else ev.SYNTHETIC,
                            preprocess=preprocess, tokenizer=Path(tokenizer) if tokenizer is not None else None,
-                           require=require, kinds=kinds, state=state)
+                           require=require, kinds=kinds, state=state, axes=axes)
 
 
 def parse_output_kinds(texts) -> dict[str, str]:
@@ -58,7 +59,8 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
     warning = None
     from edgekit.sources.state_pairs import stream_layout
 
-    streams = stream_layout(src, declared_states=settings.state or None)[1]  # a --state that names nothing: now
+    # a --state or --sample-axis that names nothing, or an axis the input lacks: refused now
+    streams = stream_layout(src, settings.axes or None, settings.state or None)[1]
     if settings.data is not None:
         from edgekit.errors import InputFileError
         from edgekit.quantize.calibration.data import calibration_kind
@@ -93,7 +95,7 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
 
 
 def for_pipeline(eval_data, calib, method_config, require: bool, labelled: bool, preprocess=None,
-                 label: str = "the model") -> ev.EvalSettings:
+                 label: str = "the model", axes: dict | None = None) -> ev.EvalSettings:
     """The evaluation of one pipeline method run: its --eval-data; for a method that does not
     calibrate, the pipeline's --calib (which it never sees); else what ``plan`` makes of --calib.
     ``require`` with no data for a model without a labelled test split is refused (UsageError)."""
@@ -104,4 +106,4 @@ def for_pipeline(eval_data, calib, method_config, require: bool, labelled: bool,
     if data is None and calib is not None and not method_config.calibrated:
         data, kind = calib, ev.CALIB_HOLDOUT
     return ev.EvalSettings(data=Path(data) if data is not None else None, kind=kind if data is not None else ev.SYNTHETIC,
-                           preprocess=preprocess, require=require)
+                           preprocess=preprocess, require=require, axes=dict(axes or {}))

@@ -104,8 +104,10 @@ def quantize_config(
 
     # what the files are judged on (a held-out part of --calib may leave calibration); real data if required
     declared_states = dict(getattr(evaluation, "state", None) or {})  # --state: calibration runs those streams too
+    declared_axes = dict(getattr(evaluation, "axes", None) or {})  # --sample-axis: calibration counts samples so too
     evaluation, config, eval_warning = plan(src, config, evaluation, lambda path, reading: open_source_calibration(
-        src, path, reading=calibration_reading(config) if reading is None else reading, declared_states=declared_states))
+        src, path, reading=calibration_reading(config) if reading is None else reading, declared_states=declared_states,
+        declared_axes=declared_axes))
     calibrated = config.calibrated
     options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     options["eval_data"] = evaluation.data
@@ -116,6 +118,7 @@ def quantize_config(
 
         job.memo[SETTINGS_KEY] = evaluation
         job.declared_states = declared_states
+        job.declared_axes = declared_axes
         if eval_warning:
             job.warnings.append(eval_warning)
         from edgekit.quantize.job import calibration_reading
@@ -179,7 +182,7 @@ def _reference_data(job, config, evaluation):
         return getattr(config, "calib", None)
     from edgekit.sources.state_pairs import stream_layout
 
-    if stream_layout(job.source, declared_states=evaluation.state or None)[1]:
+    if stream_layout(job.source, evaluation.axes or None, evaluation.state or None)[1]:
         return None  # streams of the inputs that are not state: no case holds a whole call (edgekit/fidelity)
     reading = {"preprocess": evaluation.preprocess, "tokenizer": evaluation.tokenizer}
     job.calib_reading = {key: value for key, value in reading.items() if value is not None}

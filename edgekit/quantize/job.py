@@ -35,6 +35,8 @@ class QuantJob:
     calib_reading: dict = field(default_factory=dict)
     # --state INPUT=OUTPUT: state pairs declared for a stateful model (calibrated on streams)
     declared_states: dict = field(default_factory=dict)
+    # --sample-axis NAME=AXIS: the axis that counts each named input's samples, where detection would guess
+    declared_axes: dict = field(default_factory=dict)
 
     @property
     def dest(self) -> Path:
@@ -71,7 +73,8 @@ class QuantJob:
     def open_calibration(self, calib, batch_size: int = 32, max_samples: int | None = None, reading: dict | None = None):
         """The calibration set ``calib`` for this model: arrays, images or text (``calibration/data.py``)."""
         return open_source_calibration(self.source, calib, batch_size, max_samples,
-                                       self.calib_reading if reading is None else reading, self.declared_states)
+                                       self.calib_reading if reading is None else reading, self.declared_states,
+                                       self.declared_axes)
 
     def calibration(self, config):
         return self.open_calibration(config.calib, config.calib_batch_size, config.calib_max_samples,
@@ -83,6 +86,7 @@ class QuantJob:
             self.calibration_info = {"source": str(config.calib), **file_names(calib),
                                      "data_sha256": files_fingerprint(calib.files),
                                      "samples": calib.count(), "batch_size": config.calib_batch_size,
+                                     **({"sample_axes": dict(calib.axes)} if getattr(calib, "axes", ()) else {}),
                                      **({"reading": calib.settings} if getattr(calib, "settings", None) else {})}
 
     def input_ranges(self) -> dict:
@@ -101,7 +105,8 @@ class QuantJob:
 
 
 def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, max_samples: int | None = None,
-                            reading: dict | None = None, declared_states: dict | None = None):
+                            reading: dict | None = None, declared_states: dict | None = None,
+                            declared_axes: dict | None = None):
     """``calib`` opened for ``source``'s inputs, read as ``reading`` says (``calibration_reading``); an
     hf: model brings its tokenizer and its longest sequence. The first batch is checked now."""
     from edgekit.quantize.calibration.data import open_calibration
@@ -110,8 +115,8 @@ def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, ma
     positions = (source.model_info.get("config") or {}).get("max_position_embeddings") if source.kind == "hf" else None
     from edgekit.sources.state_pairs import stream_layout
 
-    # a state input's batch axis; outputs fed back between calls (found by name, or --state)
-    axes, streams = stream_layout(source, declared_states=declared_states)
+    # each input's sample axis (--sample-axis, else detected); outputs fed back between calls (by name, or --state)
+    axes, streams = stream_layout(source, declared_axes, declared_states)
     return open_calibration(calib, source.inputs, batch_size, max_samples,
                             preprocess=reading.get("preprocess"), tokenizer=reading.get("tokenizer"),
                             model_tokenizer=source.tokenizer, axes=axes, streams=streams,

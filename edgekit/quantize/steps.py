@@ -98,7 +98,7 @@ def calibration_feed(calib, specs, job=None):
     axes = dict(getattr(opened, "axes", ()))  # a state's samples are on its batch axis, not axis 0
     feeds = opened.feeds()
     first = next(feeds)
-    if fixed_batch(specs):  # the model takes only its own batch size: one calibration batch per case
+    if fixed_batch(specs, axes):  # the model takes only its own batch size: one calibration batch per case
         cases = {size: next(feeds, first) if size != min(BATCH_SIZES) else first for size in BATCH_SIZES}
         return lambda batch: {name: np.ascontiguousarray(value) for name, value in cases.get(batch, first).items()}
 

@@ -122,9 +122,10 @@ def sample_axes(inputs: Sequence[InputSpec], declared: Mapping[str, int] | None 
             raise UsageError(f"--sample-axis names {name!r}, which is not an input of the model "
                              f"({', '.join(by_name) or 'none'})")
         rank = len(by_name[name].shape)
-        if not (isinstance(axis, int) and 0 <= axis < rank):
-            raise UsageError(f"--sample-axis {name}={axis}: input {name!r} has {rank} axes (0..{rank - 1})")
-        axes[name] = axis
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
+            raise UsageError(f"--sample-axis {name}={axis}: input {name!r} has {rank} axes "
+                             f"({-rank}..{rank - 1}; shape {_layout(by_name[name])})")
+        axes[name] = axis % rank
     firsts = Counter(spec.dynamic_axes[0] for spec in inputs if 0 in spec.dynamic_axes)
     batch_name = firsts.most_common(1)[0][0] if firsts else None
     for spec in inputs:
@@ -136,14 +137,21 @@ def sample_axes(inputs: Sequence[InputSpec], declared: Mapping[str, int] | None 
 
 
 def parse_sample_axes(texts: Sequence[str] | None) -> dict[str, int]:
-    """``--sample-axis NAME=AXIS`` options -> {name: axis}."""
+    """``--sample-axis NAME=AXIS`` options -> {name: axis}; AXIS an int, negative counting from the end."""
     out = {}
     for text in texts or ():
-        name, sep, axis = text.partition("=")
-        if not sep or not name or not axis.strip().isdigit():
-            raise UsageError(f"--sample-axis takes INPUT=AXIS (e.g. state=1), got {text!r}")
-        out[name.strip()] = int(axis)
+        name, sep, axis = str(text).partition("=")
+        name, axis = name.strip(), axis.strip()
+        if not sep or not name or not re.fullmatch(r"-?[0-9]{1,3}", axis):
+            raise UsageError(f"--sample-axis takes INPUT=AXIS, AXIS an integer (e.g. state=1, x=-2), got {text!r}")
+        if name in out and out[name] != int(axis):
+            raise UsageError(f"--sample-axis names {name!r} twice ({name}={out[name]} and {name}={axis})")
+        out[name] = int(axis)
     return out
+
+
+def _layout(spec: InputSpec) -> str:
+    return "(" + ", ".join(str(d) if d is not None else spec.dynamic_axes.get(i, "?") for i, d in enumerate(spec.shape)) + ")"
 
 
 def parse_state_pairs(texts: Sequence[str] | None) -> dict[str, str]:

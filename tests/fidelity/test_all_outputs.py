@@ -208,3 +208,111 @@ def test_the_board_check_fails_a_flipped_probability_by_its_spread(heads):
     assert out["cosine"] == pytest.approx(hand_cosine, abs=1e-5) and out["cosine"] > 0.5  # the cosine floor holds...
     assert out["max_abs_of_spread"] == pytest.approx(hand_ratio, rel=1e-4) and hand_ratio > 0.5
     assert code == 1 and "output 2 ('prob'): max abs error" in verdict and "(one value per sample)" in verdict
+
+
+# ---- through the CLI, as a user runs it -------------------------------------------------------------
+
+def _negate_output(folder, index: int, refinalize: bool = True) -> None:
+    """``folder/model.onnx`` with output ``index`` negated (a Neg node before it); the manifest
+    re-finalized over the changed file, as anyone can."""
+    import dataclasses
+
+    import onnx
+    from onnx import helper
+
+    from edgekit.artifacts import describe_file, finalize, load_manifest
+
+    model = onnx.load(str(folder / "model.onnx"))
+    name = model.graph.output[index].name
+    for node in model.graph.node:
+        node.output[:] = [f"{name}_raw" if o == name else o for o in node.output]
+    model.graph.node.append(helper.make_node("Neg", [f"{name}_raw"], [name]))
+    onnx.save(model, str(folder / "model.onnx"))
+    if refinalize:
+        _, manifest = load_manifest(folder, verify=False)
+        entry = manifest.file("onnx")
+        changed = describe_file(folder, entry.path, entry.format, precision=entry.precision,
+                                metrics=entry.metrics, details=entry.details)
+        finalize(dataclasses.replace(manifest, files=tuple(changed if f is entry else f for f in manifest.files)),
+                 folder)
+
+
+def _run_check_outputs(bundle):
+    """The bundle's own ``python3 check_outputs.py``, as a board runs it."""
+    from edgekit.board.check import read_output
+
+    done = subprocess.run([sys.executable, "check_outputs.py"], cwd=bundle, capture_output=True, text=True,
+                          timeout=300)
+    assert "Traceback" not in done.stderr, done.stderr
+    doc, verdict = read_output(done.stdout)
+    return done.returncode, doc, verdict
+
+
+def _torch_weights(module) -> dict:
+    state = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+    return {"w1": state["trunk.weight"].T, "b1": state["trunk.bias"], "w2": state["scores.weight"].T,
+            "b2": state["scores.bias"], "w3": state["boxes.weight"].T, "b3": state["boxes.bias"],
+            "w4": state["prob.weight"].T, "b4": state["prob.bias"]}
+
+
+@pytest.mark.slow
+def test_export_and_bundle_of_a_three_output_model_check_every_output(tmp_path):
+    """``edgekit export`` (ONNX and .pte), ``edgekit bundle --target rpi4``, the bundle's check_outputs.py:
+    every output in the reference (numbers by hand), compared by each; a negated output 1 FAILs by name."""
+    from typer.testing import CliRunner
+
+    from edgekit.cli.app import app
+
+    runner = CliRunner()
+    source = ["multi_output_models:heads", "--input-shape", "Nx16"]
+    done = runner.invoke(app, ["export", *source, "--format", "onnx,executorch", "-o", str(tmp_path / "dist")])
+    assert done.exit_code == 0, done.output
+    w = _torch_weights(mm.heads())
+    with np.load(tmp_path / "dist" / "reference.npz") as data:
+        for batch in BATCHES:
+            hand = mm.heads_numpy(data[f"b{batch}/input/input"], w)
+            got = [data[f"b{batch}/output"], data[f"b{batch}/outputs/1"], data[f"b{batch}/outputs/2"]]
+            for ours, theirs in zip(got, hand):
+                np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    manifest = json.loads((tmp_path / "dist" / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        assert [o["index"] for o in entry["metrics"]["parity"]["outputs"]] == [0, 1, 2], entry["format"]
+
+    for fmt in ("onnx", "executorch"):
+        bundle = tmp_path / f"bundle-{fmt}"
+        done = runner.invoke(app, ["bundle", str(tmp_path / "dist"), "--target", "rpi4", "--format", fmt,
+                                   "-o", str(bundle)])
+        assert done.exit_code == 0, done.output
+        code, doc, verdict = _run_check_outputs(bundle)
+        assert code == 0 and verdict.startswith("PASS"), verdict
+        assert [o["index"] for o in doc["outputs"]] == [0, 1, 2] and doc["max_abs"] < 1e-4, fmt
+
+    _negate_output(tmp_path / "bundle-onnx", 1, refinalize=False)  # the bundle's check reads the file as it is
+    code, doc, verdict = _run_check_outputs(tmp_path / "bundle-onnx")
+    assert code == 1 and verdict.startswith("FAIL: outputs differ from the reference: output 1 ("), verdict
+    assert "cosine -1.000000 < 0.5" in verdict and [o["ok"] for o in doc["outputs"]] == [True, False, True]
+
+
+@pytest.mark.slow
+def test_exporting_a_quantized_file_with_a_broken_second_output_is_refused_by_name(tmp_path):
+    """``edgekit quantize`` keeps every output in its reference; ``edgekit export`` of the quantized
+    folder re-checks each, so a file whose output 1 was negated (manifest re-finalized) is refused."""
+    from typer.testing import CliRunner
+
+    from edgekit.cli.app import app
+
+    runner = CliRunner()
+    done = runner.invoke(app, ["quantize", "multi_output_models:heads", "--input-shape", "Nx16", "--method",
+                               "dynamic", "--format", "onnx", "-o", str(tmp_path / "q")])
+    assert done.exit_code == 0, done.output
+    with np.load(tmp_path / "q" / "reference.npz") as data:
+        assert {k.split("/", 1)[1] for k in data.files} == {"input/input", "output", "outputs/1", "outputs/2"}
+    done = runner.invoke(app, ["export", str(tmp_path / "q"), "-o", str(tmp_path / "intact")])
+    assert done.exit_code == 0, done.output
+    _negate_output(tmp_path / "q", 1)
+    done = runner.invoke(app, ["export", str(tmp_path / "q"), "-o", str(tmp_path / "damaged")])
+    assert done.exit_code == 1, done.output
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.output
+    assert lines[0].startswith("Error: int8 onnx export: int8 output 1 (") and "cosine -1.000" in lines[0], lines[0]
+    assert not (tmp_path / "damaged").exists()  # nothing half-written

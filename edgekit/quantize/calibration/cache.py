@@ -44,6 +44,8 @@ def data_fingerprint(calib) -> str:
                 "inputs": [spec.to_dict() for spec in calib.specs]}
     if getattr(calib, "settings", None):  # images: the preprocessing; text: the tokenizer, the length
         settings["reading"] = calib.settings
+    if getattr(calib, "axes", ()):  # samples not on axis 0: which rows are calibrated depends on it
+        settings["sample_axes"] = dict(calib.axes)
     digest.update(json.dumps(settings, sort_keys=True).encode())
     return digest.hexdigest()
 

@@ -107,8 +107,9 @@ def _rows(array, axis: int, start: int, take: int, dtype) -> np.ndarray:
     """Samples ``start`` to ``start + take`` along ``axis`` (a copy)."""
     if axis == 0:
         return np.array(array[start : start + take], dtype=dtype, copy=True)
-    whole = np.asarray(array[:])  # a .npy read whole: only inputs whose samples are not axis 0
-    return np.array(np.take(whole, np.arange(start, start + take), axis=axis), dtype=dtype, copy=True)
+    if isinstance(array, NpyFile):  # read from disk as it goes, never the whole file
+        return array.along(axis, start, start + take).astype(dtype, copy=False)
+    return np.array(array[(slice(None),) * axis + (slice(start, start + take),)], dtype=dtype, copy=True)
 
 
 def _initial_state(block, spec: InputSpec, axis: int, batch: int, path: Path) -> np.ndarray:
@@ -367,6 +368,21 @@ class NpyFile:
             fh.seek(self.header + start * self.row_bytes)
             data = np.fromfile(fh, dtype=self.dtype, count=count * self.row_bytes // max(self.dtype.itemsize, 1))
         return data.reshape((count, *self.shape[1:]))
+
+    def along(self, axis: int, start: int, stop: int) -> np.ndarray:
+        """Indices ``start:stop`` of ``axis``: one contiguous read per index of the axes before it
+        (a (C, N, F) file read along N: C reads of (stop - start) * F values)."""
+        size = self.shape[axis]
+        start, stop = min(start, size), min(stop, size)
+        count = max(0, stop - start)
+        outer = int(np.prod(self.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(self.shape[axis + 1:], dtype=np.int64))
+        out = np.empty((outer, count * inner), dtype=self.dtype)
+        with open(self.path, "rb") as fh:
+            for index in range(outer):
+                fh.seek(self.header + (index * size + start) * inner * self.dtype.itemsize)
+                out[index] = np.fromfile(fh, dtype=self.dtype, count=count * inner)
+        return out.reshape((*self.shape[:axis], count, *self.shape[axis + 1:]))
 
 
 def _layout(shape) -> str:

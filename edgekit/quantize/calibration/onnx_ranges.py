@@ -83,11 +83,13 @@ def collect_ranges(
     progress: Progress | None = None,
     threads: int | None = None,
     streams: tuple[tuple[str, str], ...] = (),
+    axes: dict[str, int] | None = None,
 ) -> tuple[dict[str, TensorRange], int]:
     """(ranges by tensor name, samples seen). Raises InputFileError when no batch arrives.
 
     ``streams``: (state input, output) pairs: a batch that lacks a state input gets the output the
-    previous call returned (the batches of one stream come in order; a stream starts with its state)."""
+    previous call returned (the batches of one stream come in order; a stream starts with its state).
+    ``axes``: each input's sample axis where not 0 (samples are counted along it)."""
     from edgekit import onnx_files
     from edgekit.errors import InputFileError, UsageError
 
@@ -125,7 +127,8 @@ def collect_ranges(
         carried = {out: produced[out] for _, out in streams}
         calibrator.collect({name: produced[name] for name in names})
         del values, produced
-        samples += len(next(v for k, v in batch.items() if k not in states))
+        counted = next(k for k in batch if k not in states)
+        samples += batch[counted].shape[(axes or {}).get(counted, 0)]
         if progress:
             progress(CalibrationProgress(samples, total, time.perf_counter() - started))
     if samples == 0:

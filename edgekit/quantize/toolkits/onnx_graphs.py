@@ -113,7 +113,7 @@ def activation_ranges(job, config) -> dict:
         total = calib.count()
         ranges, samples = collect_ranges(
             prepared, calib.feeds(), make_calibrator(config.calibrate_method, settings), total, job.progress,
-            streams=getattr(calib, "streams", ()),
+            streams=getattr(calib, "streams", ()), axes=dict(getattr(calib, "axes", ())),
         )
         if config.calib_cache:
             cache.store(key, ranges, samples, {"model": job.source.label, **about, "samples": samples})
@@ -124,6 +124,7 @@ def activation_ranges(job, config) -> dict:
         "samples": samples,
         "batch_size": config.calib_batch_size,
         **({"reading": calib.settings} if getattr(calib, "settings", None) else {}),
+        **({"sample_axes": dict(calib.axes)} if getattr(calib, "axes", ()) else {}),  # where not axis 0
         **about,
         "cache": ("hit" if hit is not None else "stored") if config.calib_cache else "off",
         "cache_key": key,
