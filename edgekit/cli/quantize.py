@@ -141,9 +141,6 @@ def quantize_command(
     err = console(stderr=True)
     if auto and sample_axis:
         raise UsageError("--sample-axis applies to one method's calibration and judging; drop --auto and give --method")
-    if auto and (eval_data is not None or require_eval_data or output_kind or state):
-        raise UsageError("--eval-data, --require-eval-data, --output-kind and --state judge one method's files; drop "
-                         "--auto and give --method")
     if auto:
         chosen_by_auto = (
             ("--method", method != "static" or None), ("--calibrate-method", calibrate_method),
@@ -164,7 +161,8 @@ def quantize_command(
                 folder, manifest, candidates = quantize_auto(
                     source, out, target, calib=calib, formats=fmt, max_drop=max_drop, progress=progress, force=force,
                     with_report=report, calib_preprocess=calib_preprocess, tokenizer=tokenizer, emulate=emulate,
-                    **source_options
+                    eval_data=eval_data, require_eval_data=require_eval_data, output_kinds=output_kind,
+                    state_pairs=state, **source_options
                 )
             except NoCandidateError as exc:
                 if not as_json:
@@ -424,14 +422,17 @@ def render_candidates(candidates, title: str, bench_inputs: dict | None = None):
 
     table = Table("recipe", "format", "size KB", "metric", "value", "drop pts", "p50 ms", "in budget", "chosen", title=title)
     for c in candidates:
-        accuracy = c.metric == "accuracy"  # else fidelity (cosine vs float): its value says it all
+        accuracy = c.metric == "accuracy"  # else fidelity: the binding metric of its closest output says it all
+        output = (c.fidelity or {}).get("output")
         table.add_row(
             c.name, c.format, f"{c.bytes / 1024:.1f}" if c.bytes else "-",
-            {"accuracy": "accuracy", "cosine": "fidelity (cosine)"}.get(c.metric, c.metric or "-"),
+            {"accuracy": "accuracy", "cosine": "fidelity (cosine)"}.get(c.metric, c.metric or "-")
+            + (f" ({output})" if output and not accuracy else ""),
             "-" if c.value is None else f"{c.value:.4f}",
             "-" if c.drop_points is None or not accuracy else f"{c.drop_points:.2f}",
             "-" if c.p50_ms is None else f"{c.p50_ms:.3f}",
             ("error: " + c.error) if c.error else ("skipped: " + c.skipped) if c.skipped else
+            ("refused: " + c.refused) if c.refused else
             ("yes" if c.meets_budget else ("-" if c.method == "fp32" else
                                                    "slower than fp32" if c.slower_than_float else "no")),
             "*" if c.chosen else "",

@@ -99,7 +99,8 @@ def calibration_feed(calib, specs, job=None):
     feeds = opened.feeds()
     first = next(feeds)
     if fixed_batch(specs, axes):  # the model takes only its own batch size: one calibration batch per case
-        cases = {size: next(feeds, first) if size != min(BATCH_SIZES) else first for size in BATCH_SIZES}
+        # a stream's later calls carry no state input (the model's own output is fed back): the stream's initial one
+        cases = {size: {**first, **next(feeds, first)} if size != min(BATCH_SIZES) else first for size in BATCH_SIZES}
         return lambda batch: {name: np.ascontiguousarray(value) for name, value in cases.get(batch, first).items()}
 
     def feed(batch: int) -> dict:

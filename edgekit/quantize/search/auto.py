@@ -21,9 +21,9 @@ from typing import Callable
 
 from edgekit import formats as table
 from edgekit.artifacts import Manifest
-from edgekit.errors import EdgekitError, GateFailed, UsageError
+from edgekit.errors import EdgekitError, GateFailed, ParityError, UsageError
 from edgekit.outputs import commit_dir
-from edgekit.quantize.api import CALIB_KINDS
+from edgekit.quantize.api import CALIB_KINDS, _reference_data  # the data plain quantize cuts its cases from
 from edgekit.quantize.progress import report
 from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, stamp, write_reference,
@@ -49,9 +49,15 @@ class Candidate:
     slower_than_float: bool = False  # never chosen: int8 that costs time is no int8 worth having
     skipped: str | None = None  # not built, and why (static recipes without calibration data)
     target: dict | None = None  # its cost on the target's emulated core (edgekit.quantize.search.target_choice)
+    fidelity: dict | None = None  # the binding metric its fidelity leads with (edgekit/fidelity), verdict, evidence
+    refused: str | None = None  # built, and refused: an output's binding metric misses its floor on real data
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def within(self, budget: float) -> bool:
+        """Its drop is within ``budget`` points and fidelity did not refuse it (host or target speed aside)."""
+        return self.drop_points is not None and self.drop_points <= budget and self.refused is None
 
 
 class NoCandidateError(GateFailed):
@@ -102,13 +108,23 @@ def quantize_auto(
     calib_preprocess: str | None = None,
     tokenizer: str | Path | None = None,
     emulate: bool = True,
+    eval_data: str | Path | None = None,
+    require_eval_data: bool = False,
+    output_kinds=None,
+    state_pairs=None,
     **source_options,
 ) -> tuple[Path, Manifest, list[Candidate]]:
     """``calib``: the static recipes' calibration data, as ``--method static`` takes it (arrays,
     images with ``calib_preprocess``, text with the model's or ``tokenizer``'s tokenizer); None: the
     set edgekit ships for the model's dataset, and without one the static recipes are listed as
     skipped, with the reason. ``emulate``: compare .pte and ONNX candidates by their cost on the target's
-    emulated core (``target_choice``) rather than by this host's timings."""
+    emulated core (``target_choice``) rather than by this host's timings.
+
+    Every candidate is judged as ``--method static`` judges its file (``edgekit/fidelity``), on the same
+    data: ``eval_data``, else the part of ``calib`` the static recipes leave out of calibration, else
+    synthetic inputs (labelled so); one whose binding metric misses its floor on real data is refused.
+    ``output_kinds`` (``OUTPUT=KIND`` strings) and ``state_pairs`` (``INPUT=OUTPUT``: streams, state fed
+    back, for calibration too) as ``quantize`` takes them; ``require_eval_data``: refuse synthetic inputs."""
     from edgekit.bench.api import bench
     from edgekit.data.calibsets import default_calibration
     from edgekit.quantize.job import calibration_reading
@@ -137,13 +153,23 @@ def quantize_auto(
     settings = {"warmup": 5, "min_runs": 30, "min_time_s": 0.5, **(bench_settings or {})}
     # bench settings: threads, warmup, min_runs, min_time_s, input_file (default: the reference inputs)
 
-    inputs = input_paths(source, {"calib": given_calib, **reading}, source_options, target)
+    evaluation, judged_as, eval_warning = _evaluation(src, calib, formats, reading, {
+        "eval_data": eval_data, "require_eval_data": require_eval_data, "output_kinds": output_kinds,
+        "state_pairs": state_pairs})
+    held_out = {"calib_max_samples": judged_as.calib_max_samples} if judged_as.calibrated else {}
+    inputs = input_paths(source, {"calib": given_calib, "eval_data": eval_data, **reading}, source_options, target)
     with commit_dir(out, "quantized", inputs=inputs, force=force) as work:
         job = new_job(src, target, work, "auto", progress)
+        from edgekit.fidelity.assess import SETTINGS_KEY
+
+        job.memo[SETTINGS_KEY] = evaluation  # every candidate judged on the same data
+        job.declared_states = dict(evaluation.state)
+        if eval_warning:
+            job.warnings.append(eval_warning)
         job.calib_reading = calibration_reading(SimpleNamespace(**reading))
         if calib is not None:  # arrays, images or text: the first batch is checked before the model is loaded
             job.open_calibration(calib)
-        cases = write_reference(job, calib)
+        cases = write_reference(job, _reference_data(job, judged_as, evaluation))
         candidates: list[Candidate] = []
         built: list[tuple[Candidate, object]] = []
         plan = []
@@ -167,7 +193,7 @@ def quantize_auto(
                 candidates.append(Candidate(label, method, fmt, options, skipped=no_calib))
                 plan.remove((name, method, options, fmt))
         for name, method, options, fmt in plan:
-            extra = {"calib": calib, **reading} if calibrated(method) else {}
+            extra = {"calib": calib, **reading, **held_out} if calibrated(method) else {}
             label = name if specs[fmt].quantization.onnx_graph else f"{method}-{fmt}"
             cand = Candidate(label, method, fmt, options)
             candidates.append(cand)
@@ -175,10 +201,15 @@ def quantize_auto(
             folder = job.scratch / f"cand-{len(candidates)}"
             folder.mkdir()
             job.out = folder
+            item = None
             try:
                 config = make_config(method, formats=(fmt,), **extra, **options)
                 item = get_method(method).run(job, config)[0]
                 entry = describe_produced(job, item, cases, f"int8-{method}-{fmt}", method)
+            except ParityError as exc:  # it diverges from the float model: its row says where and by how much
+                cand.refused = str(exc).splitlines()[0].split(": ", 1)[-1]  # less the file's label: the row names it
+                cand.bytes = (folder / item.path).stat().st_size if item is not None else 0
+                continue
             except EdgekitError as exc:
                 cand.error = str(exc).splitlines()[0]
                 continue
@@ -187,10 +218,8 @@ def quantize_auto(
             stamp(folder, entry, src, target)
             cand.path = str(folder / entry.path)
             cand.bytes = entry.total_bytes
-            cand.metric = entry.metrics["metric"]
-            cand.value = entry.metrics["accuracy"] if cand.metric == "accuracy" else entry.metrics["fidelity"]["cosine"]
-            cand.drop_points = entry.metrics["accuracy_drop_points"]
-            cand.meets_budget = cand.drop_points <= budget
+            _judged(cand, entry.metrics)
+            cand.meets_budget = cand.within(budget)
             built.append((cand, entry))
 
         timed = [c for c, _ in built]
@@ -235,7 +264,7 @@ def quantize_auto(
             if with_report and specs[fmt].quantization.onnx_graph:
                 ranges = None
                 if calibrated(cand.method):
-                    chosen = make_config(cand.method, calib=calib, formats=(fmt,), **reading, **cand.options)
+                    chosen = make_config(cand.method, calib=calib, formats=(fmt,), **reading, **held_out, **cand.options)
                     ranges = onnx_graphs.activation_ranges(job, chosen)
                 details["error_report"] = error_report(job, Path(cand.path), calib, cases, ranges)
             from dataclasses import replace
@@ -244,10 +273,13 @@ def quantize_auto(
         if not files:
             slow = sum(c.slower_than_float for c in timed)
             skipped = sum(c.skipped is not None for c in candidates)
+            refused = sum(c.refused is not None for c in candidates)
+            failed = len(candidates) - len(built) - len(floats) - skipped - refused
             raise NoCandidateError(
                 f"no int8 candidate is within the {budget:g}-point accuracy budget and faster than float for "
-                f"{target.name} ({len(built)} built, {len(candidates) - len(built) - len(floats) - skipped} failed, "
-                f"{slow} slower than float" + (f", {skipped} static skipped: no calibration data" if skipped else "")
+                f"{target.name} ({len(built)} built, {failed} failed, {slow} slower than float"
+                + (f", {refused} refused: diverging from the float model on {evaluation.kind}" if refused else "")
+                + (f", {skipped} static skipped: no calibration data" if skipped else "")
                 + ")", candidates, bench_inputs)
         for cand in candidates:
             if cand.path.startswith(str(work)):
@@ -255,6 +287,8 @@ def quantize_auto(
         quantization = {
             "method": "auto",
             "config": {"calib": str(calib) if calib else None, "formats": list(formats), "max_drop_points": budget,
+                       "eval_data": str(eval_data) if eval_data is not None else None,
+                       "judged_on": evaluation.kind,
                        "calib_source": "given" if given_calib is not None else "packaged" if calib is not None else None,
                        **{k: str(v) for k, v in reading.items()}},
             "calibration": job.calibration_info or None,
@@ -264,6 +298,39 @@ def quantize_auto(
         }
         result = finish(job, files, quantization)
     return Path(out), result, candidates
+
+
+def _evaluation(src, calib, formats, reading: dict, options: dict):
+    """(EvalSettings, the config the data was planned for, a warning or None): what every candidate is
+    judged on, as ``quantize --method static`` plans it for this --calib (``fidelity/options.plan``: a
+    held-out part of it the static recipes do not calibrate on), or as ``--method dynamic`` without one."""
+    from edgekit.fidelity.options import plan, pop_evaluation
+    from edgekit.quantize.job import calibration_reading, open_source_calibration
+    from edgekit.quantize.registry import make_config
+
+    settings = pop_evaluation(True, {**options, **reading})  # --eval-data is read as --calib is
+    config = make_config("static", calib=calib, formats=formats, **reading) if calib is not None else \
+        make_config("dynamic", formats=formats)
+    states = dict(settings.state)  # --state: the static recipes calibrate on those streams too
+    return plan(src, config, settings, lambda path, how: open_source_calibration(
+        src, path, reading=calibration_reading(config) if how is None else how, declared_states=states))
+
+
+def _judged(cand: Candidate, metrics: dict) -> None:
+    """The candidate's row leads with what decides it: accuracy for a labelled model, else the binding
+    metric of its fidelity (the output closest to, or past, its floor), with its verdict and evidence."""
+    fidelity = metrics.get("fidelity") or {}
+    headline = fidelity.get("headline") or {}
+    cand.drop_points = metrics["accuracy_drop_points"]
+    if metrics["metric"] == "accuracy" or not headline:
+        cand.metric = metrics["metric"]
+        cand.value = metrics["accuracy"] if cand.metric == "accuracy" else fidelity.get("cosine")
+    else:
+        cand.metric, cand.value = headline["metric"], headline["value"]
+    if headline:
+        cand.fidelity = {"output": headline.get("output"), "metric": headline["metric"], "value": headline["value"],
+                         "floor": headline.get("floor"), "verdict": fidelity.get("verdict"),
+                         "evidence": fidelity.get("evidence")}
 
 
 def _shapes(path) -> dict:

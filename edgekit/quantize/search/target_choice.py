@@ -36,7 +36,7 @@ def decide_on_target(timed: Sequence, floats: Sequence[tuple[str, Path]], target
     for cand, cost in costs:
         cand.target = {**cost.to_dict(), "ratio_to_float": cost.cost / base[cand.format].cost}
         cand.slower_than_float = cost.cost >= base[cand.format].cost
-        cand.meets_budget = cand.drop_points is not None and cand.drop_points <= budget and not cand.slower_than_float
+        cand.meets_budget = cand.within(budget) and not cand.slower_than_float
     return {"basis": costs[0][1].label}
 
 
