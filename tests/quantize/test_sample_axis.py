@@ -217,3 +217,55 @@ def test_a_npy_file_is_read_along_any_axis_without_reading_it_whole(tmp_path):
         for start, stop in ((0, 2), (3, 7), (5, 9), (1, 1)):
             index = (slice(None),) * axis + (slice(start, stop),)
             np.testing.assert_array_equal(npy.along(axis, start, stop), array[index])
+
+
+TNC_MODULE = '''
+import torch
+
+
+class TNC(torch.nn.Module):
+    """An LSTM laid out (T, N, C) (batch_first=False), a linear head on its last step."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = torch.nn.LSTM(8, 16)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out[-1])
+
+
+def make():
+    return TNC()
+'''
+
+
+def test_a_time_major_lstm_is_judged_on_its_sequences_not_its_time_steps(tmp_path, monkeypatch):
+    """x (12, N, 8): axis 0 is time, fixed; the dynamic axis (``sequence`` to --input-shape) is the
+    batch, which no name tells. Declared, the 40 sequences of --eval-data are judged, 16 at a time
+    along axis 1 (the ONNX file checked against the module run here, on the same chunks)."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "tnc_sample_axis.py").write_text(TNC_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    x = np.random.default_rng(3).standard_normal((12, SAMPLES, 8)).astype(np.float32)
+    np.save(tmp_path / "eval.npy", x)
+    out = tmp_path / "q"
+    result = _quantize("tnc_sample_axis:make", "--input-shape", "x=12xNx8", "--method", "dynamic",
+                       "--format", "onnx", "--eval-data", tmp_path / "eval.npy", "--sample-axis", "x=1", "--out", out)
+    assert result.exit_code == 0, result.output
+    (entry,) = _manifest(out)["files"]
+    fidelity = entry["metrics"]["fidelity"]
+    assert (fidelity["samples"], fidelity["sample_axes"], fidelity["verdict"]) == (SAMPLES, {"x": 1}, "pass")
+    import tnc_sample_axis
+
+    with torch.no_grad():
+        reference = tnc_sample_axis.make()(torch.from_numpy(x)).numpy()
+    session = ort.InferenceSession(str(out / entry["path"]), providers=["CPUExecutionProvider"])
+    got = np.concatenate([session.run(None, {"x": np.ascontiguousarray(x[:, i:i + 16])})[0]
+                          for i in range(0, SAMPLES, 16)])
+    cosine, max_abs = _cosine_and_max_abs(reference, got)
+    (judged,) = fidelity["outputs"]
+    assert judged["metrics"]["cosine"] == pytest.approx(cosine, rel=1e-5)
+    assert judged["metrics"]["max_abs"] == pytest.approx(max_abs, rel=1e-3)
