@@ -269,3 +269,42 @@ def test_a_time_major_lstm_is_judged_on_its_sequences_not_its_time_steps(tmp_pat
     (judged,) = fidelity["outputs"]
     assert judged["metrics"]["cosine"] == pytest.approx(cosine, rel=1e-5)
     assert judged["metrics"]["max_abs"] == pytest.approx(max_abs, rel=1e-3)
+
+
+CNF_MODULE = '''
+import torch
+
+
+class CNF(torch.nn.Module):
+    """x (C, N, F) -> (N, K): a linear layer per (channel, sample), summed over the channels."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)).sum(0)
+
+
+def make():
+    return CNF()
+'''
+
+
+@pytest.mark.slow  # ExecuTorch's lowering: ~20 CPU-s
+def test_executorch_static_counts_and_judges_samples_on_the_declared_axis(cnf, tmp_path, monkeypatch):
+    pytest.importorskip("executorch")
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cnf_sample_axis.py").write_text(CNF_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    np.save(tmp_path / "calib.npy", cnf["x"])
+    out = tmp_path / "q"
+    result = _quantize("cnf_sample_axis:make", "--input-shape", f"x={C}xNx{F}", "--method", "static",
+                       "--format", "executorch", "--calib", tmp_path / "calib.npy", "--sample-axis", "x=1",
+                       "--out", out)
+    assert result.exit_code == 0, result.output
+    (entry,) = _manifest(out)["files"]
+    assert entry["details"]["calibration_samples"] == SAMPLES - HELD_OUT
+    fidelity = entry["metrics"]["fidelity"]
+    assert (fidelity["samples"], fidelity["sample_axes"], fidelity["verdict"]) == (HELD_OUT, {"x": 1}, "pass")

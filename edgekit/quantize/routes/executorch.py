@@ -66,7 +66,8 @@ def static(job, config) -> list[Produced]:
     job.note_calibration(config, calib)
     q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), exclude=exclude)
     graph, seen = pt2e_backend.calibrated(job.float_model(), job.example_inputs(), job.source.inputs,
-                                          job.torch_batches(calib), q)
+                                          job.torch_batches(calib), q,
+                                          dict(getattr(calib, "axes", ())).get(job.source.inputs[0].name, 0))
     details = _details(job, config, "static", exclude)
     details["calibration_samples"] = seen
     if config.calibrate_method != "minmax":

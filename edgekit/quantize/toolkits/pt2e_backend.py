@@ -122,8 +122,9 @@ def capture(model, examples: tuple, inputs):
     return export_program(model, examples, inputs).module()
 
 
-def calibrated(model, examples: tuple, inputs, batches: Iterable[tuple], q):
-    """``prepare_pt2e`` -> run the calibration batches -> ``convert_pt2e``."""
+def calibrated(model, examples: tuple, inputs, batches: Iterable[tuple], q, sample_axis: int = 0):
+    """``prepare_pt2e`` -> run the calibration batches -> ``convert_pt2e``; samples are counted on
+    the first input's ``sample_axis``."""
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -133,7 +134,7 @@ def calibrated(model, examples: tuple, inputs, batches: Iterable[tuple], q):
         with torch.no_grad():
             for batch in batches:
                 prepared(*batch)
-                seen += len(batch[0])
+                seen += batch[0].shape[sample_axis]
         return convert_pt2e(prepared), seen
 
 
