@@ -238,14 +238,20 @@ def _streams(job, settings: ev.EvalSettings, pairs, axes: dict | None = None):
 
         raise UsageError(f"evaluation data {path} for a stateful model must be .npy/.npz arrays: each file one "
                          f"stream, its rows the calls in order")
-    left = settings.max_samples
+    # a held-out part of --calib: the steps after those calibration ran (``skip``), from the initial state
+    skip, left = settings.skip, settings.max_samples
     axes = {name: axis for name, axis in (axes or {}).items() if axis and name not in states}
     for file in files:
         if left <= 0:
             return
-        steps = list(_rows(CalibrationSet((file,), specs, 1, left, tuple(sorted(axes.items())))))
-        left -= len(steps)
-        yield iter(steps)
+        steps, seen = [], 0
+        for step in _rows(CalibrationSet((file,), specs, 1, skip + left, tuple(sorted(axes.items())))):
+            seen += 1
+            if seen > skip:
+                steps.append(step)
+        skip, left = max(0, skip - seen), left - len(steps)
+        if steps:
+            yield iter(steps)
 
 
 def _rows(calib) -> Iterator[dict]:
