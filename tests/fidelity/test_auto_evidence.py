@@ -23,6 +23,12 @@ runner = CliRunner()
 FEATURES, WIDTH, HIDDEN = 64, 1024, 16
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """Calibration runs here: no ranges cached by an earlier run of the same files."""
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _auto(*args):
     return runner.invoke(app, ["quantize", *map(str, args), "--auto", "--format", "onnx", "--target", "x86-64"],
                          env={"EDGEKIT_NO_PROGRESS": "1", "COLUMNS": "250"})
@@ -36,7 +42,8 @@ def _front():
 
 
 def _stateful(path):
-    """``prob, hn = model(x (1, FEATURES), h (1, 1, HIDDEN))``: a GRU cell over wide features, one probability a call."""
+    """``prob, carry2 = model(x (1, FEATURES), carry (1, 1, HIDDEN))``: a GRU cell over wide features, one
+    probability a call; its state's names do not pair it (h/hn would), so it is declared with --state."""
     import torch
 
     class Vad(torch.nn.Module):
@@ -51,7 +58,8 @@ def _stateful(path):
             return torch.sigmoid(self.head(out[0])), hn
 
     torch.manual_seed(0)
-    return fm._export(Vad(), (torch.zeros(1, FEATURES), torch.zeros(1, 1, HIDDEN)), path, ["x", "h"], ["prob", "hn"])
+    return fm._export(Vad(), (torch.zeros(1, FEATURES), torch.zeros(1, 1, HIDDEN)), path, ["x", "carry"],
+                      ["prob", "carry2"])
 
 
 def _score(path):
@@ -73,31 +81,33 @@ def _manifest(out):
 
 @pytest.mark.slow
 def test_auto_calibrates_a_stateful_model_on_its_stream_and_judges_every_output(tmp_path):
-    """One stream of 120 calls in --calib: the static recipes calibrate on 96 of them, call after call
-    with the state fed back (a stream's later calls carry no state: without feeding back they could not
+    """One stream of 120 calls in --calib, the state declared (--state): the static recipes calibrate on
+    96 of them, call after call with the state fed back (a stream's later calls carry no state: without feeding back they could not
     run), and every candidate is judged on the other 24 as a stream, the state output included."""
     model = _stateful(tmp_path / "vad.onnx")
     steps = np.arange(120)[:, None]
     rng = np.random.default_rng(0)
     frames = np.sin(0.2 * steps + rng.uniform(0, 6, (1, FEATURES))) + 0.3 * rng.standard_normal((120, FEATURES))
     np.savez(tmp_path / "stream.npz", x=frames.astype(np.float32))
-    result = _auto(model, "--calib", tmp_path / "stream.npz", "--out", tmp_path / "q")
+    result = _auto(model, "--calib", tmp_path / "stream.npz", "--state", "carry=carry2", "--out", tmp_path / "q")
     assert result.exit_code == 0, result.output
     manifest = _manifest(tmp_path / "q")
     assert manifest["quantization"]["calibration"]["samples"] == 96  # 120 less the held-out fifth
     (entry,) = manifest["files"]
     fidelity = entry["metrics"]["fidelity"]
     assert (fidelity["evidence"], fidelity["streams"], fidelity["samples"]) == ("calib-holdout", 1, 24)
-    assert fidelity["state_pairs"] == [{"input": "h", "output": "hn"}]
-    assert [(o["output"], o["kind"]) for o in fidelity["outputs"]] == [("prob", "scalar"), ("hn", "tensor")]
+    assert fidelity["state_pairs"] == [{"input": "carry", "output": "carry2"}]
+    assert [(o["output"], o["kind"]) for o in fidelity["outputs"]] == [("prob", "scalar"), ("carry2", "tensor")]
     assert fidelity["verdict"] == "pass"
     candidates = manifest["quantization"]["candidates"]
     static = [c for c in candidates if c["method"] == "static"]
     assert len(static) == 5 and all(c["error"] is None for c in static), static
     judged = [c for c in candidates if c["fidelity"]]
-    assert judged and all(c["fidelity"]["evidence"] == "calib-holdout" and c["fidelity"]["output"] in ("prob", "hn")
+    assert judged and all(c["fidelity"]["evidence"] == "calib-holdout" and c["fidelity"]["output"] in ("prob", "carry2")
                           for c in judged)
-    assert "PASS (calib-holdout)" in result.stdout and "hn [tensor]" in result.stdout
+    assert "PASS (calib-holdout)" in result.stdout and "carry2 [tensor]" in result.stdout
+    wrong = _auto(model, "--calib", tmp_path / "stream.npz", "--state", "carry=nowhere", "--out", tmp_path / "q2")
+    assert wrong.exit_code == 2 and "state output 'nowhere'" in wrong.stderr and not (tmp_path / "q2").exists()
 
 
 def test_auto_picks_by_the_binding_metric_on_the_users_data(tmp_path):
