@@ -244,8 +244,8 @@ def make():
 
 def test_a_time_major_lstm_is_judged_on_its_sequences_not_its_time_steps(tmp_path, monkeypatch):
     """x (12, N, 8): axis 0 is time, fixed; the dynamic axis (``sequence`` to --input-shape) is the
-    batch, which no name tells. Declared, the 40 sequences of --eval-data are judged, 16 at a time
-    along axis 1 (the ONNX file checked against the module run here, on the same chunks)."""
+    batch, which no name tells. Declared, the 40 sequences of --eval-data are judged along axis 1
+    (the ONNX file checked against the module run here, on the same chunks)."""
     torch = pytest.importorskip("torch")
     (tmp_path / "tnc_sample_axis.py").write_text(TNC_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -262,9 +262,11 @@ def test_a_time_major_lstm_is_judged_on_its_sequences_not_its_time_steps(tmp_pat
 
     with torch.no_grad():
         reference = tnc_sample_axis.make()(torch.from_numpy(x)).numpy()
+    from edgekit.fidelity.assess import EVAL_BATCH  # dynamic int8 scales by the batch it is given
+
     session = ort.InferenceSession(str(out / entry["path"]), providers=["CPUExecutionProvider"])
-    got = np.concatenate([session.run(None, {"x": np.ascontiguousarray(x[:, i:i + 16])})[0]
-                          for i in range(0, SAMPLES, 16)])
+    got = np.concatenate([session.run(None, {"x": np.ascontiguousarray(x[:, i:i + EVAL_BATCH])})[0]
+                          for i in range(0, SAMPLES, EVAL_BATCH)])
     cosine, max_abs = _cosine_and_max_abs(reference, got)
     (judged,) = fidelity["outputs"]
     assert judged["metrics"]["cosine"] == pytest.approx(cosine, rel=1e-5)
