@@ -140,7 +140,7 @@ def check(args, folder: Path) -> dict:
             except RuntimeError as exc:
                 raise RuntimeError(f"output {k}: {exc}" if len(wants) > 1 else str(exc)) from None
             per_output.append({"index": k, **result})
-            pooled.setdefault(k, []).append((got, want, batch))
+            pooled.setdefault(k, []).append((got, want, _samples(inputs, batch)))
             all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
         batches[str(batch)] = _batch_summary(per_output)
     names = output_names(folder, runtime)
@@ -170,6 +170,13 @@ def check(args, folder: Path) -> dict:
     return doc
 
 
+def _samples(inputs: dict, batch: int) -> int:
+    """How many samples a reference case holds: its batch size, unless no input has that many rows
+    (a model with a fixed batch is fed its own batch size in every case)."""
+    rows = [int(a.shape[0]) for a in inputs.values() if getattr(a, "ndim", 0)]
+    return batch if batch in rows or not rows else rows[0]
+
+
 def _batch_summary(per_output: list[dict]) -> dict:
     """One batch: the worst over its outputs (the first output's shape and top-1), each output's figures."""
     first = per_output[0]
@@ -193,7 +200,7 @@ def _output_summary(index: int, name, batches: dict, pairs: list) -> dict:
     import numpy as np
 
     found = [b["outputs"][index] for b in batches.values()]
-    per_sample = max(int(np.asarray(want).size // max(batch, 1)) for _, want, batch in pairs)
+    per_sample = max(int(np.asarray(want).size // max(samples, 1)) for _, want, samples in pairs)
     top1s = [f["top1_agreement"] for f in found if f["top1_agreement"] is not None] if index == 0 else []
     summary = {"index": index, "name": name, "per_sample": per_sample,
                "max_abs": max(f["max_abs"] for f in found), "cosine": min(f["cosine"] for f in found),

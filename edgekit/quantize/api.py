@@ -177,13 +177,10 @@ def quantize_config(
 
 def _reference_data(job, config, evaluation):
     """The data the reference cases are cut from: --calib, else --eval-data (read as it says), so a
-    model with free height/width is judged at the data's size, not one edgekit makes up."""
+    model with free height/width is judged at the data's size, not one edgekit makes up (a stateful
+    model: the first call of the first stream, from its initial state)."""
     if getattr(config, "calib", None) is not None or getattr(evaluation, "data", None) is None:
         return getattr(config, "calib", None)
-    from edgekit.sources.state_pairs import stream_layout
-
-    if stream_layout(job.source, evaluation.axes or None, evaluation.state or None)[1]:
-        return None  # streams of the inputs that are not state: no case holds a whole call (edgekit/fidelity)
     reading = {"preprocess": evaluation.preprocess, "tokenizer": evaluation.tokenizer}
     job.calib_reading = {key: value for key, value in reading.items() if value is not None}
     return evaluation.data

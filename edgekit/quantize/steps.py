@@ -106,7 +106,8 @@ def calibration_feed(calib, specs, job=None):
     def feed(batch: int) -> dict:
         name, value = next(iter(first.items()))
         rows = np.arange(batch) % value.shape[axes.get(name, 0)]
-        return {name: np.ascontiguousarray(np.take(value, rows, axis=axes.get(name, 0))) for name, value in first.items()}
+        return {name: np.ascontiguousarray(np.take(value, rows, axis=axes.get(name, 0)) if np.ndim(value) else value)
+                for name, value in first.items()}  # an input with no axes (a sample rate): its one value
 
     return feed
 

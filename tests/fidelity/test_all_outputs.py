@@ -210,6 +210,21 @@ def test_the_board_check_fails_a_flipped_probability_by_its_spread(heads):
     assert code == 1 and "output 2 ('prob'): max abs error" in verdict and "(one value per sample)" in verdict
 
 
+def test_a_fixed_batch_models_outputs_are_not_mistaken_for_one_value_per_sample(tmp_path, heads):
+    """A model with a fixed batch of 1 is fed one row in its batch-7 case too (as edgekit writes it):
+    its (1, 4) outputs hold 4 values per sample, not 4/7."""
+    from edgekit.formats.parity import check_parity
+
+    folder, w, cases = heads
+    x = cases[1][0]
+    fixed = {batch: (x, mm.heads_numpy(x, w)) for batch in BATCHES}
+    code, doc, verdict = _board_check(folder / "intact.onnx", mm.write_reference(tmp_path / "fixed.npz", fixed))
+    assert code == 0 and [o["per_sample"] for o in doc["outputs"]] == [4, 4, 1], verdict
+    parity = check_parity(_ort(folder / "intact.onnx"), _parity_cases(fixed), "int8", "x")
+    assert [sorted(o) for o in parity["outputs"]][1] == ["cosine", "index", "max_abs", "max_rel", "name",
+                                                        "top1_agreement"]  # a tensor, not a scalar
+
+
 # ---- through the CLI, as a user runs it -------------------------------------------------------------
 
 def _negate_output(folder, index: int, refinalize: bool = True) -> None:
