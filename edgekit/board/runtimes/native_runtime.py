@@ -79,13 +79,18 @@ class NativeRuntime(Runtime):
         raise BoardUsageError("the native runner times itself: run its bench command (edgekit-run bench)")
 
     def run(self, arrays: list) -> list:
-        """The first output for ``arrays``, through ``edgekit-run probe`` on temporary files."""
+        """Every output for ``arrays``, in the program's order, through ``edgekit-run probe`` on
+        temporary files (it writes ``b{batch}/output`` for output 0, ``b{batch}/outputs/{k}`` after)."""
         import numpy as np
 
+        batch = len(arrays[0])
         with tempfile.TemporaryDirectory(prefix="edgekit-native-") as tmp:
             reference = Path(tmp) / "in.npz"
-            np.savez(reference, **{f"b{len(arrays[0])}/input/input{i}": a for i, a in enumerate(arrays)})
+            np.savez(reference, **{f"b{batch}/input/input{i}": a for i, a in enumerate(arrays)})
             out = Path(tmp) / "out.npz"
             self._call(["probe", str(self.path), str(reference), str(out), "--threads", str(self.threads)])
             with np.load(out, allow_pickle=False) as data:
-                return [data[data.files[0]]]
+                names = [f"b{batch}/output", *(f"b{batch}/outputs/{k}" for k in range(1, len(data.files)))]
+                if sorted(names) != sorted(data.files):
+                    raise BoardError(f"{RUNNER} probe wrote {sorted(data.files)[:8]}, not {names[:8]}")
+                return [data[name] for name in names]

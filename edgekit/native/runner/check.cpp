@@ -1,16 +1,17 @@
 // edgekit-run check: a bundle's output check, as check_outputs.py (same JSON document, same
 // verdict line, same exit codes).
 #include <cmath>
-#include <map>
+#include <optional>
 
 #include "args.h"
+#include "compare.h"
 #include "commands.h"
 #include "errors.h"
 #include "files.h"
 #include "host_facts.h"
-#include "inputs.h"
 #include "manifest.h"
 #include "program.h"
+#include "reference.h"
 #include "sha256.h"
 #include "text.h"
 #include "watchdog.h"
@@ -39,82 +40,12 @@ ArgParser check_parser() {
   return p;
 }
 
-// Compensated (Neumaier) sum: the float64 reductions numpy does, to within an ulp or so.
-class Sum {
- public:
-  void add(double x) {
-    double t = sum_ + x;
-    comp_ += std::fabs(sum_) >= std::fabs(x) ? (sum_ - t) + x : (x - t) + sum_;
-    sum_ = t;
-  }
-  double value() const { return sum_ + comp_; }
-
- private:
-  double sum_ = 0, comp_ = 0;
-};
-
-// numpy's argmax of each row of the last axis (the first NaN wins, as numpy's does).
-std::vector<uint64_t> argmax_rows(const std::vector<double>& values, uint64_t width) {
-  std::vector<uint64_t> out;
-  for (uint64_t row = 0; row + width <= values.size(); row += width) {
-    uint64_t best = 0;
-    for (uint64_t k = 0; k < width; ++k) {
-      double v = values[row + k];
-      if (std::isnan(v)) { best = k; break; }
-      if (v > values[row + best]) best = k;
-    }
-    out.push_back(best);
-  }
-  return out;
-}
-
-Json compare(const Array& got, const Array& want) {
-  if (got.shape != want.shape) {
-    throw RunError("RuntimeError: output shape " + shape_list(got.shape) + " differs from the reference's " +
-                   shape_list(want.shape));
-  }
-  std::vector<double> a = to_doubles(got), b = to_doubles(want);
-  Sum aa, bb, ab;
-  double max_abs = 0;
-  bool nan = false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    aa.add(a[i] * a[i]);
-    bb.add(b[i] * b[i]);
-    ab.add(a[i] * b[i]);
-    double d = std::fabs(a[i] - b[i]);
-    if (std::isnan(d)) nan = true;
-    else if (d > max_abs) max_abs = d;
-  }
-  double norms = std::sqrt(aa.value()) * std::sqrt(bb.value());
-  bool a_any = false, b_any = false;
-  for (double x : a) a_any = a_any || x != 0;
-  for (double x : b) b_any = b_any || x != 0;
-  double cosine = norms > 0 ? ab.value() / norms : (!a_any && !b_any ? 1.0 : 0.0);
-  Json top1;
-  if (got.shape.size() >= 2 && got.shape.back() > 1) {
-    uint64_t width = static_cast<uint64_t>(got.shape.back());
-    std::vector<uint64_t> ga = argmax_rows(a, width), wa = argmax_rows(b, width);
-    uint64_t same = 0;
-    for (size_t i = 0; i < ga.size(); ++i) same += ga[i] == wa[i];
-    top1 = ga.empty() ? Json(std::nan("")) : Json(static_cast<double>(same) / static_cast<double>(ga.size()));
-  }
-  Sha256 digest;
-  digest.update(got.data);
-  Json shape = Json::array();
-  for (int64_t d : got.shape) shape.push(static_cast<long long>(d));
-  return Json::object()
-      .set("max_abs", a.empty() ? 0.0 : (nan ? std::nan("") : max_abs))
-      .set("cosine", cosine)
-      .set("top1_agreement", top1)
-      .set("outputs_sha256", digest.hexdigest())
-      .set("shape", shape);
-}
-
 // (model path, the manifest's entry for it, the manifest's input names in order); as describe().
 struct Described {
   std::string model;
   Json entry;
   std::vector<std::string> order;
+  std::vector<std::string> output_names;  // the manifest's "outputs"
 };
 
 Described describe(const std::string& folder, const std::string& model_arg, const std::string& format_arg) {
@@ -154,6 +85,12 @@ Described describe(const std::string& folder, const std::string& model_arg, cons
   if (fmt == backend().format) fmt.clear();  // the only runtime here: detect_format checks the rest
   else if (!fmt.empty()) throw UsageError(std::string("this edgekit-run runs ") + backend().format + " models; the bundle's model is " + fmt);
   detect_format(out.model, out.entry, fmt);
+  const Json* outputs = manifest.find("outputs");
+  if (outputs != nullptr && outputs->is_array()) {
+    for (const Json& name : outputs->items()) {
+      if (name.is_string()) out.output_names.push_back(name.as_string());
+    }
+  }
   const Json* inputs = manifest.find("inputs");
   if (inputs != nullptr && inputs->is_array()) {
     for (const Json& spec : inputs->items()) {
@@ -164,6 +101,12 @@ Described describe(const std::string& folder, const std::string& model_arg, cons
   }
   return out;
 }
+
+// As check.py's COSINE_FLOOR and SPREAD_CEILING: no option turns them off (negated, zeroed or
+// random outputs fail; an output of one value per sample: its largest error against the float
+// values' spread).
+constexpr double kCosineFloor = 0.5;
+constexpr double kSpreadCeiling = 0.5;
 
 std::string verdict(const Json& doc) {
   if (!doc.find("ok")->as_bool()) {
@@ -179,6 +122,55 @@ std::string verdict(const Json& doc) {
   return text + " vs the float model";
 }
 
+// The inputs of a reference case in the order the model takes them (the manifest's, else the archive's).
+std::vector<const Array*> ordered_inputs(const ReferenceCase& c, const std::vector<std::string>& order) {
+  std::vector<std::string> names;
+  for (const auto& n : order) {
+    for (const auto& input : c.inputs) {
+      if (input.first == n) names.push_back(n);
+    }
+  }
+  if (names.empty()) {
+    for (const auto& input : c.inputs) names.push_back(input.first);
+  }
+  std::vector<const Array*> arrays;
+  for (const auto& n : names) {
+    for (const auto& input : c.inputs) {
+      if (input.first == n) arrays.push_back(&input.second);
+    }
+  }
+  return arrays;
+}
+
+// The limits and floors one output's figures break, in words (check.py's limit_failures, then
+// its spread ceiling).
+Json output_failures(const Json& figures, const CheckArgs& args) {
+  double max_abs = figures.find("max_abs")->as_double(), cosine = figures.find("cosine")->as_double();
+  const Json* top1 = figures.find("top1_agreement");
+  Json failures = Json::array();
+  bool cosine_failed = false;
+  if (args.max_abs && !(max_abs <= *args.max_abs)) {
+    failures.push("max_abs " + py_format(max_abs, ".6g") + " > " + py_format(*args.max_abs, "g"));
+  }
+  if (args.min_cosine && !(cosine >= *args.min_cosine)) {
+    failures.push("cosine " + py_format(cosine, ".6f") + " < " + py_format(*args.min_cosine, "g"));
+    cosine_failed = true;
+  }
+  if (args.min_top1 && !top1->is_null() && top1->as_double() < *args.min_top1) {
+    failures.push("top1_agreement " + py_format(top1->as_double(), ".4f") + " < " + py_format(*args.min_top1, "g"));
+  }
+  if (!(cosine >= kCosineFloor) && !cosine_failed) {
+    failures.push("cosine " + py_format(cosine, ".6f") + " < " + py_format(kCosineFloor, "g") +
+                  " (the floor no limit turns off: these are not the model's outputs)");
+  }
+  const Json* of_spread = figures.find("max_abs_of_spread");
+  if (of_spread != nullptr && !of_spread->is_null() && !(of_spread->as_double() <= kSpreadCeiling)) {
+    failures.push("max abs error " + py_format(of_spread->as_double(), ".4g") + " of the float values' spread > " +
+                  py_format(kSpreadCeiling, "g") + " (one value per sample)");
+  }
+  return failures;
+}
+
 Json check(const CheckArgs& args, const std::string& format_arg) {
   std::string folder = !args.model.empty() ? dirname_of(resolve_path(args.model)) : executable_dir();
   Described d = describe(folder, args.model, format_arg);
@@ -188,40 +180,53 @@ Json check(const CheckArgs& args, const std::string& format_arg) {
   const RuntimeSetup& setup = init_runtime(args.threads);
   Model model(d.model);
   std::string model_sha = sha256_file(d.model);
-  Json batches = Json::object();
+  Json batches = Json::object(), notes = Json::array();
+  std::string short_of;  // the model gives fewer outputs than the reference holds
   Sha256 all;
-  double worst_abs = 0, worst_cos = 0;
-  bool first = true;
-  std::optional<double> worst_top1;
+  std::vector<OutputTally> tallies;
   for (const auto& c : cases) {
-    std::vector<const Array*> arrays;
-    std::vector<std::string> names;
-    for (const auto& n : d.order) {
-      for (const auto& input : c.inputs) {
-        if (input.first == n) names.push_back(n);
-      }
+    std::vector<Array> got = model.predict_all(ordered_inputs(c, d.order));
+    std::vector<const Array*> wants = {&*c.output};
+    for (const auto& more : c.more_outputs) wants.push_back(&more);
+    if (got.size() < wants.size()) {
+      short_of = format("the model gives %zu output(s); the reference holds %zu", got.size(), wants.size());
+    } else if (got.size() > wants.size() && notes.items().empty()) {
+      notes.push(format("the model gives %zu outputs; the reference holds %zu (written before every output was "
+                        "kept): %zu compared", got.size(), wants.size(), wants.size()));
     }
-    if (names.empty()) {
-      for (const auto& input : c.inputs) names.push_back(input.first);
+    std::vector<Json> per_output;
+    for (size_t k = 0; k < got.size() && k < wants.size(); ++k) {
+      Json result = compare(got[k], *wants[k], wants.size() > 1 ? format("output %zu: ", k) : "");
+      if (tallies.size() <= k) tallies.emplace_back(k);
+      tallies[k].add(result, got[k], *wants[k], c.batch);
+      all.update(Sha256::from_hex(result.find("outputs_sha256")->as_string()));
+      per_output.push_back(Json::object().set("index", static_cast<long long>(k)));
+      for (const auto& member : result.members()) per_output.back().set(member.first, member.second);
     }
-    for (const auto& n : names) {
-      for (const auto& input : c.inputs) {
-        if (input.first == n) arrays.push_back(&input.second);
-      }
-    }
-    Json result = compare(model.predict(arrays), *c.output);
-    std::string hex = result.find("outputs_sha256")->as_string();
-    std::string raw;
-    for (size_t i = 0; i + 1 < hex.size(); i += 2) raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-    all.update(raw);
-    double abs_v = result.find("max_abs")->as_double(), cos_v = result.find("cosine")->as_double();
-    // Python's max()/min() over the batches: a NaN first stays; a later NaN never replaces.
-    if (first || abs_v > worst_abs) worst_abs = abs_v;
-    if (first || cos_v < worst_cos) worst_cos = cos_v;
-    first = false;
-    const Json* top1 = result.find("top1_agreement");
+    batches.set(std::to_string(c.batch), batch_summary(per_output));
+  }
+  // Names: the model's own where the file has them (ONNX), else the manifest's.
+  std::vector<std::string> names = model.output_names();
+  if (names.empty()) names = d.output_names;
+  Json outputs = Json::array(), failures = Json::array();
+  if (!short_of.empty()) failures.push(short_of);
+  double worst_abs = 0, worst_cos = 0;
+  std::optional<double> worst_top1;
+  for (size_t k = 0; k < tallies.size(); ++k) {
+    Json figures = tallies[k].summary(k < names.size() ? Json(names[k]) : Json());
+    keep_max(figures.find("max_abs")->as_double(), k == 0, worst_abs);
+    keep_min(figures.find("cosine")->as_double(), k == 0, worst_cos);
+    const Json* top1 = figures.find("top1_agreement");
     if (!top1->is_null() && (!worst_top1 || top1->as_double() < *worst_top1)) worst_top1 = top1->as_double();
-    batches.set(std::to_string(c.batch), result);
+    Json broken = output_failures(figures, args);
+    std::string label;
+    if (tallies.size() > 1) {
+      label = format("output %zu", k) + (k < names.size() && !names[k].empty() ? " (" + py_repr(names[k]) + ")" : "") + ": ";
+    }
+    for (const Json& f : broken.items()) failures.push(label + f.as_string());
+    figures.set("ok", broken.items().empty());
+    figures.set("failures", broken);
+    outputs.push(figures);
   }
   Json runtime = Json::object()
                      .set("name", backend().runtime_name)
@@ -236,28 +241,14 @@ Json check(const CheckArgs& args, const std::string& format_arg) {
   doc.set("machine", machine());
   doc.set("python", Json());
   doc.set("batches", batches);
+  doc.set("outputs", outputs);
   doc.set("max_abs", worst_abs);
   doc.set("cosine", worst_cos);
   doc.set("top1_agreement", worst_top1 ? Json(*worst_top1) : Json());
   doc.set("outputs_sha256", all.hexdigest());
-  Json failures = Json::array();
-  if (args.max_abs && !(worst_abs <= *args.max_abs)) {
-    failures.push("max_abs " + py_format(worst_abs, ".6g") + " > " + py_format(*args.max_abs, "g"));
-  }
-  if (args.min_cosine && !(worst_cos >= *args.min_cosine)) {
-    failures.push("cosine " + py_format(worst_cos, ".6f") + " < " + py_format(*args.min_cosine, "g"));
-  }
-  if (args.min_top1 && worst_top1 && *worst_top1 < *args.min_top1) {
-    failures.push("top1_agreement " + py_format(*worst_top1, ".4f") + " < " + py_format(*args.min_top1, "g"));
-  }
-  // As check.py's COSINE_FLOOR: no option turns it off (negated, zeroed or random outputs fail).
-  constexpr double kCosineFloor = 0.5;
-  if (!(worst_cos >= kCosineFloor) && !(args.min_cosine && !(worst_cos >= *args.min_cosine))) {
-    failures.push("cosine " + py_format(worst_cos, ".6f") + " < " + py_format(kCosineFloor, "g") +
-                  " (the floor no limit turns off: these are not the model's outputs)");
-  }
   doc.set("ok", failures.items().empty());
   doc.set("failures", failures);
+  doc.set("notes", notes);
   return doc;
 }
 

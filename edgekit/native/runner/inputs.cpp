@@ -1,4 +1,4 @@
-// Input specs, random inputs, reference cases (see inputs.h).
+// Input specs and random inputs (see inputs.h).
 #include "inputs.h"
 
 #include <algorithm>
@@ -351,53 +351,6 @@ MadeInputs make_inputs(const std::vector<InputSpec>& specs,
       !out.arrays[0].shape.empty()) {
     out.batch = out.arrays[0].shape[0];
   }
-  return out;
-}
-
-std::vector<ReferenceCase> read_reference(const std::string& path, bool need_outputs) {
-  if (!is_file(path)) throw UsageError("reference data not found: " + path);
-  std::vector<NpzMember> members = read_npz(path, "reference data");
-  std::map<int64_t, ReferenceCase> cases;
-  for (auto& m : members) {
-    const std::string& key = m.name;
-    size_t slash = key.find('/');
-    std::string head = key.substr(0, slash);
-    std::string rest = slash == std::string::npos ? "" : key.substr(slash + 1);
-    size_t slash2 = rest.find('/');
-    std::string kind = rest.substr(0, slash2);
-    bool has_name = slash2 != std::string::npos;
-    std::string name = has_name ? rest.substr(slash2 + 1) : "";
-    std::string digits = head.size() > 1 ? head.substr(1) : "";
-    bool ok = head.size() > 1 && head[0] == 'b' && digits.size() <= 7 &&
-              digits.find_first_not_of("0123456789") == std::string::npos;
-    int64_t batch = ok ? std::stoll(digits) : 0;
-    if (!ok || batch <= 0 || batch >= 1000000) {
-      throw UsageError(path + ": unexpected array " + py_repr(head_chars(key, 80)));
-    }
-    ReferenceCase& c = cases[batch];
-    c.batch = batch;
-    if (kind == "input" && !name.empty()) {
-      bool replaced = false;
-      for (auto& input : c.inputs) {
-        if (input.first == name) {
-          input.second = std::move(m.array);
-          replaced = true;
-        }
-      }
-      if (!replaced) c.inputs.emplace_back(name, std::move(m.array));
-    } else if (kind == "output" && name.empty()) {
-      c.output = std::move(m.array);
-    } else {
-      throw UsageError(path + ": unexpected array " + py_repr(head_chars(key, 80)));
-    }
-  }
-  bool complete = !cases.empty();
-  for (const auto& entry : cases) {
-    if (entry.second.inputs.empty() || (need_outputs && !entry.second.output)) complete = false;
-  }
-  if (!complete) throw UsageError(path + " lacks inputs or outputs for some batch");
-  std::vector<ReferenceCase> out;
-  for (auto& entry : cases) out.push_back(std::move(entry.second));
   return out;
 }
 

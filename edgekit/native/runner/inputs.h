@@ -1,5 +1,5 @@
 // Model inputs, as edgekit/board/inputs.py: specs (the manifest's, else the program's own),
-// seeded random arrays, --shape and --input files, and the cases of a reference.npz.
+// seeded random arrays, --shape and --input files.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +48,5 @@ struct MadeInputs {
 MadeInputs make_inputs(const std::vector<InputSpec>& specs,
                        const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
                        const std::vector<NpzMember>* npz, int64_t batch, uint64_t seed);
-
-struct ReferenceCase {
-  int64_t batch = 0;
-  std::vector<std::pair<std::string, Array>> inputs;  // in the archive's order
-  std::optional<Array> output;
-};
-
-// The cases of a reference.npz (b{batch}/input/{name}, b{batch}/output), batches ascending.
-std::vector<ReferenceCase> read_reference(const std::string& path, bool need_outputs);
 
 }  // namespace edgekit

@@ -1,6 +1,7 @@
 // .npy reading and writing, dtype conversions.
 #include "npy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -306,6 +307,17 @@ std::string write_npy(const Array& array) {
   out += static_cast<char>((total >> 8) & 0xff);
   out += header + std::string(padlen, ' ') + "\n";
   return out + array.data;  // written arrays are always in native (little-endian) order
+}
+
+bool append_rows(Array& joined, const Array& part) {
+  if (part.shape.empty() || joined.shape.size() != part.shape.size() || joined.dtype != part.dtype ||
+      joined.big_endian != part.big_endian ||
+      !std::equal(part.shape.begin() + 1, part.shape.end(), joined.shape.begin() + 1)) {
+    return false;
+  }
+  joined.shape[0] += part.shape[0];
+  joined.data += part.data;
+  return true;
 }
 
 }  // namespace edgekit

@@ -42,4 +42,8 @@ std::string write_npy(const Array& array);  // what numpy.save writes (version 1
 Array cast_array(const Array& array, DType to);
 std::vector<double> to_doubles(const Array& array);
 
+// numpy.concatenate((joined, part)) along axis 0, in place; false (joined unchanged) when the two
+// differ in anything but axis 0.
+bool append_rows(Array& joined, const Array& part);
+
 }  // namespace edgekit

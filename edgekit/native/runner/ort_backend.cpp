@@ -151,11 +151,13 @@ struct Model::Impl {
     results.clear();
   }
 
-  Array first_output(OrtValue* value) {
+  // Output `index` of a run, as float32.
+  Array output(OrtValue* value, size_t index) {
+    std::string what = index == 0 ? "first output" : format("output %zu", index);
     const OrtApi* api = ort().api;
     int is_tensor = 0;
     check(api->IsTensor(value, &is_tensor), "cannot read " + name + "'s output");
-    if (!is_tensor) throw RunError("the model's first output is not a tensor");
+    if (!is_tensor) throw RunError("the model's " + what + " is not a tensor");
     OrtTensorTypeAndShapeInfo* info = nullptr;
     check(api->GetTensorTypeAndShape(value, &info), "cannot read " + name + "'s output");
     std::unique_ptr<OrtTensorTypeAndShapeInfo, void (*)(OrtTensorTypeAndShapeInfo*)> owned(
@@ -168,16 +170,16 @@ struct Model::Impl {
     raw.shape.assign(rank, 0);
     if (rank) check(api->GetDimensions(info, raw.shape.data(), rank), "cannot read " + name + "'s output");
     if (!dtype_of(static_cast<int>(type), &raw.dtype)) {
-      throw RunError(format("the model's first output is of ONNX element type %d, not a number type",
-                            static_cast<int>(type)));
+      throw RunError("the model's " + what + format(" is of ONNX element type %d, not a number type",
+                                                    static_cast<int>(type)));
     }
     uint64_t count = 0, bytes = 0;
     if (!element_count(raw.shape, &count) || __builtin_mul_overflow(count, dtype_size(raw.dtype), &bytes)) {
-      throw RunError("the model's first output has an invalid shape");
+      throw RunError("the model's " + what + " has an invalid shape");
     }
     void* data = nullptr;
     check(api->GetTensorMutableData(value, &data), "cannot read " + name + "'s output");
-    if (count > 0 && data == nullptr) throw RunError("the model's first output has no data for its shape");
+    if (count > 0 && data == nullptr) throw RunError("the model's " + what + " has no data for its shape");
     if (bytes) raw.data.assign(static_cast<const char*>(data), bytes);
     return raw.dtype == DType::Float32 ? raw : cast_array(raw, DType::Float32);
   }
@@ -242,6 +244,7 @@ Model::~Model() {
 
 const std::vector<TensorMeta>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorMeta>& Model::outputs() const { return impl_->outputs; }
+std::vector<std::string> Model::output_names() const { return impl_->output_names; }
 const std::vector<std::string>& Model::method_names() const { return impl_->methods; }
 const std::vector<std::string>& Model::backends_used() const { return impl_->backends; }
 const std::vector<int64_t>& Model::planned_buffers() const { return impl_->planned; }
@@ -296,7 +299,7 @@ void Model::call() {
   m.release(results);
 }
 
-Array Model::predict(const std::vector<const Array*>& arrays) {
+std::vector<Array> Model::predict_all(const std::vector<const Array*>& arrays, bool first_only) {
   Impl& m = *impl_;
   std::vector<std::string> names;
   for (size_t i = 0; i < arrays.size(); ++i) names.push_back(format("input%zu", i));
@@ -328,30 +331,34 @@ Array Model::predict(const std::vector<const Array*>& arrays) {
     std::vector<OrtValue*> results;
     m.run(values, results);
     try {
-      Array out = m.first_output(results[0]);
+      std::vector<Array> outputs;
+      for (size_t k = 0; k < (first_only ? 1 : results.size()); ++k) outputs.push_back(m.output(results[k], k));
       m.release(results);
-      return out;
+      return outputs;
     } catch (...) {
       m.release(results);
       throw;
     }
   };
   if (rows <= bound) return run_rows(0, rows);
-  Array joined;
+  std::vector<Array> joined;
   for (int64_t start = 0; start < rows; start += bound) {
-    Array part = run_rows(start, std::min(start + bound, rows));
+    std::vector<Array> part = run_rows(start, std::min(start + bound, rows));
     if (start == 0) {
       joined = std::move(part);
       continue;
     }
-    if (part.shape.empty() || joined.shape.size() != part.shape.size() ||
-        !std::equal(part.shape.begin() + 1, part.shape.end(), joined.shape.begin() + 1)) {
-      throw RunError("the model's outputs of two batches differ in shape; cannot join them");
+    for (size_t k = 0; k < joined.size(); ++k) {
+      if (!append_rows(joined[k], part[k])) {
+        throw RunError("the model's outputs of two batches differ in shape; cannot join them");
+      }
     }
-    joined.shape[0] += part.shape[0];
-    joined.data += part.data;
   }
   return joined;
+}
+
+Array Model::predict(const std::vector<const Array*>& arrays) {
+  return std::move(predict_all(arrays, true)[0]);
 }
 
 }  // namespace edgekit

@@ -1,5 +1,5 @@
-// edgekit-run probe: run a program on a reference.npz's inputs and write b{batch}/output arrays
-// (float32) into an .npz, as probe.py does.
+// edgekit-run probe: run a program on a reference.npz's inputs and write its outputs (float32)
+// into an .npz, as probe.py does: b{batch}/output (output 0), b{batch}/outputs/{k} (output k >= 1).
 #include "args.h"
 #include "commands.h"
 #include "errors.h"
@@ -9,6 +9,7 @@
 #include "manifest.h"
 #include "npz.h"
 #include "program.h"
+#include "reference.h"
 #include "text.h"
 #include "watchdog.h"
 
@@ -60,10 +61,16 @@ int probe_command(const std::vector<std::string>& argv) {
         if (input.first == n) arrays.push_back(&input.second);
       }
     }
+    std::vector<Array> got;
     try {
-      outputs.push_back({format("b%lld/output", static_cast<long long>(c.batch)), program.predict(arrays)});
+      got = program.predict_all(arrays);
     } catch (const RunError& e) {
       throw RunError(format("inference at batch %lld failed: ", static_cast<long long>(c.batch)) + e.what());
+    }
+    for (size_t k = 0; k < got.size(); ++k) {
+      std::string key = k == 0 ? format("b%lld/output", static_cast<long long>(c.batch))
+                               : format("b%lld/outputs/%zu", static_cast<long long>(c.batch), k);
+      outputs.push_back({key, std::move(got[k])});
     }
     batches.push(static_cast<long long>(c.batch));
   }

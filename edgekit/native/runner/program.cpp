@@ -183,24 +183,30 @@ struct Model::Impl {
     if (e != et::Error::Ok) throw RunError("ExecuTorch could not run the program: " + error_name(e) + runtime_detail());
   }
 
-  Array first_output() const {
+  size_t output_count() const {
     if (method->outputs_size() == 0) throw RunError("the program's forward returns nothing");
-    const et::EValue& out = method->get_output(0);
-    if (!out.isTensor()) throw RunError("the program's first output is not a tensor");
+    return method->outputs_size();
+  }
+
+  // Output `index` of the last call.
+  Array output(size_t index) const {
+    std::string what = index == 0 ? "first output" : format("output %zu", index);
+    const et::EValue& out = method->get_output(index);
+    if (!out.isTensor()) throw RunError("the program's " + what + " is not a tensor");
     Tensor t = out.toTensor();
     int code = static_cast<int>(t.scalar_type());
     Array raw;
     for (auto d : t.sizes()) raw.shape.push_back(static_cast<int64_t>(d));
     uint64_t count;
-    if (!element_count(raw.shape, &count)) throw RunError("the program's first output has an invalid shape");
+    if (!element_count(raw.shape, &count)) throw RunError("the program's " + what + " has an invalid shape");
     bool bfloat16 = code == 15;
     if (!bfloat16 && !dtype_of(code, &raw.dtype)) {
-      throw RunError(format("the program's first output is of ExecuTorch scalar type %d, not a number type", code));
+      throw RunError("the program's " + what + format(" is of ExecuTorch scalar type %d, not a number type", code));
     }
     uint64_t item = bfloat16 ? 2 : dtype_size(raw.dtype), bytes = 0;
     const char* data = static_cast<const char*>(t.const_data_ptr());
     if (__builtin_mul_overflow(count, item, &bytes) || (count > 0 && (data == nullptr || t.nbytes() < bytes))) {
-      throw RunError("the program's first output has no data for its shape");
+      throw RunError("the program's " + what + " has no data for its shape");
     }
     if (bfloat16) {  // the high half of a float32
       Array out32;
@@ -336,6 +342,7 @@ Model::~Model() {
 
 const std::vector<TensorMeta>& Model::inputs() const { return impl_->inputs; }
 const std::vector<TensorMeta>& Model::outputs() const { return impl_->outputs; }
+std::vector<std::string> Model::output_names() const { return {}; }
 const std::vector<std::string>& Model::method_names() const { return impl_->methods; }
 const std::vector<std::string>& Model::backends_used() const { return impl_->backends; }
 const std::vector<int64_t>& Model::planned_buffers() const { return impl_->planned; }
@@ -385,7 +392,7 @@ void Model::call() {
   impl_->execute(tensors);
 }
 
-Array Model::predict(const std::vector<const Array*>& arrays) {
+std::vector<Array> Model::predict_all(const std::vector<const Array*>& arrays, bool first_only) {
   Impl& m = *impl_;
   std::vector<std::string> names;
   for (size_t i = 0; i < arrays.size(); ++i) names.push_back(format("input%zu", i));
@@ -415,24 +422,30 @@ Array Model::predict(const std::vector<const Array*>& arrays) {
       pointers.push_back(tensors.back().get());
     }
     m.execute(pointers);
-    return m.first_output();
+    std::vector<Array> outputs;
+    size_t count = first_only ? std::min<size_t>(1, m.output_count()) : m.output_count();
+    for (size_t k = 0; k < count; ++k) outputs.push_back(m.output(k));
+    return outputs;
   };
   if (rows <= bound) return run_chunk(0, rows, true);
-  Array joined;
+  std::vector<Array> joined;
   for (int64_t start = 0; start < rows; start += bound) {
-    Array part = run_chunk(start, std::min(start + bound, rows), false);
+    std::vector<Array> part = run_chunk(start, std::min(start + bound, rows), false);
     if (start == 0) {
       joined = std::move(part);
       continue;
     }
-    if (part.shape.empty() || joined.shape.size() != part.shape.size() ||
-        !std::equal(part.shape.begin() + 1, part.shape.end(), joined.shape.begin() + 1)) {
-      throw RunError("the program's outputs of two batches differ in shape; cannot join them");
+    for (size_t k = 0; k < joined.size(); ++k) {
+      if (!append_rows(joined[k], part[k])) {
+        throw RunError("the program's outputs of two batches differ in shape; cannot join them");
+      }
     }
-    joined.shape[0] += part.shape[0];
-    joined.data += part.data;
   }
   return joined;
+}
+
+Array Model::predict(const std::vector<const Array*>& arrays) {
+  return std::move(predict_all(arrays, true)[0]);
 }
 
 }  // namespace edgekit

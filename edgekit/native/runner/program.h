@@ -45,6 +45,8 @@ class Model {
 
   const std::vector<TensorMeta>& inputs() const;
   const std::vector<TensorMeta>& outputs() const;
+  // The outputs' names where the file holds them (ONNX), else none (an ExecuTorch program).
+  std::vector<std::string> output_names() const;
   const std::vector<std::string>& method_names() const;
   const std::vector<std::string>& backends_used() const;  // by forward, in plan order, once each
   const std::vector<int64_t>& planned_buffers() const;    // bytes of forward's planned buffers
@@ -58,8 +60,10 @@ class Model {
   void bind(std::vector<Array> arrays);
   // One call on the bound inputs: set_input for each, then execute. RunError on failure.
   void call();
-  // The first output, as float32, for inputs in forward's order; batches past batch_bound() run
-  // in chunks of it, joined along axis 0.
+  // Every output (only the first with first_only), as float32, for inputs in forward's order;
+  // batches past batch_bound() run in chunks of it, joined along axis 0.
+  std::vector<Array> predict_all(const std::vector<const Array*>& arrays, bool first_only = false);
+  // The first output, as predict_all's.
   Array predict(const std::vector<const Array*>& arrays);
 
  private:

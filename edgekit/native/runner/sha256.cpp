@@ -87,6 +87,12 @@ std::string Sha256::digest() {
   return out;
 }
 
+std::string Sha256::from_hex(const std::string& hex) {
+  std::string raw;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return raw;
+}
+
 std::string Sha256::to_hex(const std::string& raw) {
   static const char* digits = "0123456789abcdef";
   std::string out;

@@ -15,6 +15,7 @@ class Sha256 {
   std::string digest();  // the 32 raw bytes; the object is spent afterwards
   std::string hexdigest() { return to_hex(digest()); }
   static std::string to_hex(const std::string& raw);
+  static std::string from_hex(const std::string& hex);  // bytes.fromhex, for hex that to_hex wrote
 
  private:
   void block(const uint8_t* p);
