@@ -151,7 +151,8 @@ def parse_sample_axes(texts: Sequence[str] | None) -> dict[str, int]:
 
 
 def _layout(spec: InputSpec) -> str:
-    return "(" + ", ".join(str(d) if d is not None else spec.dynamic_axes.get(i, "?") for i, d in enumerate(spec.shape)) + ")"
+    dims = (str(d) if d is not None else spec.dynamic_axes.get(i, "?") for i, d in enumerate(spec.shape))
+    return "(" + ", ".join(dims) + ")"
 
 
 def parse_state_pairs(texts: Sequence[str] | None) -> dict[str, str]:

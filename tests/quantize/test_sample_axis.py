@@ -310,3 +310,32 @@ def test_executorch_static_counts_and_judges_samples_on_the_declared_axis(cnf, t
     assert entry["details"]["calibration_samples"] == SAMPLES - HELD_OUT
     fidelity = entry["metrics"]["fidelity"]
     assert (fidelity["samples"], fidelity["sample_axes"], fidelity["verdict"]) == (HELD_OUT, {"x": 1}, "pass")
+
+
+def test_the_same_samples_laid_out_on_axis_0_give_the_same_calibration_and_verdict(cnf, tmp_path, monkeypatch):
+    """The reference layout: x as (N, C, F) into the same function (its sum over axis 1), axis 0
+    counting samples as always; the declared (C, N, F) run must calibrate the same samples to the
+    same ranges and judge the same held-out ones to the same figures."""
+    from onnx import TensorProto, helper
+
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    w, v = _weights()
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+             helper.make_node("ReduceSum", ["xw", "axes"], ["s"], keepdims=0),
+             helper.make_node("MatMul", ["y", "V"], ["yv"]), helper.make_node("Add", ["s", "yv"], ["features"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", C, F]),
+              helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", F])]
+    outputs = [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", K])]
+    ncf = _save(tmp_path / "ncf.onnx", nodes, inputs, outputs, {"W": w, "axes": np.array([1], np.int64), "V": v})
+    np.savez(tmp_path / "ncf.npz", x=np.ascontiguousarray(np.swapaxes(cnf["x"], 0, 1)), y=cnf["y"])
+    runs = {}
+    for name, args in (("ncf", (ncf, "--calib", tmp_path / "ncf.npz")),
+                       ("cnf", (cnf["model"], "--calib", cnf["calib"], "--sample-axis", "x=1"))):
+        result = _quantize(*args, "--method", "static", "--activation-type", "uint8", "--out", tmp_path / name)
+        assert result.exit_code == 0, result.output
+        runs[name] = _manifest(tmp_path / name)
+    calibrated = [m["quantization"]["calibration"]["samples"] for m in runs.values()]
+    judged = [m["files"][0]["metrics"]["fidelity"] for m in runs.values()]
+    assert calibrated == [SAMPLES - HELD_OUT] * 2
+    assert [f["samples"] for f in judged] == [HELD_OUT] * 2
+    assert judged[0]["outputs"][0]["metrics"] == pytest.approx(judged[1]["outputs"][0]["metrics"], rel=1e-5)
