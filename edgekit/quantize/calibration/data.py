@@ -18,7 +18,8 @@ checked for shape, dtype and finite values before it reaches a quantizer.
 Layout: for a single-input model every array is a block of samples (``.npy``, or any array in an
 ``.npz``). For a model with several inputs each ``.npz`` holds one block with one array per input
 name, all with the same number of samples. Dynamic axes (sequence length) may differ from block to
-block: variable-length samples go in separate blocks, one length per block.
+block: variable-length samples go in separate blocks, one length per block. An input with no axes (a
+sample rate, a threshold) holds one value in each block, given to every call.
 
 Samples are counted along each input's sample axis (``sources/state_pairs.sample_axes``: axis 0,
 or the axis carrying the batch name, e.g. axis 1 of a (layers, batch, hidden) state). A model that
@@ -77,6 +78,9 @@ class CalibrationSet:
                         break
                     feed = {}
                     for spec in self.specs:
+                        if not spec.shape:  # no axes: the block's one value, every call
+                            feed[spec.name] = _scalar(block[spec.name], spec, path)
+                            continue
                         if spec.name in states:
                             if start == 0:  # a stream begins: its initial state (the model's output after)
                                 feed[spec.name] = _initial_state(block, spec, axes.get(spec.name, 0), take, path)
@@ -98,7 +102,7 @@ class CalibrationSet:
         total = 0
         for path in self.files:
             for block in _blocks(path, self.specs, states):
-                name = next(n for n in block if n not in states)
+                name = next(s.name for s in self.specs if s.shape and s.name not in states)
                 total += block[name].shape[axes.get(name, 0)]
         return total if self.max_samples is None else min(total, self.max_samples)
 
@@ -110,6 +114,17 @@ def _rows(array, axis: int, start: int, take: int, dtype) -> np.ndarray:
     if isinstance(array, NpyFile):  # read from disk as it goes, never the whole file
         return array.along(axis, start, start + take).astype(dtype, copy=False)
     return np.array(array[(slice(None),) * axis + (slice(start, start + take),)], dtype=dtype, copy=True)
+
+
+def _scalar(value, spec: InputSpec, path: Path) -> np.ndarray:
+    """The one value of an input with no axes: a 0-d array, or a row of equal values (one per call)."""
+    array = np.asarray(value[()] if np.ndim(value) == 0 else value[:])
+    if array.size < 1 or (array.ndim and not (array == array.reshape(-1)[0]).all()):
+        raise InputFileError(f"calibration data {path}: input {spec.name!r} takes one value (no axes); the file "
+                             f"holds {array.size} different ones (shape {tuple(array.shape)})")
+    scalar = np.array(array.reshape(-1)[0], dtype=spec.dtype)
+    _check_values(scalar.reshape(1), spec, path)
+    return scalar
 
 
 def _initial_state(block, spec: InputSpec, axis: int, batch: int, path: Path) -> np.ndarray:
@@ -284,7 +299,7 @@ def _check_block(block: dict[str, np.ndarray], specs: tuple[InputSpec, ...], pat
     counts = {}
     fixed = fixed_batch(specs, axes, states)
     for spec in specs:
-        if spec.name not in block:
+        if spec.name not in block or not spec.shape:  # no axes: one value, read by _scalar
             continue
         axis = axes.get(spec.name, 0)
         state = spec.name in states  # a stream's initial state: its own batch, not counted

@@ -26,6 +26,23 @@ def _check_quantizable(job, kept_by_rule) -> None:
                          f"({', '.join(ort_backend.WEIGHTED_OPS)}) and {what}")
 
 
+def _check_changed(job, method: str) -> None:
+    """UsageError when ONNX Runtime's quantizer quantized nothing (weights it does not reach, such as
+    an ``If`` branch's under static QDQ): the file would be the float model under an int8 label."""
+    from edgekit.errors import UsageError
+    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
+
+    if ort_backend.int8_nodes(job.dest / FILE):
+        return
+    nodes = ort_backend.weighted_nodes(onnx_graphs.prepared_onnx(job))
+    top = set(ort_backend.node_names(onnx_graphs.prepared_onnx(job)))
+    inside = sum(name not in top for name, _ in nodes)
+    where = f" ({inside} of its {len(nodes)} weighted layers are inside If/Loop subgraphs)" if inside else ""
+    hint = "; --method dynamic reaches subgraphs" if inside and method == "static" else ""
+    raise UsageError(f"int8 ONNX of {job.source.label} would be the float model unchanged: ONNX Runtime's {method} "
+                     f"quantizer quantized none of its layers{where}{hint}")
+
+
 def _small_lookups(job, notes: list[str]) -> list[str]:
     from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
@@ -56,6 +73,7 @@ def dynamic(job, config) -> list[Produced]:
     # the transformer optimizer's contrib ops have no type information for the quantizer
     extra = {"DefaultTensorType": 1} if config.fusion == "transformer" else None
     details = ort_backend.dynamic_int8(graph, job.dest / FILE, recipe, (*exclude, *lookups), extra)
+    _check_changed(job, "dynamic")
     if exclude or lookups:
         details["float_nodes"] = [*exclude, *lookups]
     return [Produced(FILE, FORMAT.name, {**details, **fusion, "backend": "onnxruntime.quantization", "api": "onnxruntime.quantization",
@@ -84,6 +102,7 @@ def static(job, config) -> list[Produced]:
     else:
         details = ort_backend.static_int8_qdq(graph, job.dest / FILE, ranges, recipe,
                                               (*exclude, *stem, *lookups), config.op_types, extra)
+    _check_changed(job, "static")
     if not config.quantize_matmul_outputs:
         details["float_outputs"] = ["MatMul"]
     return [Produced(FILE, FORMAT.name, {**details, **fusion, "backend": "onnxruntime.quantization", "api": "onnxruntime.quantization",

@@ -87,6 +87,10 @@ def preprocess(float_path: Path, out_path: Path, notes: list[str] | None = None)
             node.name = name
             used.add(name)
             changed = True
+    from edgekit.quantize.toolkits.onnx_subgraphs import lift_constants
+
+    if lift_constants(model):  # a branch's weights as initializers: the quantizer reaches only those
+        changed = True
     if changed:
         onnx_files.save(model, out_path, external or None)
     return out_path
@@ -156,15 +160,27 @@ def _converted(model, opset: int):
 
 
 def weighted_nodes(model_path: Path) -> list[tuple[str, str]]:
-    """(node name, op type) of the nodes with a constant weight input, in graph order."""
+    """(node name, op type) of the nodes with a constant weight input, in graph order, those inside
+    ``If``/``Loop`` subgraphs included (``onnx_subgraphs``)."""
+    from edgekit.quantize.toolkits.onnx_subgraphs import walk
+
     model = onnx_files.load(model_path, load_data=False)
-    consts = {i.name for i in model.graph.initializer}
-    consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-    out = []
-    for node in model.graph.node:
-        if node.op_type in WEIGHTED_OPS and any(name in consts for name in node.input[:2]):
-            out.append((node.name, node.op_type))
-    return out
+    return [(node.name, node.op_type) for node, consts in walk(model.graph)
+            if node.op_type in WEIGHTED_OPS and any(name in consts for name in node.input[:2])]
+
+
+# what ONNX Runtime's quantizers write: a file with none of these is the float model
+INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger",
+            "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention",
+            "QGemm", "MatMulIntegerToFloat")
+
+
+def int8_nodes(model_path: Path) -> int:
+    """How many nodes of the model (subgraphs included) are quantized ops or (de)quantizers."""
+    from edgekit.quantize.toolkits.onnx_subgraphs import walk
+
+    model = onnx_files.load(model_path, load_data=False)
+    return sum(node.op_type in INT8_OPS for node, _ in walk(model.graph))
 
 
 def thin_stem_convs(model_path: Path, max_reduction: int = 32) -> list[str]:
@@ -229,6 +245,10 @@ def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_ex
                  extra: dict | None = None) -> dict:
     from onnxruntime.quantization import quantize_dynamic
 
+    from edgekit.quantize.toolkits.onnx_subgraphs import has_subgraphs
+
+    if has_subgraphs(onnx_files.load(prepared, load_data=False)):  # weights inside If/Loop branches
+        extra = {"EnableSubgraph": True, **(extra or {})}
     with quiet():
         quantize_dynamic(
             str(prepared),
