@@ -5,6 +5,7 @@ from __future__ import annotations
 from edgekit.fidelity.evidence import REAL
 
 LABELS = {"top1_agreement": "argmax agreement", "timestep_agreement": "per-timestep agreement",
+          "symbol_agreement": "symbol agreement",
           "correlation": "correlation", "max_abs_of_spread": "max abs / spread", "cosine": "cosine"}
 
 

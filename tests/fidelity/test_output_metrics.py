@@ -40,7 +40,7 @@ def test_a_ctc_sequence_is_held_to_per_timestep_agreement_not_its_cosine(tmp_pat
     ref = np.concatenate([good(f)[0] for f in feeds]).argmax(-1)
     got = np.concatenate([bad(f)[0] for f in feeds]).argmax(-1)
     assert damaged["metrics"]["timestep_agreement"] == pytest.approx((ref == got).mean(), abs=1e-6)
-    assert _binding(damaged) == {"timestep_agreement": False} and not damaged["ok"]
+    assert _binding(damaged) == {"timestep_agreement": False, "symbol_agreement": False} and not damaged["ok"]
     assert damaged["metrics"]["sequence_match"] < 0.5
 
 
