@@ -129,3 +129,66 @@ def frames(streams: int, steps: int, seed: int = 0) -> list[np.ndarray]:
         out.append((np.sin(0.3 * t + phase) * rng.uniform(0.5, 2.0) + 0.3 * rng.standard_normal((steps, FRAME)))
                    .astype(np.float32))
     return out
+
+
+WIDE = 1024  # two layers this wide: an int8 file several times faster than float on any host (--auto keeps no slower one)
+WIDE_FEATURES, WIDE_HIDDEN = 64, 16
+
+
+def _wide_front():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(WIDE_FEATURES, WIDE), torch.nn.ReLU(), torch.nn.Linear(WIDE, WIDE),
+                               torch.nn.ReLU())
+
+
+def wide_vad(path: Path) -> Path:
+    """``prob, carry2 = model(x (1, WIDE_FEATURES), carry (1, 1, WIDE_HIDDEN))``: a GRU cell over wide features,
+    one probability a call; its state's names do not pair it (h/hn would): it is declared with --state."""
+    import torch
+
+    class Vad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.front = torch.nn.Sequential(_wide_front(), torch.nn.Linear(WIDE, WIDE_HIDDEN))
+            self.gru = torch.nn.GRU(WIDE_HIDDEN, WIDE_HIDDEN)
+            self.head = torch.nn.Linear(WIDE_HIDDEN, 1)
+
+        def forward(self, x, h):
+            out, hn = self.gru(self.front(x).unsqueeze(0), h)
+            return torch.sigmoid(self.head(out[0])), hn
+
+    torch.manual_seed(0)
+    return _export(Vad(), (torch.zeros(1, WIDE_FEATURES), torch.zeros(1, 1, WIDE_HIDDEN)), path, ["x", "carry"],
+                   ["prob", "carry2"])
+
+
+def wide_score(path: Path) -> Path:
+    """(N, WIDE_FEATURES) -> one probability per sample over wide features, near 0.5 (small head weights)."""
+    import torch
+
+    torch.manual_seed(1)
+    head = torch.nn.Linear(WIDE, 1)
+    with torch.no_grad():
+        head.weight.mul_(0.05)
+        head.bias.zero_()
+    model = torch.nn.Sequential(_wide_front(), head, torch.nn.Sigmoid())
+    return _export(model, (torch.zeros(2, WIDE_FEATURES),), path, ["x"], ["prob"],
+                   {"x": {0: "batch"}, "prob": {0: "batch"}})
+
+
+def wide_stream(steps: int = 120, seed: int = 0) -> np.ndarray:
+    """One stream of ``steps`` calls for ``wide_vad``: a slow sine per feature plus noise."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(steps)[:, None]
+    frames = np.sin(0.2 * t + rng.uniform(0, 6, (1, WIDE_FEATURES))) + 0.3 * rng.standard_normal((steps, WIDE_FEATURES))
+    return frames.astype(np.float32)
+
+
+def loud_calibration(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(calib, typical) for ``wide_score``: 50 calibration rows, every tenth 60x louder (the ranges static
+    int8 keeps are set by those), and 40 typical rows like the user's real inputs."""
+    rng = np.random.default_rng(seed)
+    calib = rng.standard_normal((50, WIDE_FEATURES)).astype(np.float32)
+    calib[::10] *= 60
+    return calib, rng.standard_normal((40, WIDE_FEATURES)).astype(np.float32)

@@ -3,9 +3,9 @@ held-out part of --calib, every output by the metric that binds for it, stateful
 their state fed back (calibration too), --output-kind and --require-eval-data as plain quantize takes them.
 Real ONNX models, the real CLI, ONNX Runtime's real int8 files.
 
-The models have a wide float front (two 1024-wide layers) so that an int8 file is several times faster
-than float on any host: --auto keeps only candidates faster than float, and a small model's timings
-would be a coin flip."""
+The models (``fidelity_models.wide_*``) have a wide float front so that an int8 file is several times
+faster than float on any host: --auto keeps only candidates faster than float, and a small model's
+timings would be a coin flip."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from edgekit.cli.app import app
 
 pytest.importorskip("onnxruntime")
 runner = CliRunner()
-FEATURES, WIDTH, HIDDEN = 64, 1024, 16
 
 
 @pytest.fixture(autouse=True)
@@ -34,47 +33,6 @@ def _auto(*args):
                          env={"EDGEKIT_NO_PROGRESS": "1", "COLUMNS": "250"})
 
 
-def _front():
-    import torch
-
-    return torch.nn.Sequential(torch.nn.Linear(FEATURES, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH),
-                               torch.nn.ReLU())
-
-
-def _stateful(path):
-    """``prob, carry2 = model(x (1, FEATURES), carry (1, 1, HIDDEN))``: a GRU cell over wide features, one
-    probability a call; its state's names do not pair it (h/hn would), so it is declared with --state."""
-    import torch
-
-    class Vad(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.front = torch.nn.Sequential(_front(), torch.nn.Linear(WIDTH, HIDDEN))
-            self.gru = torch.nn.GRU(HIDDEN, HIDDEN)
-            self.head = torch.nn.Linear(HIDDEN, 1)
-
-        def forward(self, x, h):
-            out, hn = self.gru(self.front(x).unsqueeze(0), h)
-            return torch.sigmoid(self.head(out[0])), hn
-
-    torch.manual_seed(0)
-    return fm._export(Vad(), (torch.zeros(1, FEATURES), torch.zeros(1, 1, HIDDEN)), path, ["x", "carry"],
-                      ["prob", "carry2"])
-
-
-def _score(path):
-    """(N, FEATURES) -> one probability per sample, near 0.5 (the head's weights are small)."""
-    import torch
-
-    torch.manual_seed(1)
-    head = torch.nn.Linear(WIDTH, 1)
-    with torch.no_grad():
-        head.weight.mul_(0.05)
-        head.bias.zero_()
-    model = torch.nn.Sequential(_front(), head, torch.nn.Sigmoid())
-    return fm._export(model, (torch.zeros(2, FEATURES),), path, ["x"], ["prob"], {"x": {0: "batch"}, "prob": {0: "batch"}})
-
-
 def _manifest(out):
     return json.loads((out / "manifest.json").read_text())
 
@@ -84,11 +42,8 @@ def test_auto_calibrates_a_stateful_model_on_its_stream_and_judges_every_output(
     """One stream of 120 calls in --calib, the state declared (--state): the static recipes calibrate on
     96 of them, call after call with the state fed back (a stream's later calls carry no state: without feeding back they could not
     run), and every candidate is judged on the other 24 as a stream, the state output included."""
-    model = _stateful(tmp_path / "vad.onnx")
-    steps = np.arange(120)[:, None]
-    rng = np.random.default_rng(0)
-    frames = np.sin(0.2 * steps + rng.uniform(0, 6, (1, FEATURES))) + 0.3 * rng.standard_normal((120, FEATURES))
-    np.savez(tmp_path / "stream.npz", x=frames.astype(np.float32))
+    model = fm.wide_vad(tmp_path / "vad.onnx")
+    np.savez(tmp_path / "stream.npz", x=fm.wide_stream(120))
     result = _auto(model, "--calib", tmp_path / "stream.npz", "--state", "carry=carry2", "--out", tmp_path / "q")
     assert result.exit_code == 0, result.output
     manifest = _manifest(tmp_path / "q")
@@ -115,12 +70,9 @@ def test_auto_picks_by_the_binding_metric_on_the_users_data(tmp_path):
     typical inputs: on those (--eval-data) its probabilities barely move (correlation < 0.95) though
     every value stays near 0.5 (cosine ~1). The static rows are refused by the correlation; the dynamic
     file (its activations scaled per call) is chosen, with the correlation ONNX Runtime gives by hand."""
-    model = _score(tmp_path / "score.onnx")
-    rng = np.random.default_rng(0)
-    calib = rng.standard_normal((50, FEATURES)).astype(np.float32)
-    calib[::10] *= 60
+    model = fm.wide_score(tmp_path / "score.onnx")
+    calib, typical = fm.loud_calibration()
     np.save(tmp_path / "calib.npy", calib)
-    typical = rng.standard_normal((40, FEATURES)).astype(np.float32)
     np.save(tmp_path / "eval.npy", typical)
     result = _auto(model, "--calib", tmp_path / "calib.npy", "--eval-data", tmp_path / "eval.npy",
                    "--out", tmp_path / "q")
@@ -147,8 +99,8 @@ def test_auto_picks_by_the_binding_metric_on_the_users_data(tmp_path):
 def test_auto_output_kind_overrides_the_detected_kind(tmp_path):
     """One probability per sample is a scalar (correlation binds); declared a tensor, the cosine binds,
     for the candidates' rows and the chosen file alike. Without --calib only the dynamic recipe is built."""
-    model = _score(tmp_path / "score.onnx")
-    np.save(tmp_path / "eval.npy", np.random.default_rng(4).standard_normal((16, FEATURES)).astype(np.float32))
+    model = fm.wide_score(tmp_path / "score.onnx")
+    np.save(tmp_path / "eval.npy", np.random.default_rng(4).standard_normal((16, fm.WIDE_FEATURES)).astype(np.float32))
     result = _auto(model, "--eval-data", tmp_path / "eval.npy", "--output-kind", "prob=tensor", "--out", tmp_path / "q")
     assert result.exit_code == 0, result.output
     manifest = _manifest(tmp_path / "q")
@@ -162,13 +114,13 @@ def test_auto_output_kind_overrides_the_detected_kind(tmp_path):
 
 
 def test_auto_require_eval_data_refuses_without_real_data(tmp_path):
-    model = _score(tmp_path / "score.onnx")
+    model = fm.wide_score(tmp_path / "score.onnx")
     result = _auto(model, "--require-eval-data", "--out", tmp_path / "q")
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("Error: --require-eval-data") and "--eval-data" in line
     assert not (tmp_path / "q").exists()
-    np.save(tmp_path / "few.npy", np.zeros((4, FEATURES), np.float32))  # too few to hold any out
+    np.save(tmp_path / "few.npy", np.zeros((4, fm.WIDE_FEATURES), np.float32))  # too few to hold any out
     few = _auto(model, "--require-eval-data", "--calib", tmp_path / "few.npy", "--out", tmp_path / "q")
     assert few.exit_code == 2 and "at least 10 samples" in few.stderr.strip().splitlines()[0]
     assert not (tmp_path / "q").exists()

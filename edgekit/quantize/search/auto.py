@@ -330,7 +330,7 @@ def _judged(cand: Candidate, metrics: dict) -> None:
     if headline:
         cand.fidelity = {"output": headline.get("output"), "metric": headline["metric"], "value": headline["value"],
                          "floor": headline.get("floor"), "verdict": fidelity.get("verdict"),
-                         "evidence": fidelity.get("evidence")}
+                         "evidence": fidelity.get("evidence"), "seconds": fidelity.get("seconds")}
 
 
 def _shapes(path) -> dict:
