@@ -154,3 +154,28 @@ def test_a_streams_held_out_part_is_the_steps_calibration_did_not_run(tmp_path):
     assert binding["correlation"] == pytest.approx(np.corrcoef(got, want)[0, 1], abs=2e-6)
     # calls 0-11 give 0.0101 here: 3.7x the held-out calls' figure
     assert binding["max_abs_of_spread"] == pytest.approx(np.abs(got - want).max() / np.ptp(want), rel=1e-3)
+
+
+def test_auto_judges_on_an_image_folder_through_its_preprocessing(tmp_path):
+    """--eval-data as images, read with --calib-preprocess (no --calib: only the dynamic recipe is built);
+    without either data option the preprocessing describes nothing and is refused."""
+    import torch
+    from PIL import Image
+
+    torch.manual_seed(6)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, fm.WIDE_FEATURES), fm._wide_front(),
+                              torch.nn.Linear(fm.WIDE, 1), torch.nn.Sigmoid())
+    model = fm._export(net, (torch.zeros(2, 3, 8, 8),), tmp_path / "cnn.onnx", ["image"], ["prob"],
+                       {"image": {0: "batch"}, "prob": {0: "batch"}})
+    (tmp_path / "photos").mkdir()
+    rng = np.random.default_rng(9)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (10, 12, 3), dtype=np.uint8)).save(tmp_path / "photos" / f"p{i}.png")
+    result = _auto(model, "--eval-data", tmp_path / "photos", "--calib-preprocess", "resize=8,crop=8,range=0:1",
+                   "--out", tmp_path / "q")
+    assert result.exit_code == 0, result.output
+    fidelity = _manifest(tmp_path / "q")["files"][0]["metrics"]["fidelity"]
+    assert (fidelity["evidence"], fidelity["samples"], fidelity["verdict"]) == ("eval-data", 12, "pass")
+    orphan = _auto(model, "--calib-preprocess", "range=0:1", "--out", tmp_path / "q2")
+    assert orphan.exit_code == 2 and "--calib-preprocess" in orphan.stderr.strip().splitlines()[0]
+    assert not (tmp_path / "q2").exists()

@@ -137,8 +137,9 @@ def quantize_auto(
         calib = default_calibration(src.task.get("dataset"))
     reading = {"calib_preprocess": calib_preprocess, "tokenizer": Path(tokenizer) if tokenizer is not None else None}
     reading = {k: v for k, v in reading.items() if v is not None}
-    if reading and calib is None:
-        raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in reading)} describe(s) --calib data; give --calib")
+    if reading and calib is None and eval_data is None:
+        raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in reading)} describe(s) how --calib or --eval-data "
+                         "is read; give one")
     if calib_preprocess is not None:
         from edgekit.quantize.calibration.images import parse_preprocess
 
