@@ -124,10 +124,23 @@ def check(args, folder: Path) -> dict:
     with open(model, "rb") as fh:
         while block := fh.read(1 << 20):
             digest.update(block)
+    runs = {batch: (inputs, runtime.predict_outputs(inputs, order), wants) for batch, (inputs, wants) in cases.items()}
+    info = {key: runtime.info.get(key) for key in ("name", "version", "threads", "engine")}
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "model": {"path": model.name, "format": fmt, "sha256": digest.hexdigest()},
+        "runtime": info, "machine": platform.machine(), "python": platform.python_version(),
+        **judge(runs, output_names(folder, runtime), args.max_abs, args.min_cosine, args.min_top1),
+    }
+
+
+def judge(runs: dict, names: list, max_abs=None, min_cosine=None, min_top1=None) -> dict:
+    """The check's figures and verdict for ``runs`` ({batch: (inputs, the model's outputs, the reference's
+    outputs)}): each output of each batch compared, then each output over every batch held to the limits
+    (``verify --emulate`` judges the emulated board's outputs with this too)."""
     batches, all_outputs, notes, short = {}, hashlib.sha256(), [], None
     pooled: dict[int, list] = {}  # per output: (got, want) of every batch
-    for batch, (inputs, wants) in cases.items():
-        gots = runtime.predict_outputs(inputs, order)
+    for batch, (inputs, gots, wants) in runs.items():
         if len(gots) < len(wants):
             short = f"the model gives {len(gots)} output(s); the reference holds {len(wants)}"
         elif len(gots) > len(wants) and not notes:
@@ -142,15 +155,12 @@ def check(args, folder: Path) -> dict:
             per_output.append({"index": k, **result})
             pooled.setdefault(k, []).append((got, want, _samples(inputs, batch)))
             all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
+        if not per_output:
+            raise RuntimeError(f"batch {batch}: no output to compare")
         batches[str(batch)] = _batch_summary(per_output)
-    names = output_names(folder, runtime)
     outputs = [_output_summary(k, names[k] if k < len(names) else None, batches, pooled[k]) for k in sorted(pooled)]
-    info = {key: runtime.info.get(key) for key in ("name", "version", "threads", "engine")}
     top1s = [o["top1_agreement"] for o in outputs if o["top1_agreement"] is not None]
     doc = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-        "model": {"path": model.name, "format": fmt, "sha256": digest.hexdigest()},
-        "runtime": info, "machine": platform.machine(), "python": platform.python_version(),
         "batches": batches, "outputs": outputs,
         "max_abs": max(o["max_abs"] for o in outputs),
         "cosine": min(o["cosine"] for o in outputs),
@@ -159,7 +169,7 @@ def check(args, folder: Path) -> dict:
     }
     failures = [short] if short else []
     for out in outputs:
-        out["failures"] = limit_failures(out, args.max_abs, args.min_cosine, args.min_top1)
+        out["failures"] = limit_failures(out, max_abs, min_cosine, min_top1)
         if out.get("max_abs_of_spread") is not None and not out["max_abs_of_spread"] <= SPREAD_CEILING:
             out["failures"].append(f"max abs error {out['max_abs_of_spread']:.4g} of the float values' spread > "
                                    f"{SPREAD_CEILING:g} (one value per sample)")

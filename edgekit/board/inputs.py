@@ -233,6 +233,24 @@ def read_reference(path: str | Path, need_outputs: bool = True,
             for batch, (ins, outs) in sorted(cases.items())}
 
 
+def output_key(batch: int, index: int) -> str:
+    """The key of output ``index`` of batch ``batch`` in a reference or probe .npz."""
+    return f"b{batch}/output" if index == 0 else f"b{batch}/outputs/{index}"
+
+
+def output_of_key(key: str) -> tuple[int, int] | None:
+    """(batch, output index) of an output key (``output_key``'s inverse); None for any other key."""
+    head, _, rest = key.partition("/")
+    kind, _, name = rest.partition("/")
+    if not head.startswith("b") or not head[1:].isascii() or not head[1:].isdigit():
+        return None
+    if kind == "output" and not name:
+        return int(head[1:]), 0
+    if kind == "outputs" and _output_index(name):
+        return int(head[1:]), int(name)
+    return None
+
+
 def _output_index(text: str) -> bool:
     """``outputs/{k}``: k a plain decimal 1..9999 (no sign, no leading zero)."""
     return text.isascii() and text.isdigit() and not text.startswith("0") and len(text) <= 4

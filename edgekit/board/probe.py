@@ -7,8 +7,8 @@ execute identical code.
     python probe.py MODEL REFERENCE.npz OUT.npz [--format onnx|torchscript|executorch] [--engine NAME]
         [--threads N] [--inputs NAME,NAME...]
 
-Writes ``b{batch}/output`` for every ``b{batch}/input/...`` group of REFERENCE.npz into OUT.npz
-(atomically) and prints one JSON object about the run on stdout. Exit codes: 0 ok, 1 the model
+Writes every output, ``b{batch}/output`` (the first) and ``b{batch}/outputs/{k}`` (k = 1, 2, ...), for
+every ``b{batch}/input/...`` group of REFERENCE.npz into OUT.npz (atomically) and prints one JSON object about the run on stdout. Exit codes: 0 ok, 1 the model
 failed to load or run, 2 usage error.
 """
 
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, BoardError, BoardUsageError, first_line
-from .inputs import read_reference
+from .inputs import output_key, read_reference
 from .manifest import FORMATS, detect_format
 from .outfile import check_output_path, write_atomic
 from .runtimes import open_model
@@ -45,7 +45,8 @@ def probe(args) -> dict:
     outputs = {}
     for batch, (inputs, _) in read_reference(args.reference, need_outputs=False).items():
         try:
-            outputs[f"b{batch}/output"] = runtime.predict(inputs, order)
+            for index, output in enumerate(runtime.predict_outputs(inputs, order)):
+                outputs[output_key(batch, index)] = output
         except (BoardError, BoardUsageError):
             raise
         except Exception as exc:  # noqa: BLE001 - runtime-specific exception types
@@ -59,7 +60,7 @@ def probe(args) -> dict:
         "runtime": info,
         "format": fmt,
         "threads": args.threads,
-        "batches": sorted(int(k[1:].split("/")[0]) for k in outputs),
+        "batches": sorted({int(k[1:].split("/")[0]) for k in outputs}),
     }
 
 

@@ -7,6 +7,8 @@ native int8 bundle: cosine and top-1 agreement against the float model's referen
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def own_limits(bundle) -> dict:
     """The limits the bundle's entry script passes to its check (none for a Python bundle's
@@ -19,21 +21,27 @@ def own_limits(bundle) -> dict:
     return {flag.lstrip("-").replace("-", "_"): float(value) for flag, value in zip(args[::2], args[1::2])}
 
 
-def own_check(emulated: dict, reference: dict, limits: dict, command: str) -> dict:
-    """The check's verdict on the emulated outputs (``b{N}/output`` arrays) against the reference."""
-    from edgekit.board.check import compare, limit_failures
+def own_check(emulated: dict, reference: Path, limits: dict, command: str) -> dict:
+    """The check's verdict on the emulated outputs (``b{N}/output``, ``b{N}/outputs/{k}`` arrays) against
+    the reference file, judged by the board check's own code (every output, each with its rule)."""
+    from edgekit.board.check import judge
+    from edgekit.board.errors import BoardUsageError
+    from edgekit.board.inputs import output_key, read_reference
 
-    found = {}
-    for key in sorted(reference):
-        if key in emulated:
-            try:
-                found[key] = compare(emulated[key], reference[key])
-            except RuntimeError as exc:  # a shape the reference does not have
-                return {"command": command, "limits": limits, "ok": False, "failures": [f"{key}: {exc}"]}
-    if not found:
+    try:
+        cases = read_reference(reference, every_output=True)
+    except BoardUsageError as exc:
+        return {"command": command, "limits": limits, "ok": False, "failures": [str(exc)]}
+    runs = {}
+    for batch, (inputs, wants) in cases.items():
+        gots = [emulated[key] for k in range(len(wants)) if (key := output_key(batch, k)) in emulated]
+        if gots:
+            runs[batch] = (inputs, gots, wants)
+    if not runs:
         return {"command": command, "limits": limits, "ok": False, "failures": ["no reference batch was compared"]}
-    top1s = [f["top1_agreement"] for f in found.values() if f["top1_agreement"] is not None]
-    doc = {"max_abs": max(f["max_abs"] for f in found.values()), "cosine": min(f["cosine"] for f in found.values()),
-           "top1_agreement": min(top1s) if top1s else None}
-    failures = limit_failures(doc, **limits)
-    return {"command": command, "limits": limits, **doc, "ok": not failures, "failures": failures}
+    try:
+        doc = judge(runs, [], **limits)
+    except RuntimeError as exc:  # a shape the reference does not have
+        return {"command": command, "limits": limits, "ok": False, "failures": [str(exc)]}
+    return {"command": command, "limits": limits, **{key: doc[key] for key in ("max_abs", "cosine", "top1_agreement")},
+            "ok": doc["ok"], "failures": doc["failures"]}

@@ -71,12 +71,14 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
             progress(f"running {native.RUNNER} bench under emulation (a functional check; not device latency)")
             bench_report, seconds["bench"] = _bench(fenced, bundle, cpu, timeout_s)
 
-    reference = {key: value for key, value in _load(bundle.reference).items() if key.endswith("/output")}
+    from edgekit.board.inputs import output_of_key
+
+    reference = {key: value for key, value in _load(bundle.reference).items() if output_of_key(key) is not None}
     tolerance = Tolerance.for_precision(bundle.precision, atol)
     batches = check_batches(emulated, hosted, reference, tolerance, notes)
     from edgekit.emulate.bundle_check import own_check, own_limits
 
-    bundle_check = own_check(emulated, reference, own_limits(bundle), f"sh {native.RUN_SCRIPT} check")
+    bundle_check = own_check(emulated, bundle.reference, own_limits(bundle), f"sh {native.RUN_SCRIPT} check")
     exact = all(b.emulated_vs_host.get("max_abs") == 0.0 for b in batches)
     seconds["total"] = time.monotonic() - started
     return EmulationReport(

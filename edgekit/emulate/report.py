@@ -60,6 +60,7 @@ class BatchCheck:
     bound: float  # the max-abs bound applied to emulated_vs_host
     passed: bool
     reason: str = ""  # why it failed
+    output: int = 0  # which of the model's outputs (0: the first)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ class EmulationReport:
         """One line: why the verification failed ("" when it passed)."""
         for check in self.batches:
             if not check.passed:
-                return f"the emulated {self.emulation.get('machine', 'aarch64')} run differs from the host at batch {check.batch}: {check.reason}"
+                where = f"batch {check.batch}" + (f", output {check.output}" if check.output else "")
+                return f"the emulated {self.emulation.get('machine', 'aarch64')} run differs from the host at {where}: {check.reason}"
         if not self.batches:
             return "no reference batches were compared"
         if self.bundle_check is not None and not self.bundle_check.get("ok"):
@@ -148,11 +150,15 @@ def _metrics(compare, reference, candidate) -> dict[str, float]:
 
 
 def check_batches(emulated: dict, hosted: dict, reference: dict, tolerance: Tolerance, notes: list[str]) -> tuple:
-    """Every batch's check (``b{N}/output`` keys), in batch order; an output only one side produced
-    is a note."""
-    batches = tuple(check_batch(batch, emulated[key], hosted[key], reference[key], tolerance)
-                    for batch, key in sorted((int(k[1:].split("/")[0]), k) for k in hosted)
-                    if key in emulated and key in reference)
+    """Every output of every batch checked (``b{N}/output``, ``b{N}/outputs/{k}`` keys), in batch and
+    output order; an output only one side produced is a note."""
+    from dataclasses import replace
+
+    from edgekit.board.inputs import output_of_key
+
+    keys = sorted((where, key) for key in hosted if (where := output_of_key(key)) is not None)
+    batches = tuple(replace(check_batch(batch, emulated[key], hosted[key], reference[key], tolerance), output=index)
+                    for (batch, index), key in keys if key in emulated and key in reference)
     missing = sorted(set(hosted) ^ set(emulated))
     if missing:
         notes.append(f"outputs produced on one side only: {', '.join(missing)}")

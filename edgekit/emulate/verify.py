@@ -192,7 +192,7 @@ def verify_emulated(
     from edgekit.bundle.layout import CHECK_OUTPUTS
     from edgekit.emulate.bundle_check import own_check, own_limits
 
-    bundle_check = own_check(emulated, reference, own_limits(bundle), f"python3 {CHECK_OUTPUTS}")
+    bundle_check = own_check(emulated, bundle.reference, own_limits(bundle), f"python3 {CHECK_OUTPUTS}")
     seconds["total"] = time.monotonic() - started
     return EmulationReport(
         **bundle_fields(bundle),
@@ -338,7 +338,9 @@ def _load_outputs(path: Path) -> dict:
 
 
 def _reference_outputs(path: Path) -> dict:
-    return {key: value for key, value in _load_outputs(path).items() if key.endswith("/output")}
+    from edgekit.board.inputs import output_of_key
+
+    return {key: value for key, value in _load_outputs(path).items() if output_of_key(key) is not None}
 
 
 def _bench(run_in, venv, inside, bundle, threads: int, timeout_s) -> tuple[dict, float]:

@@ -331,3 +331,20 @@ def test_exporting_a_quantized_file_with_a_broken_second_output_is_refused_by_na
     assert len(lines) == 1 and "Traceback" not in done.output
     assert lines[0].startswith("Error: int8 onnx export: int8 output 1 (") and "cosine -1.000" in lines[0], lines[0]
     assert not (tmp_path / "damaged").exists()  # nothing half-written
+
+
+def test_the_board_probe_writes_every_output(heads, tmp_path):
+    """``python -m edgekit.board.probe`` (what ``verify --emulate`` runs on both sides) writes each output
+    under its key, equal to the hand-computed outputs."""
+    folder, _, cases = heads
+    out = tmp_path / "probed.npz"
+    done = subprocess.run([sys.executable, "-m", "edgekit.board.probe", str(folder / "intact.onnx"),
+                           str(folder / "reference.npz"), str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with np.load(out) as probed:
+        assert sorted(probed.files) == sorted(f"b{b}/output" if k == 0 else f"b{b}/outputs/{k}"
+                                              for b in cases for k in range(3))
+        for batch, (_, outs) in cases.items():
+            for k, want in enumerate(outs):
+                got = probed[f"b{batch}/output" if k == 0 else f"b{batch}/outputs/{k}"]
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
