@@ -139,7 +139,7 @@ def quantize_auto(
     reading = {k: v for k, v in reading.items() if v is not None}
     if reading and calib is None and eval_data is None:
         raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in reading)} describe(s) how --calib or --eval-data "
-                         "is read; give one")
+                         "is read; give --calib (or --eval-data)")
     if calib_preprocess is not None:
         from edgekit.quantize.calibration.images import parse_preprocess
 
