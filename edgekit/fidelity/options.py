@@ -61,6 +61,10 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
 
     # a --state or --sample-axis that names nothing, or an axis the input lacks: refused now
     streams = stream_layout(src, settings.axes or None, settings.state or None)[1]
+    unknown = sorted(set(settings.kinds) - set(src.outputs)) if src.outputs else []
+    if unknown:  # a declaration that decides nothing would pass silently
+        raise UsageError(f"--output-kind {unknown[0]}=...: {src.label} has no output {unknown[0]!r} "
+                         f"(outputs: {', '.join(src.outputs)})")
     if settings.data is not None:
         from edgekit.errors import InputFileError
         from edgekit.quantize.calibration.data import calibration_kind

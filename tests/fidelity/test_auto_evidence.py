@@ -110,6 +110,10 @@ def test_auto_output_kind_overrides_the_detected_kind(tmp_path):
     assert prob["kind"] == "tensor" and [b["metric"] for b in prob["binding"]] == ["cosine"]
     wrong = _auto(model, "--output-kind", "prob=colour", "--out", tmp_path / "q2")
     assert wrong.exit_code == 2 and "--output-kind takes OUTPUT=KIND" in wrong.stderr
+    nowhere = _auto(model, "--output-kind", "score=tensor", "--out", tmp_path / "q2")
+    assert nowhere.exit_code == 2
+    assert nowhere.stderr.strip().splitlines() == [f"Error: --output-kind score=...: {model} has no output 'score' "
+                                                   "(outputs: prob)"]
     assert not (tmp_path / "q2").exists()
 
 
