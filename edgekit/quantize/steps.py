@@ -121,11 +121,13 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
 
     precision = method_precision(method)  # what the method's files hold: the label everywhere they go
     label = f"{precision} {method} {item.format}"
-    parity = accuracy.check(job.source, predict, cases, label)
-    measured = accuracy.measure(job.source, predict, cases)
     from edgekit.fidelity.assess import assess, with_legacy
 
-    judged = assess(job, job.dest / item.path, item.format, item.details, cases, label)  # every output, on the evidence
+    # every output, on the evidence, first: a refusal names the metric that binds for the output that
+    # failed (a recognizer's symbol agreement), not the first output's cosine on the reference cases
+    judged = assess(job, job.dest / item.path, item.format, item.details, cases, label)
+    parity = accuracy.check(job.source, predict, cases, label)
+    measured = accuracy.measure(job.source, predict, cases)
     metrics = {
         "accuracy": measured.value if measured.metric == "accuracy" else None,
         "float_accuracy": job.source.float_accuracy,

@@ -90,7 +90,9 @@ def test_ppocr_recognizer_dynamic_int8_is_refused_as_it_reads_other_text(tmp_pat
     result = runner.invoke(app, ["quantize", str(model), "--method", "dynamic", "--eval-data", str(lines),
                                  "--calib-preprocess", f"resize=48x320,{data.PREPROCESS}", "--out", str(tmp_path / "q")])
     line = _refusal(result)
-    assert "int8 dynamic onnx" in line and "diverges from the float model" in line, line
+    # the metric that binds for a CTC output, not the cosine of the logits
+    assert re.search(r"int8 dynamic onnx: output '.+' \(sequence\) diverges from the float model: "
+                     r"(timestep|symbol)_agreement [0-9.]+ < 0\.9 \(measured on --eval-data .* \(16 samples\)\)", line), line
     assert not (tmp_path / "q").exists()
     keys, batch = data.rec_keys(model), data.image_batch(lines)
     read_float = data.decode(data.run(model, batch), keys)
