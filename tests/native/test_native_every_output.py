@@ -187,8 +187,18 @@ def test_check_and_probe_cover_every_output(bundles, fmt, tmp_path):
     done, doc, line = checked(runner, model, write_reference(tmp_path / "more.npz", more))
     assert done.returncode == 1 and doc["failures"] == ["the model gives 3 output(s); the reference holds 4"]
 
-    # a gap in the numbering: a usage error, one line, nothing compared
-    gap = {k: v for k, v in reference.items() if "/outputs/1" not in k}
-    done = run(runner, "check", "--model", model, "--reference", write_reference(tmp_path / "gap.npz", gap))
-    assert done.returncode == 2 and done.stdout == "", done.stdout[-500:]
-    assert done.stderr.splitlines() == [f"Error: {tmp_path / 'gap.npz'}: batch 1 lacks output 1"], done.stderr
+    # malformed numbering: a usage error in one line, nothing compared, the same words as check_outputs.py
+    counts = {k: v for k, v in reference.items() if k != "b7/outputs/2"}
+    malformed = {
+        "gap": ({k: v for k, v in reference.items() if "/outputs/1" not in k}, "batch 1 lacks output 1"),
+        "counts": (counts, "its batches hold different numbers of outputs"),
+        "zero": ({**reference, "b1/outputs/0": reference["b1/output"]}, "unexpected array 'b1/outputs/0'"),
+        "padded": ({**reference, "b1/outputs/01": reference["b1/outputs/1"]}, "unexpected array 'b1/outputs/01'"),
+    }
+    for name, (arrays, words) in malformed.items():
+        path = write_reference(tmp_path / f"{name}.npz", arrays)
+        native = run(runner, "check", "--model", model, "--reference", path)
+        python = python_check("--model", model, "--reference", path)
+        assert native.returncode == 2 == python.returncode and native.stdout == "", (name, native.stdout[-500:])
+        assert native.stderr.splitlines() == [f"Error: {path}: {words}"] == python.stderr.splitlines(), \
+            (name, native.stderr, python.stderr)
