@@ -139,8 +139,6 @@ def quantize_command(
     source_options = collect_source_options(input_shape, input_dtype, dynamic_axes, input_range, state_dict, random_init)
     fmt = tuple(split_csv(formats)) if formats is not None else None
     err = console(stderr=True)
-    if auto and sample_axis:
-        raise UsageError("--sample-axis applies to one method's calibration and judging; drop --auto and give --method")
     if auto:
         chosen_by_auto = (
             ("--method", method != "static" or None), ("--calibrate-method", calibrate_method),
@@ -162,7 +160,7 @@ def quantize_command(
                     source, out, target, calib=calib, formats=fmt, max_drop=max_drop, progress=progress, force=force,
                     with_report=report, calib_preprocess=calib_preprocess, tokenizer=tokenizer, emulate=emulate,
                     eval_data=eval_data, require_eval_data=require_eval_data, output_kinds=output_kind,
-                    state_pairs=state, **source_options
+                    state_pairs=state, sample_axes=sample_axis, **source_options
                 )
             except NoCandidateError as exc:
                 if not as_json:

@@ -339,3 +339,42 @@ def test_the_same_samples_laid_out_on_axis_0_give_the_same_calibration_and_verdi
     assert calibrated == [SAMPLES - HELD_OUT] * 2
     assert [f["samples"] for f in judged] == [HELD_OUT] * 2
     assert judged[0]["outputs"][0]["metrics"] == pytest.approx(judged[1]["outputs"][0]["metrics"], rel=1e-5)
+
+
+
+def _wide_cnf_model(path):
+    """features = sum over c of relu(x[c] @ W1) @ W2, x (C, n, F): wide enough (F -> 1024 -> 1024) that an int8
+    file is several times faster than float on any host (``--auto`` keeps no candidate slower than fp32)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(2)
+    inits = {"W1": (rng.standard_normal((F, 1024)) / np.sqrt(F)).astype(np.float32),
+             "W2": (rng.standard_normal((1024, 1024)) / 32).astype(np.float32), "axes": np.array([0], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "W2"], ["xw"]),
+             helper.make_node("ReduceSum", ["xw", "axes"], ["features"], keepdims=0)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [C, "n", F])]
+    outputs = [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["n", 1024])]
+    return _save(path, nodes, inputs, outputs, inits)
+
+
+@pytest.mark.slow  # six candidates timed (~35 s)
+def test_auto_calibrates_and_judges_every_candidate_along_the_declared_axis(cnf, tmp_path, monkeypatch):
+    """``--auto --sample-axis x=1``: the static candidates calibrate on the first 32 samples along axis 1 and
+    every candidate is judged on the 8 held out (the chosen file's cosine equals ONNX Runtime's float model
+    against it on those samples)."""
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = _wide_cnf_model(tmp_path / "wide.onnx")
+    np.savez(tmp_path / "calib.npz", x=cnf["x"])
+    out = tmp_path / "auto"
+    result = _quantize(model, "--auto", "--calib", tmp_path / "calib.npz", "--sample-axis", "x=1", "--format", "onnx",
+                       "--no-emulate", "--out", out)
+    assert result.exit_code == 0, result.output
+    (entry,) = _manifest(out)["files"]
+    fidelity = entry["metrics"]["fidelity"]
+    assert (fidelity["evidence"], fidelity["samples"], fidelity["sample_axes"]) == ("calib-holdout", HELD_OUT, {"x": 1})
+    x = np.ascontiguousarray(cnf["x"][:, -HELD_OUT:])
+    (want,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = ort.InferenceSession(str(out / entry["path"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    cosine, _ = _cosine_and_max_abs(want, got)
+    assert fidelity["outputs"][0]["metrics"]["cosine"] == pytest.approx(cosine, rel=1e-5)

@@ -112,6 +112,7 @@ def quantize_auto(
     require_eval_data: bool = False,
     output_kinds=None,
     state_pairs=None,
+    sample_axes=None,
     **source_options,
 ) -> tuple[Path, Manifest, list[Candidate]]:
     """``calib``: the static recipes' calibration data, as ``--method static`` takes it (arrays,
@@ -124,7 +125,8 @@ def quantize_auto(
     data: ``eval_data``, else the part of ``calib`` the static recipes leave out of calibration, else
     synthetic inputs (labelled so); one whose binding metric misses its floor on real data is refused.
     ``output_kinds`` (``OUTPUT=KIND`` strings) and ``state_pairs`` (``INPUT=OUTPUT``: streams, state fed
-    back, for calibration too) as ``quantize`` takes them; ``require_eval_data``: refuse synthetic inputs."""
+    back, for calibration too) and ``sample_axes`` (``INPUT=AXIS``) as ``quantize`` takes them;
+    ``require_eval_data``: refuse synthetic inputs."""
     from edgekit.bench.api import bench
     from edgekit.data.calibsets import default_calibration
     from edgekit.quantize.job import calibration_reading
@@ -156,7 +158,7 @@ def quantize_auto(
 
     evaluation, judged_as, eval_warning = _evaluation(src, calib, formats, reading, {
         "eval_data": eval_data, "require_eval_data": require_eval_data, "output_kinds": output_kinds,
-        "state_pairs": state_pairs})
+        "state_pairs": state_pairs, "sample_axes": sample_axes})
     held_out = {"calib_max_samples": judged_as.calib_max_samples} if judged_as.calibrated else {}
     inputs = input_paths(source, {"calib": given_calib, "eval_data": eval_data, **reading}, source_options, target)
     with commit_dir(out, "quantized", inputs=inputs, force=force) as work:
@@ -165,6 +167,7 @@ def quantize_auto(
 
         job.memo[SETTINGS_KEY] = evaluation  # every candidate judged on the same data
         job.declared_states = dict(evaluation.state)
+        job.declared_axes = dict(evaluation.axes)  # --sample-axis: calibration and judging count samples so
         if eval_warning:
             job.warnings.append(eval_warning)
         job.calib_reading = calibration_reading(SimpleNamespace(**reading))
@@ -313,8 +316,10 @@ def _evaluation(src, calib, formats, reading: dict, options: dict):
     config = make_config("static", calib=calib, formats=formats, **reading) if calib is not None else \
         make_config("dynamic", formats=formats)
     states = dict(settings.state)  # --state: the static recipes calibrate on those streams too
+    axes = dict(settings.axes)
     return plan(src, config, settings, lambda path, how: open_source_calibration(
-        src, path, reading=calibration_reading(config) if how is None else how, declared_states=states))
+        src, path, reading=calibration_reading(config) if how is None else how, declared_states=states,
+        declared_axes=axes))
 
 
 def _judged(cand: Candidate, metrics: dict) -> None:
