@@ -10,7 +10,8 @@ both shapes are known, their ranks and fixed sizes agree.
 
 The sample axis is axis 0, except where declared (``--sample-axis state=1``) or where another axis
 of the input carries the dynamic name the other inputs' axis 0 has (a state of shape
-(layers, batch, hidden) whose axis 1 is named ``batch``).
+(layers, batch, hidden) whose axis 1 is named ``batch``), or, for a state input whose axis 0 is fixed,
+its one free axis.
 """
 
 from __future__ import annotations
@@ -185,4 +186,13 @@ def stream_layout(source, declared_axes: Mapping[str, int] | None = None,
     """(sample axis by input name, (state input, output) pairs) of a ``ModelSource``."""
     shapes = output_shapes(source.onnx_path) if getattr(source, "onnx_path", None) is not None else {}
     pairs = state_pairs(source.inputs, source.outputs, shapes, declared_states)
-    return sample_axes(source.inputs, declared_axes), tuple((p.input, p.output) for p in pairs)
+    axes = sample_axes(source.inputs, declared_axes)
+    by_name = {spec.name: spec for spec in source.inputs}
+    for pair in pairs:
+        spec = by_name[pair.input]
+        free = [axis for axis, dim in enumerate(spec.shape) if dim is None]
+        if pair.input not in (declared_axes or {}) and len(free) == 1 and spec.shape[axes[pair.input]] is not None:
+            # a state's one free axis is its batch, its layers and width fixed: silero-vad's (2, N, 128),
+            # whose unnamed axes tell nothing (axis 0, the 2 layers, is no sample axis)
+            axes[pair.input] = free[0]
+    return axes, tuple((p.input, p.output) for p in pairs)
