@@ -75,6 +75,16 @@ echo "emulated_verify: int8 bundles ($formats) for rpi4 built in $(( built - sta
 verified=$(date +%s)
 echo "emulated_verify: ONNX bundle verified under emulation in $(( verified - built ))s (report: $work/verify.json)"
 
+# an ncnn Python bundle counted with its own runtime under the counting plugin: caches its venv for
+# tests/emulate/test_icount_python.py (downloads ncnn's aarch64 wheel once)
+if "$(dirname "$edgekit")/python" -c "import ncnn, pnnx" >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null; then
+  quietly "$edgekit" export "$work/runs/digits" --format ncnn --out "$work/dist-ncnn"
+  quietly "$edgekit" bundle "$work/dist-ncnn" --target rpi4 --out "$work/bundles/rpi4-ncnn"
+  counted=$(date +%s)
+  "$edgekit" bench "$work/bundles/rpi4-ncnn" --emulate --emulate-runs 2 --json "$work/count-ncnn.json" >/dev/null
+  echo "emulated_verify: ncnn bundle counted under emulation in $(( $(date +%s) - counted ))s (report: $work/count-ncnn.json)"
+fi
+
 if [ "${EMULATED_TORCHSCRIPT:-0}" != 0 ]; then
   "$edgekit" verify "$work/bundles/rpi4-torchscript" --emulate ${EMULATED_TORCH_INDEX:+--index-url "$EMULATED_TORCH_INDEX"} \
     --json "$work/verify-torchscript.json"

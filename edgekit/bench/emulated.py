@@ -2,7 +2,9 @@
 
 A native bundle runs with its own ``edgekit-run``; an ExecuTorch program or ONNX model (a file, an
 export folder, or a Python bundle's model) with edgekit's cached aarch64 build for its format and
-the target's core (a Python bundle's per-call Python overhead is not counted). Both run in the bundle
+the target's core (a Python bundle's per-call Python overhead is not counted); a Python bundle of
+ncnn or LiteRT, which no edgekit-run runs, with its own runtime's wheel (``emulate.icount_python``:
+Python's per-call work counted too). Both run in the bundle
 sandbox with the counting plugin (``edgekit.emulate.icount``). Each result is the runner's own
 bench result under QEMU (its timings are QEMU's, not the board's: mode ``emulated``) with the
 counts in ``emulated`` (``edgekit.bench.instructions``).
@@ -21,6 +23,7 @@ from edgekit.errors import UsageError
 NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "
         "(deterministic); the timings are QEMU's on this host, not the board's")
 Progress = Callable[[str], None]
+PYTHON_COUNTED = ("ncnn", "tflite")  # Python bundles counted with their own runtime (emulate.icount_python)
 
 
 def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = None, threads: int | None = None,
@@ -59,9 +62,14 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
         notes.append(f"a Python bundle: its model was counted with edgekit's own aarch64 edgekit-run, on the kernels of "
                      f"the runtime the bundle pins ({runtime.get('name')} {runtime.get('version')}); the board's Python "
                      "adds its per-call overhead, which is not counted")
+    elif bundle.format in PYTHON_COUNTED:  # no edgekit-run for it: the bundle's own runtime, in Python
+        from edgekit.emulate.icount_python import count_python_bundle
+
+        counts = count_python_bundle(bundle, cpu, runs=runs, progress=progress)
+        notes.extend(counts["notes"])
     else:
         raise UsageError(f"{path} is a Python bundle of a {bundle.format} model; bench --emulate counts "
-                         f"{', '.join(RUNNERS.values())} (native bundles or Python ones)")
+                         f"{', '.join(RUNNERS.values())} and Python bundles of {', '.join(PYTHON_COUNTED)}")
     return _result(counts, path=bundle.model, precision=bundle.precision, variant=str(bundle.info.get("variant") or ""),
                    target=bundle.target, notes=notes)
 

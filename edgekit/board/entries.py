@@ -18,6 +18,7 @@ ENTRIES = {
     "runner.py": ("runner", "main(protect_stdout=True)"),
     "check_outputs.py": ("check", "main(folder=HERE)"),
     "probe.py": ("probe", "main()"),
+    "count_marks.py": ("count_marks", "main()"),
 }
 _TEMPLATE = '''#!/usr/bin/env python3
 """edgekit {module}: the code is in {package}/{module}.py (edgekit's board package)."""
