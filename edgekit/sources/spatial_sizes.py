@@ -4,7 +4,9 @@ Without data, edgekit feeds a model inputs of its own making: a dynamic batch ax
 and a sequence axis a few tokens, but any other free axis (an image's height and width) gets 1. A
 detector with up-sampling and skip connections cannot run at 1x1; ONNX Runtime then fails deep
 inside a ``Resize`` or ``Concat``. Such a model is run once here at the made-up sizes, and when it
-fails the user is asked for the sizes in one line, before any work.
+fails the user is asked for the sizes in one line, before any work. An image input whose height and
+width are both free is asked for its size even when it runs at 1x1: no figure measured on 1x1 images
+says anything (PP-OCRv4's detector runs at 1x1 in float, its int8 file does not).
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ def check_made_up_sizes(src, data_helps: bool = True) -> None:
     declared = _declared_free_axes(src.onnx_path)
     if not any(declared.get(spec.name) for spec in src.inputs):
         return
+    for spec in src.inputs:
+        free = declared.get(spec.name) or {}
+        made_up = {axis: name for axis, name in free.items() if axis < len(spec.shape) and spec.shape[axis] is None}
+        if len(spec.shape) == 4 and len(made_up) >= 2 and spec.dtype.startswith("float"):
+            wanted = "x".join(f"<{made_up[axis]}>" if axis in made_up else str(dim or 1) for axis, dim in enumerate(spec.shape))
+            raise UsageError(
+                f"{src.label} has free {'/'.join(made_up.values())} axes on input {spec.name!r}, which edgekit would "
+                f"judge at 1x1 images; give the size it is used at: --input-shape {spec.name}={wanted}"
+                + (" (or --calib with real inputs)" if data_helps else ""))
     from edgekit.formats.reference import random_inputs, sequence_length
 
     feed = random_inputs(src.inputs, 1, sequence_length(1))
