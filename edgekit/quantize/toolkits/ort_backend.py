@@ -169,10 +169,10 @@ def weighted_nodes(model_path: Path) -> list[tuple[str, str]]:
             if node.op_type in WEIGHTED_OPS and any(name in consts for name in node.input[:2])]
 
 
-# what ONNX Runtime's quantizers write: a file with none of these is the float model
-INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger",
-            "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention",
-            "QGemm", "MatMulIntegerToFloat")
+# what ONNX Runtime's quantizers write (besides every Q* op: QuantizeLinear, QLinear*, QAttention, QGemm,
+# QEmbedLayerNormalization...): a file with none of these is the float model
+INT8_OPS = ("DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeMatMul",
+            "DynamicQuantizeLSTM", "MatMulIntegerToFloat")
 
 
 def int8_nodes(model_path: Path) -> int:
@@ -180,7 +180,7 @@ def int8_nodes(model_path: Path) -> int:
     from edgekit.quantize.toolkits.onnx_subgraphs import walk
 
     model = onnx_files.load(model_path, load_data=False)
-    return sum(node.op_type in INT8_OPS for node, _ in walk(model.graph))
+    return sum(node.op_type in INT8_OPS or node.op_type.startswith("Q") for node, _ in walk(model.graph))
 
 
 def thin_stem_convs(model_path: Path, max_reduction: int = 32) -> list[str]:
