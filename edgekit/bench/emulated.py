@@ -65,6 +65,9 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
     elif bundle.format in PYTHON_COUNTED:  # no edgekit-run for it: the bundle's own runtime, in Python
         from edgekit.emulate.icount_python import count_python_bundle
 
+        if threads != 1:
+            raise UsageError(f"{path} is a Python bundle of a {bundle.format} model; it is counted on one thread "
+                             "(drop --threads)")
         counts = count_python_bundle(bundle, cpu, runs=runs, progress=progress)
         notes.extend(counts["notes"])
     else:

@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit.emulate import EmulationError
-from edgekit.emulate.icount import CLASSES, DEFAULT_RUNS, INSIDE, LOG_BYTES, TIMEOUT_S, Progress, _check_settings, parse_log
+from edgekit.emulate.icount import (CLASSES, DEFAULT_RUNS, INSIDE, LOG_BYTES, TIMEOUT_S, Progress, _check_settings,
+                                    parse_log)
 
 COUNT_DIR = "count"  # the board package and its count_marks.py entry, in the work folder
 QEMU_IN_ROOTFS = f"/usr/libexec/edgekit{INSIDE}"  # the dynamic qemu-aarch64 and the plugin, inside the rootfs
