@@ -23,7 +23,6 @@ from edgekit.errors import UsageError
 NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "
         "(deterministic); the timings are QEMU's on this host, not the board's")
 Progress = Callable[[str], None]
-PYTHON_COUNTED = ("ncnn", "tflite")  # Python bundles counted with their own runtime (emulate.icount_python)
 
 
 def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = None, threads: int | None = None,
@@ -50,6 +49,9 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
 
     from edgekit.emulate.icount import RUNNERS, count_per_run
 
+    from edgekit import formats
+
+    python_counted = [name for name in formats.names() if formats.get(name).board.counted_in_python]
     bundle = open_bundle(path)
     if target is not None and target != bundle.target:
         raise UsageError(f"{path} is a bundle for {bundle.target}, not {target}; drop --target, or bundle it for {target}")
@@ -62,7 +64,7 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
         notes.append(f"a Python bundle: its model was counted with edgekit's own aarch64 edgekit-run, on the kernels of "
                      f"the runtime the bundle pins ({runtime.get('name')} {runtime.get('version')}); the board's Python "
                      "adds its per-call overhead, which is not counted")
-    elif bundle.format in PYTHON_COUNTED:  # no edgekit-run for it: the bundle's own runtime, in Python
+    elif bundle.format in python_counted:  # no edgekit-run for it: the bundle's own runtime, in Python
         from edgekit.emulate.icount_python import count_python_bundle
 
         if threads != 1:
@@ -72,7 +74,7 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
         notes.extend(counts["notes"])
     else:
         raise UsageError(f"{path} is a Python bundle of a {bundle.format} model; bench --emulate counts "
-                         f"{', '.join(RUNNERS.values())} and Python bundles of {', '.join(PYTHON_COUNTED)}")
+                         f"{', '.join(RUNNERS.values())} and Python bundles of {', '.join(python_counted)}")
     return _result(counts, path=bundle.model, precision=bundle.precision, variant=str(bundle.info.get("variant") or ""),
                    target=bundle.target, notes=notes)
 

@@ -153,7 +153,7 @@ def judge(runs: dict, names: list, max_abs=None, min_cosine=None, min_top1=None)
             except RuntimeError as exc:
                 raise RuntimeError(f"output {k}: {exc}" if len(wants) > 1 else str(exc)) from None
             per_output.append({"index": k, **result})
-            pooled.setdefault(k, []).append((got, want, _samples(inputs, batch)))
+            pooled.setdefault(k, []).append((got, want, case_samples(inputs, batch)))
             all_outputs.update(bytes.fromhex(result["outputs_sha256"]))
         if not per_output:
             raise RuntimeError(f"batch {batch}: no output to compare")
@@ -180,7 +180,7 @@ def judge(runs: dict, names: list, max_abs=None, min_cosine=None, min_top1=None)
     return doc
 
 
-def _samples(inputs: dict, batch: int) -> int:
+def case_samples(inputs: dict, batch: int) -> int:
     """How many samples a reference case holds: its batch size, unless no input has that many rows
     (a model with a fixed batch is fed its own batch size in every case)."""
     rows = [int(a.shape[0]) for a in inputs.values() if getattr(a, "ndim", 0)]

@@ -19,7 +19,7 @@ FORMAT = register(Format(
     files=Files(file_name="model.ncnn.param", suffixes=(".param",), external_data=True),
     host=Host(backend="edgekit.formats.ncnn", modules=("ncnn", "pnnx"), extra="ncnn", table_order=30,
               default=False),  # written when asked for (--format ncnn) or by `pipeline --format all`
-    board=Board(runtime="ncnn", footprint_mb=16.0, preference=30, check_wheel=True),
+    board=Board(runtime="ncnn", footprint_mb=16.0, preference=30, check_wheel=True, counted_in_python=True),
 ))
 
 CONVERT_TIMEOUT_S = 600

@@ -68,6 +68,7 @@ def check_parity(predict, cases: dict, precision: str, label: str, decisions: bo
     hidden states, random inputs near a tie) is held to the cosine alone, as ``edgekit quantize``
     holds it. ``names``: the outputs' names, for the error (else the runtime's, where it has them).
     """
+    from edgekit.board.check import case_samples
     from edgekit.fidelity.metrics import OutputFidelity, output_kind
 
     names = list(names or getattr(predict, "output_names", None) or [])
@@ -98,7 +99,7 @@ def check_parity(predict, cases: dict, precision: str, label: str, decisions: bo
                     f"{label}: {what} differs from the float model at batch {batch} "
                     f"(max abs error {stats['max_abs']:.3g} > {FLOAT_ATOL:g} + {FLOAT_RTOL:g}*|ref|)"
                 )
-            scalar = output_kind("", want, _samples(inputs, batch)) == "scalar"
+            scalar = output_kind("", want, case_samples(inputs, batch)) == "scalar"
             if scalar:
                 scalars.setdefault(k, OutputFidelity(what, "scalar")).add(want, out, batch)
             elif precision != "fp32" and (stats["cosine"] < INT8_MIN_COSINE
@@ -131,13 +132,6 @@ def check_parity(predict, cases: dict, precision: str, label: str, decisions: bo
               for k, stats in enumerate(per_output)]
     # Six significant figures, not decimals: a max abs error of 3e-7 must not read as 0.
     return {**_rounded(worst), "batch_sizes": sorted(cases), "outputs": listed}
-
-
-def _samples(inputs: dict, batch: int) -> int:
-    """How many samples a reference case holds: its batch size, unless no input has that many rows
-    (a model with a fixed batch is fed its own batch size in every case)."""
-    rows = [int(np.shape(a)[0]) for a in inputs.values() if np.ndim(a)]
-    return batch if batch in rows or not rows else rows[0]
 
 
 def _as_list(outputs) -> list[np.ndarray]:

@@ -23,7 +23,7 @@ FORMAT = register(Format(
     files=Files(file_name="model.tflite", suffixes=(".tflite",)),
     host=Host(backend="edgekit.formats.tflite", modules=("litert_torch", "ai_edge_litert"), extra="tflite",
               table_order=40, default=False),  # written when asked for (--format tflite) or by `pipeline --format all`
-    board=Board(runtime="ai-edge-litert", footprint_mb=24.0, preference=40, check_wheel=True),
+    board=Board(runtime="ai-edge-litert", footprint_mb=24.0, preference=40, check_wheel=True, counted_in_python=True),
 ))
 
 FILE_IDENTIFIER = b"TFL3"  # flatbuffer file identifier at bytes 4..8
