@@ -4,7 +4,7 @@ score per sample), in native bundles of both backends (ExecuTorch .pte, ONNX Run
 Independent references: the float torch model run in this process (the reference.npz must hold its
 every output, and probe must return them), and the Python board check (check_outputs.py, the same
 files through the Python runtimes): the C++ twin must reach the same verdicts with the same words.
-The bundles are made through the CLI from ``edgekit export multi_output_models:three_heads``.
+The bundles are made through the CLI from ``edgekit export three_heads_model:three_heads``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from conftest import REPO
 TIMEOUT = 900
 HOST_TARGET = "x86-64"
 MODEL_FILES = {"executorch": "model.pte", "onnx": "model.onnx"}
-PER_SAMPLE = [4, 6, 1]  # the three outputs' values per sample (multi_output_models.three_heads)
+PER_SAMPLE = [4, 6, 1]  # the three outputs' values per sample (three_heads_model.three_heads)
 
 
 def edgekit(*args) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     if platform.machine() != "x86_64":
         pytest.skip(f"the host bundles here are built for the {HOST_TARGET} target; this host is {platform.machine()}")
     base = tmp_path_factory.mktemp("every-output")
-    done = edgekit("export", "multi_output_models:three_heads", "--input-shape", "Nx12", "--format", "onnx,executorch",
+    done = edgekit("export", "three_heads_model:three_heads", "--input-shape", "Nx12", "--format", "onnx,executorch",
                    "--target", HOST_TARGET, "--out", base / "export")
     assert done.returncode == 0, done.stderr[-2000:]
     out = {}
@@ -72,7 +72,7 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
 
 def float_outputs(inputs: np.ndarray) -> list[np.ndarray]:
     import torch
-    from multi_output_models import three_heads
+    from three_heads_model import three_heads
 
     with torch.no_grad():
         return [t.numpy() for t in three_heads().eval()(torch.from_numpy(inputs))]

@@ -1,4 +1,4 @@
-"""A user model with three outputs (imported as ``multi_output_models:three_heads``): class logits,
+"""A user model with three outputs (imported as ``three_heads_model:three_heads``): class logits,
 a feature vector, and one score per sample, for the native runner's every-output check."""
 
 
