@@ -82,32 +82,8 @@ def edgekit_quantize(model: str, method: str, calib: Path, evaluation: Path, out
 
 
 def _lifted(model: Path, work: Path) -> Path:
-    """Constant weights (the If branches' too) as initializers: ONNX Runtime's quantizer takes only those."""
-    import onnx
-
-    m = onnx.load(str(model))
-
-    def lift(graph):
-        kept = []
-        for node in graph.node:
-            if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
-                tensor = graph.initializer.add()
-                tensor.CopyFrom(node.attribute[0].t)
-                tensor.name = node.output[0]
-                continue
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    lift(attr.g)
-            kept.append(node)
-        del graph.node[:]
-        graph.node.extend(kept)
-
-    lift(m.graph)
-    if next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < 13:  # per-channel QDQ needs 13
-        m = onnx.version_converter.convert_version(m, 13)
-    path = work / f"{model.stem}-lifted.onnx"
-    onnx.save(m, str(path))
-    return path
+    """Constant weights (the If branches' too) as initializers, at opset 13 or above (per-channel QDQ needs it)."""
+    return data.lifted(model, work / f"{model.stem}-lifted.onnx", opset=13)
 
 
 def ort_int8(model: str, method: str, calib: Path, work: Path) -> Path | None:

@@ -212,3 +212,33 @@ def text_mask_iou(reference: np.ndarray, candidate: np.ndarray, threshold: float
     a, b = reference > threshold, candidate > threshold
     union = np.logical_or(a, b).sum()
     return float(np.logical_and(a, b).sum() / union) if union else 1.0
+
+
+def lifted(model: Path, out: Path, opset: int | None = None) -> Path:
+    """``model`` with its Constant weights (the If branches' too) made initializers, as ONNX Runtime's
+    quantizer takes only those; written by this code, not edgekit's (an independent reference), at
+    ``opset`` or above where given."""
+    import onnx
+
+    m = onnx.load(str(model))
+
+    def lift(graph):
+        kept = []
+        for node in graph.node:
+            if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
+                tensor = graph.initializer.add()
+                tensor.CopyFrom(node.attribute[0].t)
+                tensor.name = node.output[0]
+                continue
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    lift(attr.g)
+            kept.append(node)
+        del graph.node[:]
+        graph.node.extend(kept)
+
+    lift(m.graph)
+    if opset is not None and next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < opset:
+        m = onnx.version_converter.convert_version(m, opset)
+    onnx.save(m, str(out))
+    return out

@@ -31,28 +31,9 @@ def _ort_dynamic_int8(model, out, subgraphs: bool = False):
     """ONNX Runtime's quantize_dynamic with edgekit's rpi4 recipe (U8S8, per channel), edgekit not
     involved. ORT quantizes only weights held as initializers: Constant weights (the If branches'
     too) are made initializers first. ``subgraphs``: quantize inside the If branches."""
-    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    def lift(graph):
-        kept = []
-        for node in graph.node:
-            if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
-                tensor = graph.initializer.add()
-                tensor.CopyFrom(node.attribute[0].t)
-                tensor.name = node.output[0]
-                continue
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    lift(attr.g)
-            kept.append(node)
-        del graph.node[:]
-        graph.node.extend(kept)
-
-    m = onnx.load(str(model))
-    lift(m.graph)
-    source = out.with_name("lifted.onnx")
-    onnx.save(m, str(source))
+    source = data.lifted(model, out.with_name("lifted.onnx"))
     quantize_dynamic(str(source), str(out), per_channel=True, weight_type=QuantType.QInt8,
                      extra_options={"EnableSubgraph": subgraphs})
     return out
