@@ -55,7 +55,7 @@ def cases(work: Path):
 
 
 def quantize_once(model: Path, out: Path, **options):
-    from edgekit.errors import ParityError
+    from edgekit.core.errors import ParityError
     from edgekit.quantize.api import quantize
 
     start = time.monotonic()

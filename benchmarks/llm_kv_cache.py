@@ -34,8 +34,8 @@ def main() -> None:
     import torch
 
     from edgekit.llm.cached import torch_cached
-    from edgekit.models.generation import generate_cached, iter_tokens
-    from edgekit.sources.gguf_import import build_model, open_gguf
+    from edgekit.llm.generation import generate_cached, iter_tokens
+    from edgekit.llm.gguf.importer import build_model, open_gguf
 
     torch.set_num_threads(args.threads)
     opened = open_gguf(args.source, context=args.prompt_tokens + args.new_tokens)

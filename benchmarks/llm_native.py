@@ -25,9 +25,9 @@ from pathlib import Path
 
 
 def _prompt(folder: Path, n: int) -> list[int]:
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.llm.quality import heldout_text
-    from edgekit.models.lm_runtime import load_llm_text
+    from edgekit.llm.lm_runtime import load_llm_text
 
     folder, manifest = load_manifest(folder)
     return load_llm_text(folder, manifest).tokenizer.encode(heldout_text()[0], add_special_tokens=False).ids[:n]
@@ -52,9 +52,9 @@ def _python(folder: Path, prompt_tokens: int, new: int) -> dict:
 
 
 def _python_tokens(folder: Path, prompt: list[int], new: int) -> list[int]:
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
-    from edgekit.models.generation import generate_cached
+    from edgekit.llm.generation import generate_cached
 
     folder, manifest = load_manifest(folder)
     return list(generate_cached(open_cached(folder, manifest, "executorch", 1), prompt, new, stop_ids=()))
@@ -69,7 +69,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.native.build import build_runner
     from edgekit.native.toolchain import host_arch
 

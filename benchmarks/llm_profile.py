@@ -39,9 +39,9 @@ def group_of(name: str) -> str:
 
 
 def _prompt(folder: Path, n: int) -> list[int]:
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.llm.quality import heldout_text
-    from edgekit.models.lm_runtime import load_llm_text
+    from edgekit.llm.lm_runtime import load_llm_text
 
     folder, manifest = load_manifest(folder)
     return load_llm_text(folder, manifest).tokenizer.encode(heldout_text()[0], add_special_tokens=False).ids[:n]

@@ -60,8 +60,8 @@ def main() -> None:
 
 
 def _qat_vs_ptq(ckpt: Path, tmp: Path, calib: Path, target: str) -> None:
-    from edgekit.artifacts import describe_file, finalize, load_manifest
-    from edgekit.errors import ParityError
+    from edgekit.core.artifacts import describe_file, finalize, load_manifest
+    from edgekit.core.errors import ParityError
     from edgekit.quantize.api import quantize
     from edgekit.sources.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 

@@ -54,7 +54,7 @@ def main() -> None:
         from edgekit.quantize.toolkits.onnx_graphs import prepared_onnx
         from edgekit.quantize.toolkits.ort_backend import weighted_nodes
         from edgekit.quantize.steps import new_job, resolve
-        from edgekit.targets import load_target
+        from edgekit.core.targets import load_target
 
         job = new_job(resolve(ckpt, {}), load_target(args.target), tmp / "probe", "dynamic")
         (tmp / "probe").mkdir()

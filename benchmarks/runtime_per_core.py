@@ -65,7 +65,7 @@ def prepare(work: Path, model: str) -> dict[str, Path]:
 
 
 def count_all(work: Path, runs: int) -> list[dict]:
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.emulate.bundle import open_bundle
     from edgekit.emulate.icount import count_per_run
     from edgekit.emulate.icount_python import count_python_bundle

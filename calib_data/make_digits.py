@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.data.digits import calibration_inputs, calibration_inputs_large
-from edgekit.fileio import atomic_path
+from edgekit.core.fileio import atomic_path
 
 HERE = Path(__file__).resolve().parent
 PACKAGED = HERE.parent / "edgekit" / "data" / "calib"

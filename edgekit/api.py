@@ -26,28 +26,28 @@ from typing import Any, Callable
 import functools
 import os
 
-from edgekit.artifacts import Manifest
-from edgekit.artifacts import load_manifest as _load_manifest
+from edgekit.core.artifacts import Manifest
+from edgekit.core.artifacts import load_manifest as _load_manifest
 from edgekit.bench.api import bench as _bench
 from edgekit.bench.result import BenchResult
-from edgekit.bounds import check_call
-from edgekit.errors import EdgekitError, GateFailed, UsageError
+from edgekit.core.bounds import check_call
+from edgekit.core.errors import EdgekitError, GateFailed, UsageError
 from edgekit.export.api import export as _export
 from edgekit.gates.evaluate import gate_results as _gate_results
 from edgekit.gates.evaluate import raise_for_status
-from edgekit.pipeline import PipelineConfig
-from edgekit.pipeline import run_pipeline as _run_pipeline
+from edgekit.pipeline.run import PipelineConfig
+from edgekit.pipeline.run import run_pipeline as _run_pipeline
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import Method, QuantConfig, layer_lister, method, method_names, register_method, route
-from edgekit.targets import Target
-from edgekit.targets import load_target as _load_target
+from edgekit.core.targets import Target
+from edgekit.core.targets import load_target as _load_target
 from edgekit.train.loop import train as _train
 from edgekit.train.config import TrainConfig
 
 
 def _front_door(function, name: str | None = None):
-    """``function`` with its arguments checked against its annotations first (edgekit.bounds.check_call):
+    """``function`` with its arguments checked against its annotations first (edgekit.core.bounds.check_call):
     a wrong type is one UsageError naming the argument, before any file is written."""
     @functools.wraps(function)
     def checked(*args, **kwargs):
@@ -145,9 +145,9 @@ def generate(artifact: str | Path, prompt: str, *, max_tokens: int = 100, temper
              system: str | None = None, fmt: str | None = None, threads: int | None = None, device: str = "cpu",
              on_text: Callable[[str], None] | None = None, context: int | None = None):
     """Continue ``prompt`` (a chat model: answer it) with the language model in ``artifact``, as
-    ``edgekit generate`` does; returns ``edgekit.models.generation.Generated``. ``on_text(piece)``
+    ``edgekit generate`` does; returns ``edgekit.llm.generation.Generated``. ``on_text(piece)``
     receives the text as it is made (streaming); ``artifact`` may be ``gguf:PATH``/``gguf:NAME``."""
-    from edgekit.models.generation import generate_text
+    from edgekit.llm.generation import generate_text
 
     return generate_text(artifact, prompt, max_tokens, temperature, top_k, seed, device, fmt, threads, top_p=top_p,
                          stop=tuple(stop), chat=chat, system=system, on_text=on_text, context=context)
@@ -156,6 +156,6 @@ def generate(artifact: str | Path, prompt: str, *, max_tokens: int = 100, temper
 def import_gguf(source: str | Path, out: str | Path, *, context: int | None = None,
                 force: bool = False) -> tuple[Path, Manifest]:
     """``edgekit import gguf:...``: a Llama-family GGUF file as a checkpoint artifact at ``out``."""
-    from edgekit.sources.gguf_import import import_gguf as run
+    from edgekit.llm.gguf.importer import import_gguf as run
 
     return run(source, out, context, force)

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from edgekit.artifacts import InputSpec, Manifest, describe_file, finalize, load_manifest
-from edgekit.errors import EdgekitError, InputFileError
-from edgekit.fileio import atomic_dir, write_json
+from edgekit.core.artifacts import InputSpec, Manifest, describe_file, finalize, load_manifest
+from edgekit.core.errors import EdgekitError, InputFileError
+from edgekit.core.fileio import atomic_dir, write_json
 
 
 def test_atomic_dir_keeps_previous_on_failure(tmp_path):

@@ -6,11 +6,11 @@ Fixed seeds and a bounded number of mutations per parser (a few hundred each), s
 deterministic and takes seconds. A failure names the parser, the mutation number and the
 exception, and the mutated input is left under ``tmp_path`` to replay.
 
-Parsers: ``.npy`` headers (edgekit.fileio.npy_array, the serve parser edgekit.serve.inputs.read_npy),
-``.npz`` archives (edgekit.formats.reference.read_reference, edgekit.fileio.read_npz, the serve
+Parsers: ``.npy`` headers (edgekit.core.fileio.npy_array, the serve parser edgekit.serve.inputs.read_npy),
+``.npz`` archives (edgekit.formats.reference.read_reference, edgekit.core.fileio.read_npz, the serve
 parser), ``.pte`` headers (edgekit.formats.executorch.check_file), manifests (Manifest.from_dict
-over edgekit.fileio.read_json), bundle.json (edgekit.bundle.layout.read_bundle_json), bench results
-(edgekit.bench.result.load_results), target TOML (edgekit.targets.load_target) and budget TOML
+over edgekit.core.fileio.read_json), bundle.json (edgekit.bundle.layout.read_bundle_json), bench results
+(edgekit.bench.result.load_results), target TOML (edgekit.core.targets.load_target) and budget TOML
 (edgekit.gates.budgets.load_project_budgets).
 """
 
@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 REPO = Path(__file__).resolve().parent.parent
@@ -172,7 +172,7 @@ NPY_SEEDS = [
 
 
 def test_npy_headers_parse_or_are_refused():
-    from edgekit.fileio import npy_array
+    from edgekit.core.fileio import npy_array
 
     result = fuzz("fileio.npy_array", NPY_SEEDS, lambda data, i: npy_array(data, f"mutation {i}"), (InputFileError,),
                   lambda m, data: m.bytes(data, region=140))
@@ -231,7 +231,7 @@ def test_reference_npz_parses_or_is_refused(tmp_path):
 
 
 def test_the_strict_npz_reader_and_the_serve_npz_parser(tmp_path):
-    from edgekit.fileio import read_npz
+    from edgekit.core.fileio import read_npz
     from edgekit.serve.inputs import InputError, read_npz as serve_read_npz
 
     path = tmp_path / "x.npz"
@@ -247,7 +247,7 @@ def test_the_strict_npz_reader_and_the_serve_npz_parser(tmp_path):
 def test_a_zip_bomb_and_an_overclaiming_header_allocate_nothing(tmp_path):
     """A member that expands to 2 GiB, and a header claiming 10^12 floats over 16 bytes: both refused
     before any of it is held in memory."""
-    from edgekit.fileio import npy_array, read_npz
+    from edgekit.core.fileio import npy_array, read_npz
 
     bomb = tmp_path / "bomb.npz"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -284,7 +284,7 @@ def test_pte_headers_pass_or_are_refused(tmp_path):
 
 
 def _manifest_doc() -> dict:
-    from edgekit.artifacts import InputSpec, Manifest, ModelFile
+    from edgekit.core.artifacts import InputSpec, Manifest, ModelFile
 
     return Manifest(
         kind="export", model={"name": "digits-cnn", "config": {"width": 16, "num_classes": 10, "dropout": 0.1}},
@@ -302,8 +302,8 @@ def _json_mutation(m: Mutator, data: bytes) -> bytes:
 
 
 def test_manifests_parse_or_are_refused(tmp_path):
-    from edgekit.artifacts import Manifest
-    from edgekit.fileio import read_json
+    from edgekit.core.artifacts import Manifest
+    from edgekit.core.fileio import read_json
 
     path = tmp_path / "manifest.json"
     seed = json.dumps(_manifest_doc()).encode()
@@ -373,7 +373,7 @@ def _toml_mutation(m: Mutator, data: bytes) -> bytes:
 
 
 def test_target_profiles_parse_or_are_refused(tmp_path):
-    from edgekit.targets import load_target
+    from edgekit.core.targets import load_target
 
     path = tmp_path / "board.toml"
     seeds = [(REPO / "targets" / "rpi4.toml").read_bytes(), (REPO / "targets" / "rpi5.toml").read_bytes()]

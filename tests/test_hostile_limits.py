@@ -1,4 +1,4 @@
-"""Resource limits, checked before work starts (edgekit/limits.py): a model larger than the
+"""Resource limits, checked before work starts (edgekit/core/limits.py): a model larger than the
 target's RAM is refused by `bundle`, `bench --host` and `pipeline` (a warning with --force), and a
 huge calibration set gets a warning."""
 
@@ -12,8 +12,8 @@ from corpus.hostile import assert_one_line_error
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
-from edgekit.errors import UsageError
-from edgekit.limits import (
+from edgekit.core.errors import UsageError
+from edgekit.core.limits import (
     CALIB_WARN_BYTES,
     ResourceLimitError,
     calibration_bytes,
@@ -22,7 +22,7 @@ from edgekit.limits import (
     float_parameter_bytes,
     model_memory_mb,
 )
-from edgekit.targets import load_target
+from edgekit.core.targets import load_target
 from sshd_fixture import fake_ssh
 
 runner = CliRunner()
@@ -143,7 +143,7 @@ def test_remote_bench_refuses_before_connecting_unless_forced(digits_static, tmp
 
 
 def test_pipeline_refuses_before_training_unless_forced(tmp_path):
-    from edgekit.pipeline import PipelineConfig, _check_before_work
+    from edgekit.pipeline.run import PipelineConfig, _check_before_work
 
     target = load_target(str(TINY))
     config = PipelineConfig(out=tmp_path / "p", model="digits-cnn", calib=REPO / "calib_data" / "digits", target=str(TINY))

@@ -53,7 +53,7 @@ def installed(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_the_wheel_carries_its_data_and_imports_from_the_venv(installed, tmp_path):
     python = installed / "bin" / "python"
-    probe = ("import edgekit, edgekit.targets as t, edgekit.data.calibsets as c; "
+    probe = ("import edgekit, edgekit.core.targets as t, edgekit.data.calibsets as c; "
              "print(edgekit.__file__); print(sorted(t.available_targets())); print(c.default_calibration('digits32'))")
     lines = _run([str(python), "-c", probe], cwd=tmp_path).stdout.splitlines()
     assert lines[0].startswith(str(installed)), lines[0]  # the installed copy, not the checkout

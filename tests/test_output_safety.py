@@ -98,7 +98,7 @@ def test_report_paths_never_land_on_or_in_inputs(digits_fp32_export, tmp_path):
 
 _KILL_AT = textwrap.dedent("""
     import os, signal, sys
-    import edgekit.fileio as fileio
+    import edgekit.core.fileio as fileio
     moment = sys.argv[1]
     real_swap = fileio.swap_in_dir
     real_replace = os.replace
@@ -218,7 +218,7 @@ def test_concurrent_training_into_one_finished_folder_never_crashes(tmp_path):
         assert "internal error" not in stderr and "Traceback" not in stderr, stderr
         assert code == 0 or (code == 1 and "another edgekit run" in stderr), (code, stderr)
     assert any(code == 0 for code, _ in results)
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
 
     load_manifest(out)  # whole and verified
 

@@ -45,8 +45,8 @@ def test_a_checkpoint_pipeline_is_labelled_with_its_own_model(digits_checkpoint,
     for text in (result.stdout, result.stderr, page, (out / "pipeline.md").read_text()):
         assert "digits-mobilenet" not in text
     # --source takes the same folder, and names it the same way (decided before any work)
-    from edgekit.pipeline import PipelineConfig
-    from edgekit.pipeline_plan import make_plan
+    from edgekit.pipeline.run import PipelineConfig
+    from edgekit.pipeline.plan import make_plan
 
     assert make_plan(PipelineConfig(source=digits_checkpoint, out=tmp_path / "x")).name == "digits-cnn"
 
@@ -81,7 +81,7 @@ def test_a_user_module_gets_the_table_judged_by_fidelity(module_run):
     # fidelity: each int8 file against the float model the factory builds, computed here
     import torch
 
-    from edgekit.evaluation import board_predictor
+    from edgekit.fidelity.evaluation import board_predictor
     from tiny_models import tiny_net
 
     x = np.random.default_rng(3).standard_normal((5, 3, 6, 6)).astype(np.float32)
@@ -105,7 +105,7 @@ def test_the_report_shows_the_tables_ratios_and_verdict(module_run):
         low, high = row["p50_ratio_ci"]
         assert cells[row["variant"]] == {"p50-ratio": f"{row['p50_ratio']:.2f}× ({low:.2f}–{high:.2f})",
                                          "size-ratio": f"{row['size_ratio']:.2f}×", "baseline": f"fp32-{row['format']}"}
-    from edgekit.pipeline_verdict import recommendation_line
+    from edgekit.pipeline.verdict import recommendation_line
 
     said = recommendation_line(summary["recommended"])  # what the terminal printed (wrapped there)
     assert " ".join(said.split()) in " ".join(result.stdout.split())

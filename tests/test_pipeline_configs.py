@@ -11,8 +11,8 @@ import pytest
 
 from edgekit.api import DynamicConfig, PipelineConfig, QatConfig, StaticConfig, run_pipeline
 from edgekit.data.calibsets import default_calibration
-from edgekit.errors import UsageError
-from edgekit.pipeline_plan import make_plan
+from edgekit.core.errors import UsageError
+from edgekit.pipeline.plan import make_plan
 
 QUICK = {"processes": 2, "min_runs": 3, "min_time_s": 0.0, "warmup": 1,
          "budget_overrides": {"max_p99_ms": "60s", "max_peak_rss_mb": "8GiB"}}

@@ -16,7 +16,7 @@ VARIANTS = {f"{variant}-{fmt}" for fmt in formats.available_names()
 
 
 def _host_compiler() -> bool:
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
     from edgekit.native.toolchain import find_toolchain, host_arch
 
     try:
@@ -86,9 +86,9 @@ def test_pipeline_runs_every_stage_and_passes(pipeline_run):
               and row["accuracy"] >= summary["float_accuracy"] - 0.01]
     if recommended["basis"] == "host timing":  # no emulated figure (no QEMU with plugins here): this host decides
         assert chosen["p50_ms"] == min(row["p50_ms"] for row in within)
-    else:  # decided on the target's emulated core (edgekit.pipeline_target): the cheapest .pte there
+    else:  # decided on the target's emulated core (edgekit.pipeline.target): the cheapest .pte there
         assert chosen["target_ratio"] == min(row["target_ratio"] for row in within if row["target_ratio"] is not None)
-    from edgekit.pipeline_verdict import recommendation_line
+    from edgekit.pipeline.verdict import recommendation_line
 
     # "Recommended: ..." or, when its interval does not lie below 1, "... for its size only ...": as printed
     assert " ".join(recommendation_line(recommended).split()) in " ".join(result.stdout.split())

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 REPO = Path(__file__).resolve().parent.parent
@@ -185,7 +185,7 @@ RPI4 = tomllib.loads((REPO / "targets" / "rpi4.toml").read_text())
 @given(data=st.one_of(JSON, st.dictionaries(st.sampled_from(["name", "cpu", "runtime", "budgets", "description", "x"]),
                                              JSON, max_size=5)))
 def test_parse_target_on_random_data_raises_input_file_error_only(data):
-    from edgekit.targets import parse_target
+    from edgekit.core.targets import parse_target
 
     try:
         parse_target(data, "random.toml")
@@ -196,7 +196,7 @@ def test_parse_target_on_random_data_raises_input_file_error_only(data):
 @SETTINGS
 @given(data=mutated(RPI4))
 def test_parse_target_on_edited_profiles_raises_input_file_error_only(data):
-    from edgekit.targets import parse_target
+    from edgekit.core.targets import parse_target
 
     try:
         target = parse_target(data, "edited.toml")
@@ -230,7 +230,7 @@ GOOD_MANIFEST = _good_manifest()
 @SETTINGS
 @given(data=st.one_of(JSON, mutated(GOOD_MANIFEST)))
 def test_manifest_from_dict_raises_input_file_error_only(data):
-    from edgekit.artifacts import Manifest
+    from edgekit.core.artifacts import Manifest
 
     try:
         manifest = Manifest.from_dict(data, "m.json")
@@ -245,7 +245,7 @@ def test_manifest_from_dict_raises_input_file_error_only(data):
 @SETTINGS
 @given(data=st.one_of(JSON, mutated(GOOD_MANIFEST)), raw=st.booleans(), content=st.binary(max_size=8))
 def test_load_manifest_on_random_json_raises_input_file_error_only(data, raw, content):
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
 
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder) / "art"
@@ -381,7 +381,7 @@ MANIFEST_FIELDS = {
 @SETTINGS
 @given(doc=st.fixed_dictionaries({}, optional=MANIFEST_FIELDS))
 def test_generated_manifests_load_or_raise_one_input_error(doc):
-    from edgekit.artifacts import Manifest
+    from edgekit.core.artifacts import Manifest
 
     try:
         manifest = Manifest.from_dict(doc, "manifest.json")
@@ -403,7 +403,7 @@ TARGET_TEXT = st.one_of(st.text(max_size=20), st.from_regex(r"[a-z0-9-]{1,10}", 
 def test_generated_target_files_parse_or_raise_one_input_error(name, description, core, cores, threads, ram, platform, isa):
     import re
 
-    from edgekit.targets import parse_target
+    from edgekit.core.targets import parse_target
 
     data = {"name": name, "description": description,
             "cpu": {"arch": "aarch64", "core": core, "cores": cores, "ram_mb": ram, "isa": isa},

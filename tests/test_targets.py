@@ -1,7 +1,7 @@
 import pytest
 
-from edgekit.errors import InputFileError, UsageError
-from edgekit.targets import available_targets, load_target, parse_target
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.targets import available_targets, load_target, parse_target
 
 REQUIRED = {"rpi3", "rpi4", "rpi5", "rpi-zero2w", "x86-64"}
 

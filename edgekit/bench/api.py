@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from edgekit.artifacts import MANIFEST_NAME, load_manifest, model_file_for
+from edgekit.core.artifacts import MANIFEST_NAME, load_manifest, model_file_for
 from edgekit.bench.launch import (
     MIN_BLOCK_S,
     RUNNER_COMMAND,
@@ -31,9 +31,9 @@ from edgekit.bench.launch import (
 from edgekit.bench.result import BenchResult
 from edgekit.board.errors import BoardUsageError
 from edgekit.board.manifest import detect_format
-from edgekit.errors import InputFileError, UsageError
-from edgekit.targets import Target, load_target
-from edgekit.threads import resolve_threads  # one rule for bench, generate and serve (re-exported here)
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.targets import Target, load_target
+from edgekit.core.threads import resolve_threads  # one rule for bench, generate and serve (re-exported here)
 
 MAX_PROCESSES = 64  # worker processes per model (pyperf uses 20)
 
@@ -73,7 +73,7 @@ def bench(
     (edgekit.bench.reference) in every round and record its per-round medians in each result's
     ``reference``, so a regression gate can normalise away the machine's state.
     Language-model artifacts also get ``tokens_per_s``: ``lm_tokens`` tokens generated greedily
-    (``edgekit.bench.lm``; 0 skips it).
+    (``edgekit.llm.tokens_per_s``; 0 skips it).
     Raises UsageError for bad settings or inputs the model rejects, BenchError when a runner
     fails or times out.
     """
@@ -139,7 +139,7 @@ def bench(
                              f">= {block_size} calls and >= {MIN_BLOCK_S * 1000:g} ms"]
         results = [replace(r, notes=tuple(notes) + r.notes) for r in results]
     if lm_tokens:
-        from edgekit.bench.lm import with_generation_rates
+        from edgekit.llm.tokens_per_s import with_generation_rates
 
         results = with_generation_rates(models, results, n_threads, lm_tokens)
     return results
@@ -208,7 +208,7 @@ def _check_settings(**values) -> None:
             raise UsageError(f"{name.replace('_', '-')} must be a number of seconds, 0 or more, got {value!r}")
     if values["timeout_s"] == 0:
         raise UsageError("timeout-s must be more than 0")
-    from edgekit.bounds import check_runs, check_threads, check_timeout
+    from edgekit.core.bounds import check_runs, check_threads, check_timeout
 
     check_threads(values["threads"])
     check_timeout(values["timeout_s"], "timeout-s")

@@ -20,6 +20,6 @@ def plain(value, style: str = ""):
     characters (ESC, OSC: a model path or variant from a JSON file may hold them) escaped."""
     from rich.text import Text
 
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     return Text(safe_text(value), style=style)

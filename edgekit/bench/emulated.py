@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from edgekit.bench.result import BenchResult
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "
         "(deterministic); the timings are QEMU's on this host, not the board's")
@@ -101,7 +101,7 @@ def _cpu(target_name: str) -> tuple[str, list[str]]:
     """The QEMU core for a target (``host.qemu_cpu_for``: never max), and a note when it is a stand-in."""
     from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
     from edgekit.emulate.icount_plugin import plugin_qemu
-    from edgekit.targets import load_target
+    from edgekit.core.targets import load_target
 
     target = load_target(target_name)
     if target.arch != "aarch64":

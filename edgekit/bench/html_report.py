@@ -55,7 +55,7 @@ def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates
     ``notes``: lines shown under the figures (what was skipped, and why)."""
     if not results:
         raise ValueError("no results to report")
-    from edgekit.outputs import generator_mark  # the meta tag that proves the page is edgekit's
+    from edgekit.core.outputs import generator_mark  # the meta tag that proves the page is edgekit's
     from edgekit.bench.html_instructions import instructions_section
 
     labels = _unique([variant_label(r) for r in results])
@@ -118,7 +118,7 @@ larger file. The best trade-off sits top left with a small bubble.</p>
 
 
 def write_html(path: str | Path, results, **kwargs) -> Path:
-    from edgekit.fileio import write_text
+    from edgekit.core.fileio import write_text
 
     write_text(Path(path), render_html(results, **kwargs))
     return Path(path)

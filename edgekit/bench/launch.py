@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from edgekit.artifacts import ModelFile
+from edgekit.core.artifacts import ModelFile
 from edgekit.bench.result import BenchResult, from_document
 from edgekit.board import runner as _runner
 from edgekit.board.errors import EXIT_USAGE
-from edgekit.children import popen_kwargs
-from edgekit.errors import BenchError, EdgekitError, InputFileError, UsageError
+from edgekit.core.children import popen_kwargs
+from edgekit.core.errors import BenchError, EdgekitError, InputFileError, UsageError
 
 # -P: nothing of the working folder on the runner's path (it must see only what a device has)
 RUNNER_COMMAND = (sys.executable, "-P", "-m", _runner.__name__)

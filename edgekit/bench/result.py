@@ -13,7 +13,7 @@ from typing import Any
 
 from edgekit.bench.instructions import read_section
 from edgekit.bench.stats import Spread
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 BENCH_SCHEMA = "edgekit.bench"
 BENCH_SCHEMA_VERSION = 1
@@ -74,7 +74,7 @@ class BenchResult:
     target: str | None = None
     created: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
-    tokens_per_s: float | None = None  # language models: greedy generation rate (edgekit.bench.lm)
+    tokens_per_s: float | None = None  # language models: greedy generation rate (edgekit.llm.tokens_per_s)
     # Across worker processes (bench(processes=N), N >= 2): each process's median and the 95 %
     # confidence interval of their mean. None for a single process (older documents have none).
     spread: Spread | None = None
@@ -265,6 +265,6 @@ def from_document(doc: Any, where: str = "bench document") -> list[BenchResult]:
 
 
 def load_results(path: str | Path) -> list[BenchResult]:
-    from edgekit.fileio import read_json
+    from edgekit.core.fileio import read_json
 
     return from_document(read_json(path, "bench result file"), str(path))

@@ -1,4 +1,4 @@
-"""The board scripts' output files, by the rule edgekit's own writers follow (edgekit.outputs).
+"""The board scripts' output files, by the rule edgekit's own writers follow (edgekit.core.outputs).
 
 An output is a regular file or nothing yet. A rename over a device (``/dev/null``), a FIFO, a
 socket, a folder or a symbolic link would replace what is there (or write where the link points),

@@ -16,7 +16,7 @@ from typing import Callable
 
 from edgekit import formats
 from edgekit._version import __version__
-from edgekit.artifacts import Manifest, ModelFile, load_manifest
+from edgekit.core.artifacts import Manifest, ModelFile, load_manifest
 from edgekit.board import entries as board_files
 from edgekit.bundle import layout, native
 from edgekit.bundle.compat import check_target
@@ -25,11 +25,11 @@ from edgekit.bundle.readme import native_readme_text, readme_text
 from edgekit.bundle.requirements import Pins, check_wheel_exists, download_wheels, pin
 from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
-from edgekit.errors import InputFileError, UsageError
-from edgekit.fileio import atomic_dir, clean_stale_temps, sha256_file, temp_sibling, write_json, write_text
-from edgekit.limits import check_model_fits, model_memory_mb
-from edgekit.outputs import check_not_inputs, claim_output, safe_text
-from edgekit.targets import Target, load_target
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.fileio import atomic_dir, clean_stale_temps, sha256_file, temp_sibling, write_json, write_text
+from edgekit.core.limits import check_model_fits, model_memory_mb
+from edgekit.core.outputs import check_not_inputs, claim_output, safe_text
+from edgekit.core.targets import Target, load_target
 
 
 
@@ -89,7 +89,7 @@ def build_bundle(
         if wheels:
             raise UsageError("--wheels applies to Python bundles; a native bundle installs nothing on the board")
     if is_llm:
-        from edgekit.bundle import llm
+        from edgekit.llm import bundle as llm
 
         llm.check_program(folder, entry)
     reference = folder / layout.REFERENCE
@@ -172,9 +172,9 @@ def _build(folder, manifest, entry, spec, tgt, out, pins, wheels, mismatches, cr
 
 def _llm_files(work, folder, manifest, entry, spec, tgt, mismatches, created, progress, llm_data, force,
                bundle_name) -> dict:
-    """A language model's native files and README (``edgekit.bundle.llm``); bundle.json's content."""
-    from edgekit.bundle import llm
-    from edgekit.limits import ResourceLimitError
+    """A language model's native files and README (``edgekit.llm.bundle``); bundle.json's content."""
+    from edgekit.llm import bundle as llm
+    from edgekit.core.limits import ResourceLimitError
 
     model_name = spec.files.file_name
     llm.write_reference(work / layout.REFERENCE, llm_data)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.artifacts import Manifest, ModelFile
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.targets import Target, available_targets, load_target
+from edgekit.core.artifacts import Manifest, ModelFile
+from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.core.targets import Target, available_targets, load_target
 
 # Keys of an int8 ONNX file's details that the target's [runtime.onnx_quant] also sets.
 _ONNX_QUANT_KEYS = ("activation_type", "weight_type", "per_channel", "reduce_range")

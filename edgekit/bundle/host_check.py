@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from edgekit.bundle import layout
-from edgekit.children import popen_kwargs
-from edgekit.errors import EdgekitError
+from edgekit.core.children import popen_kwargs
+from edgekit.core.errors import EdgekitError
 
 HOST_CHECK_TIMEOUT_S = 600.0
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from edgekit import formats
-from edgekit.errors import InputFileError
-from edgekit.fileio import read_json
+from edgekit.core.errors import InputFileError
+from edgekit.core.fileio import read_json
 
 BUNDLE_SCHEMA = "edgekit.bundle"
 BUNDLE_SCHEMA_VERSION = 1

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit import formats
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.targets import Target
+from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.core.targets import Target
 
 RUNNER = "edgekit-run"
 LIB_DIR = "lib"

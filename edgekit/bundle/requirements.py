@@ -19,8 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import EdgekitError, InputFileError, UsageError
-from edgekit.children import popen_kwargs
+from edgekit.core.errors import EdgekitError, InputFileError, UsageError
+from edgekit.core.children import popen_kwargs
 
 DOWNLOAD_TIMEOUT_S = 3600.0
 _PLATFORM = re.compile(r"[a-z0-9_]+")  # fullmatch: "$" would let a trailing newline through

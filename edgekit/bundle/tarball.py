@@ -34,7 +34,7 @@ def is_bundle_archive(path: Path, top: str) -> bool:
     listed in the archived ``top/SHA256SUMS`` (or that list itself), every folder on the way to
     a listed file. The whole archive is read once, as a stream; only names are kept.
     """
-    from edgekit.ownership import MAX_PROOF_BYTES, parse_sums
+    from edgekit.core.ownership import MAX_PROOF_BYTES, parse_sums
 
     files: set[str] = set()
     folders: set[str] = set()

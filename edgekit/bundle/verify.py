@@ -12,8 +12,8 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from edgekit.bundle.layout import CHECKSUMS
-from edgekit.errors import InputFileError
-from edgekit.fileio import sha256_file, write_text
+from edgekit.core.errors import InputFileError
+from edgekit.core.fileio import sha256_file, write_text
 
 _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)\Z")
 MAX_CHECKSUMS_BYTES = 16 << 20  # about 150 000 entries

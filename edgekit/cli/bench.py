@@ -55,10 +55,10 @@ def bench_command(
     """
     from edgekit.bench.api import bench
     from edgekit.bench.result import to_document
-    from edgekit.errors import UsageError
-    from edgekit.fileio import ensure_writable_dir, write_json
+    from edgekit.core.errors import UsageError
+    from edgekit.core.fileio import ensure_writable_dir, write_json
 
-    from edgekit.outputs import check_report_paths, with_artifact_folders
+    from edgekit.core.outputs import check_report_paths, with_artifact_folders
 
     shapes = _parse_shapes(shape or [])
     reports = {"--json": json_out, "--html": html_out}
@@ -86,8 +86,8 @@ def bench_command(
         )
     elif llms := _language_models(artifacts, shapes, input_file, reference):
         from edgekit.llm.bench import bench_llms
-        from edgekit.targets import load_target
-        from edgekit.threads import resolve_threads
+        from edgekit.core.targets import load_target
+        from edgekit.core.threads import resolve_threads
 
         chosen_threads, notes = resolve_threads(threads, load_target(target) if target else None)
         err = console(stderr=True)
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
 
 def _language_models(artifacts, shapes, input_file, reference) -> list:
     """The language-model artifacts to bench with prompts and tokens/s ([] when the paths are other models)."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.llm.bench import llm_models
 
     llms = llm_models(artifacts)
@@ -145,13 +145,13 @@ def _language_models(artifacts, shapes, input_file, reference) -> list:
     return llms
 
 
-#: What an existing report file must be for bench to replace it (edgekit.outputs.check_report_paths).
+#: What an existing report file must be for bench to replace it (edgekit.core.outputs.check_report_paths).
 REPORT_FORMATS = {"--json": "json:edgekit.bench", "--html": "html"}
 
 
 def _parse_shapes(texts: list[str]) -> dict[str, list[int]]:
     from edgekit.bench.stats import parse_shape
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     shapes: dict[str, list[int]] = {}
     for text in texts:

@@ -10,7 +10,7 @@ from edgekit.bench.display import plain
 def run_emulated(artifacts: list[Path], *, target, threads, runs: int, conflicting: dict[str, bool], quiet: bool):
     from edgekit.bench.emulated import bench_emulated
     from edgekit.cli.common import console, progress_enabled
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     given = [name for name, used in conflicting.items() if used]
     if given:

@@ -28,7 +28,7 @@ def bundle_command(
 
     Writes the folder (--out) and OUT.tar.gz beside it; SHA256SUMS covers every file.
     """
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.bundle.build import build_bundle, tarball_path
     from edgekit.bundle.layout import read_bundle_json
 

@@ -22,8 +22,8 @@ def cache_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Show the cache folder ($EDGEKIT_CACHE_DIR, else ~/.cache/edgekit) and its size; --clear empties it."""
-    from edgekit.cache import PARTS, cache_root, clear as clear_parts, rootfs_venvs, usage
-    from edgekit.errors import UsageError
+    from edgekit.core.cache import PARTS, cache_root, clear as clear_parts, rootfs_venvs, usage
+    from edgekit.core.errors import UsageError
 
     for name in parts or ():
         if name not in PARTS:
@@ -37,7 +37,7 @@ def cache_command(
             echo_json({"root": str(root), "removed": [p.to_dict() for p in removed], "freed_bytes": freed,
                        "left_alone": [p.to_dict() for p in left]})
         else:
-            from edgekit.outputs import safe_text
+            from edgekit.core.outputs import safe_text
 
             names = ", ".join(p.name for p in removed) or "nothing (already empty)"
             out = console()
@@ -54,7 +54,7 @@ def cache_command(
     from rich.table import Table
     from rich.text import Text
 
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     table = Table("part", "size", "files", "holds", title=Text(f"edgekit cache: {safe_text(root)}"), title_justify="left")
     for p in listed:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import typer
 
-from edgekit.errors import EXIT_TOOL_ERROR, EXIT_USAGE, STORAGE_ERRNOS, EdgekitError, GateFailed, UsageError, first_line
+from edgekit.core.errors import EXIT_TOOL_ERROR, EXIT_USAGE, STORAGE_ERRNOS, EdgekitError, GateFailed, UsageError, first_line
 
 
 def debug_enabled() -> bool:
@@ -37,7 +37,7 @@ def report_error(exc: BaseException, code: int, unexpected: bool = False) -> typ
         import traceback
 
         traceback.print_exception(exc)
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     text = str(exc).strip()
     message = safe_text(text.splitlines()[0] if text else type(exc).__name__)
@@ -85,7 +85,7 @@ def handles_errors(func: Callable) -> Callable:
     return wrapper
 
 
-# Storage errors (edgekit.errors.STORAGE_ERRNOS) are tool errors (exit 1) wherever they surface, even
+# Storage errors (edgekit.core.errors.STORAGE_ERRNOS) are tool errors (exit 1) wherever they surface, even
 # wrapped by a library or an exporter into another error.
 # A path the user gave that cannot be one (a name of 300 characters, a loop of links): exit 2.
 _PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ELOOP}

@@ -63,7 +63,7 @@ def export_command(
     from edgekit.export.api import export
 
     if llm_program.is_llm_artifact(source):
-        from edgekit.errors import UsageError
+        from edgekit.core.errors import UsageError
 
         if formats not in (None, "executorch"):
             raise UsageError("a language model imported from GGUF exports to --format executorch only "
@@ -78,7 +78,7 @@ def export_command(
                           force=force, as_json=as_json, target=target, kernels=kernels)
         return
     if kernels is not None:
-        from edgekit.errors import UsageError
+        from edgekit.core.errors import UsageError
 
         raise UsageError("--kernels applies to language models imported from GGUF")
 
@@ -94,7 +94,7 @@ def export_command(
     for line in source_warnings(manifest.model):  # random weights (--random-init), a task head left out
         console(stderr=True).print(f"Warning: {line}", style="yellow", markup=False, soft_wrap=True)
     if as_json:
-        from edgekit.info import manifest_summary
+        from edgekit.cli.describe import manifest_summary
 
         echo_json(manifest_summary(folder, manifest))
         fail_if_some_failed(manifest)

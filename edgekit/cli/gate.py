@@ -74,12 +74,12 @@ def gate(
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the versioned JSON gate report here (an existing file only if empty or an edgekit gate report)."),
 ) -> None:
     from edgekit.bench.result import load_results
-    from edgekit.errors import EXIT_GATE_FAILED, UsageError
+    from edgekit.core.errors import EXIT_GATE_FAILED, UsageError
     from edgekit.gates.budgets import NO_BUDGET_HELP, parse_regression, resolve_budgets
     from edgekit.gates.evaluate import evaluate
     from edgekit.gates.report import verdict
 
-    from edgekit.outputs import check_report_paths
+    from edgekit.core.outputs import check_report_paths
 
     reports = {"--junit": junit, "--markdown": markdown, "--json": json_out}
     outputs = check_report_paths(reports, [*results, baseline, config], REPORT_FORMATS)
@@ -127,12 +127,12 @@ def gate(
         raise typer.Exit(EXIT_GATE_FAILED)
 
 
-#: What an existing report file must be for gate to replace it (edgekit.outputs.check_report_paths).
+#: What an existing report file must be for gate to replace it (edgekit.core.outputs.check_report_paths).
 REPORT_FORMATS = {"--junit": "junit", "--markdown": "markdown", "--json": "json:edgekit.gate"}
 
 
 def _write_reports(report, outputs: dict[str, Path], inputs: list[str], baseline: Optional[str]) -> None:
-    from edgekit.fileio import write_json, write_text
+    from edgekit.core.fileio import write_json, write_text
     from edgekit.gates.report import to_json, to_junit_xml, to_markdown
 
     if "--junit" in outputs:
@@ -149,7 +149,7 @@ def _render(report) -> None:
 
     from edgekit.gates.results import FAIL, PASS
     from edgekit.gates.report import COLUMNS, table_rows
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     styles = {PASS: "green", FAIL: "bold red"}
     table = Table(title="edgekit gate", title_justify="left")

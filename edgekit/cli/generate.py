@@ -35,8 +35,8 @@ def generate_command(
     edgekit generate runs/smollm2 "What is the capital of France?"
     edgekit generate runs/smollm2 --raw "The capital of France is" --temperature 0
     """
-    from edgekit.errors import UsageError
-    from edgekit.models.generation import generate_text
+    from edgekit.core.errors import UsageError
+    from edgekit.llm.generation import generate_text
 
     if (prompt_arg is None) == (prompt is None):
         raise UsageError("give the prompt once: as PROMPT or with --prompt")
@@ -73,12 +73,12 @@ def generate_command(
 
 def _cached(source: str) -> bool:
     """A pretrained model with a KV cache (a llama artifact or a gguf: source): its reply streams."""
-    from edgekit.sources.gguf_import import is_gguf_source
+    from edgekit.llm.gguf.importer import is_gguf_source
 
     if is_gguf_source(source):
         return True
     try:
-        from edgekit.artifacts import load_manifest
+        from edgekit.core.artifacts import load_manifest
         from edgekit.llm.cached import is_cached_family
 
         return is_cached_family(load_manifest(source, verify=False)[1])

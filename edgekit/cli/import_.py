@@ -27,9 +27,9 @@ def import_command(
     edgekit import gguf:smollm2-135m --out runs/smollm2
     edgekit generate runs/smollm2 "What is the capital of France?"
     """
-    from edgekit.errors import UsageError
-    from edgekit.info import manifest_summary
-    from edgekit.sources.gguf_import import PREFIX, import_gguf
+    from edgekit.core.errors import UsageError
+    from edgekit.cli.describe import manifest_summary
+    from edgekit.llm.gguf.importer import PREFIX, import_gguf
 
     if not source.startswith(PREFIX):
         raise UsageError(f"edgekit import takes gguf:PATH or gguf:NAME sources, not {source[:80]!r}")

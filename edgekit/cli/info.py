@@ -18,7 +18,7 @@ def info_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Summarise an artifact's manifest: model, target, recipe, files and sizes, accuracy, provenance."""
-    from edgekit.info import describe
+    from edgekit.cli.describe import describe
 
     summary = describe(artifact, verify=verify)
     if as_json:

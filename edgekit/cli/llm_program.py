@@ -13,7 +13,7 @@ def is_llm_artifact(source) -> bool:
 
 
 def refuse_int8_options(given: dict, route: str) -> None:
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     used = [flag for flag, value in given.items() if value not in (None, False, (), [])]
     if used:
@@ -23,7 +23,7 @@ def refuse_int8_options(given: dict, route: str) -> None:
 def write(source, out, precision: str, kind: str, *, group_size: int, eval_tokens, eval_text, threads, force,
           as_json: bool, target: str | None, kernels: str | None = None) -> None:
     from edgekit.cli.common import progress_enabled
-    from edgekit.info import manifest_summary
+    from edgekit.cli.describe import manifest_summary
     from edgekit.llm.artifact import write_program
 
     err = console(stderr=True)

@@ -30,8 +30,8 @@ def loadtest_command(
     """Load-test a served model: p50/p90/p99, throughput, errors by status. Gate p99 under load and
     the error rate with `edgekit gate RESULT.json --max-p99-ms 20 --max-error-rate 0.1%`."""
     from edgekit.bench.result import to_document
-    from edgekit.errors import UsageError
-    from edgekit.fileio import ensure_writable_dir, write_json
+    from edgekit.core.errors import UsageError
+    from edgekit.core.fileio import ensure_writable_dir, write_json
     from edgekit.serve.loadtest import LoadSettings, loadtest
 
     if (url is None) == (serve is None):
@@ -41,12 +41,12 @@ def loadtest_command(
     why = key_error(api_key, "--api-key (or EDGEKIT_API_KEY)")
     if why:  # before any server is started
         raise UsageError(why)
-    from edgekit.bounds import check_threads
+    from edgekit.core.bounds import check_threads
 
     check_threads(threads, "--threads")
     settings = LoadSettings(concurrency, duration, rate, timeout, warmup)
     if json_out is not None:
-        from edgekit.outputs import check_report_paths, with_artifact_folders
+        from edgekit.core.outputs import check_report_paths, with_artifact_folders
 
         check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]), {"--json": "json:edgekit.bench"})
         ensure_writable_dir(json_out.parent)
@@ -61,7 +61,7 @@ def loadtest_command(
     else:
         result = loadtest(url, settings, input_file=input_file, api_key=api_key)
     if json_out is not None:
-        from edgekit.outputs import check_report_paths, with_artifact_folders
+        from edgekit.core.outputs import check_report_paths, with_artifact_folders
 
         check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]),
                            {"--json": "json:edgekit.bench"})  # a file may have appeared during the load test

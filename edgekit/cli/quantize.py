@@ -110,7 +110,7 @@ def quantize_command(
     Without --calib a zoo model uses the set edgekit ships.
     """
     from edgekit.cli import llm_program
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.llm.artifact import METHODS, is_llm_method
 
     if is_llm_method(method) or llm_program.is_llm_artifact(source):
@@ -231,7 +231,7 @@ def fail_if_some_failed(manifest) -> None:
 
 
 def _print_json(folder, manifest) -> None:
-    from edgekit.info import manifest_summary
+    from edgekit.cli.describe import manifest_summary
 
     echo_json(manifest_summary(folder, manifest))
 
@@ -239,7 +239,7 @@ def _print_json(folder, manifest) -> None:
 def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, percentile, calib_bins) -> None:
     """The calibration settings steer ONNX Runtime's calibrators; the TorchScript path uses the target
     engine's torch.ao observers, so asking for them there is refused rather than silently ignored."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
                                        ("--calib-bins", calib_bins)) if value is not None]

@@ -60,7 +60,7 @@ def _written(flag: str, write: Callable[[], str], given: str | None) -> str | No
     try:
         return write()
     except Exception as exc:  # noqa: BLE001 - a broken plug-in must not take --help down with it
-        from edgekit.errors import first_line
+        from edgekit.core.errors import first_line
 
         why = first_line(exc, 200)
     try:

@@ -37,7 +37,7 @@ def serve_command(
 
     Binds 127.0.0.1 unless told otherwise. SIGTERM stops accepting, finishes accepted requests, exits 0.
     """
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.serve.auth import bind_error
 
     why = bind_error(host, api_key)  # also a blank key, or one no client could send
@@ -45,7 +45,7 @@ def serve_command(
         raise UsageError(why)
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be within 0..65535, got {port}")
-    from edgekit.bounds import check_threads
+    from edgekit.core.bounds import check_threads
 
     check_threads(threads, "--threads")
     if not 0 < max_body_mb <= 4096:
@@ -82,7 +82,7 @@ def serve_command(
         deploy(artifact, settings, fmt=fmt, threads=threads, scaling=scaling, address=address, host=host,
                port=port or 8000, announce=say)
         return
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
     from edgekit.serve.app import create_app
     from edgekit.serve.standalone import address as url_of, open_socket, serve_forever
 
@@ -101,9 +101,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _threads(artifact, fmt, threads, say) -> int:
-    """The one thread rule bench and generate follow (edgekit.threads), for the artifact's target."""
+    """The one thread rule bench and generate follow (edgekit.core.threads), for the artifact's target."""
     from edgekit.serve.loader import served_entry
-    from edgekit.threads import resolve_threads, target_of
+    from edgekit.core.threads import resolve_threads, target_of
 
     _, manifest, _ = served_entry(artifact, fmt)
     chosen, notes = resolve_threads(threads, target_of(manifest))

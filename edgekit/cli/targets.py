@@ -13,7 +13,7 @@ def targets_command(as_json: JsonFlag = False) -> None:
     """List the target device profiles."""
     from rich.table import Table
 
-    from edgekit.targets import available_targets, load_target
+    from edgekit.core.targets import available_targets, load_target
 
     targets = [load_target(name) for name in available_targets()]
     if as_json:

@@ -13,8 +13,8 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors, progress_enabled
 from edgekit.cli.options import JsonFlag, ModelOpt, SeedOpt
-from edgekit.errors import InputFileError, UsageError
-from edgekit.fileio import NotJSONError, loads_json
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.fileio import NotJSONError, loads_json
 
 
 def parse_settings(items: list[str]) -> dict:
@@ -202,7 +202,7 @@ def train_command(
     if not main:
         return
     if as_json:
-        from edgekit.info import manifest_summary
+        from edgekit.cli.describe import manifest_summary
 
         echo_json(manifest_summary(folder, manifest))
         return

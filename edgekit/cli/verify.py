@@ -41,11 +41,11 @@ def verify_command(
 
     Emulated timings are a functional check only, never device latency.
     """
-    from edgekit.errors import ParityError
-    from edgekit.fileio import ensure_writable_dir, write_json
+    from edgekit.core.errors import ParityError
+    from edgekit.core.fileio import ensure_writable_dir, write_json
 
     if json_out is not None:
-        from edgekit.outputs import check_report_paths
+        from edgekit.core.outputs import check_report_paths
 
         check_report_paths({"--json": json_out}, [bundle], {"--json": "json:edgekit.verify"})
         ensure_writable_dir(json_out.parent)
@@ -66,7 +66,7 @@ def verify_command(
         bench=not no_bench, serve=not no_serve, launcher=launcher, index_url=index_url, progress=None if quiet else _progress(), **options,
     )
     if json_out is not None:
-        from edgekit.outputs import check_report_paths
+        from edgekit.core.outputs import check_report_paths
 
         check_report_paths({"--json": json_out}, [bundle], {"--json": "json:edgekit.verify"})  # still not a user's file
         write_json(json_out, report.to_dict())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from edgekit.errors import unknown_name
+from edgekit.core.errors import unknown_name
 
 
 def _digits(split: str):

@@ -28,7 +28,7 @@ import numpy as np
 
 from edgekit.data.digits import ArraySplit
 from edgekit.data.tokenizer import Tokenizer, TokenizerSettings
-from edgekit.errors import EdgekitError, InputFileError, UsageError
+from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 
 CACHE_VERSION = 1
 SPLIT_SEED = 20240607
@@ -44,7 +44,7 @@ IGNORE_INDEX = -100  # target value for padding; cross-entropy skips it
 
 def cache_root() -> Path:
     """``$EDGEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``."""
-    from edgekit.cache import cache_root as root
+    from edgekit.core.cache import cache_root as root
 
     return root()
 
@@ -220,7 +220,7 @@ def load_text_corpus(
         tokenizer, splits = _tokenize(text, settings)
         try:
             if cache_dir is None:
-                from edgekit.cache import part_dir
+                from edgekit.core.cache import part_dir
 
                 part_dir("text")  # made tagged as edgekit's; refused where no cache may live
             if folder.exists():  # stale or damaged: move it aside, then rebuild

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import InputFileError, UsageError, unknown_name
+from edgekit.core.errors import InputFileError, UsageError, unknown_name
 
 PAD, UNK = "<pad>", "<unk>"
 PAD_ID, UNK_ID = 0, 1

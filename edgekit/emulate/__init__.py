@@ -15,7 +15,7 @@ Nothing here prints: progress goes to a callback, results come back as data.
 
 from __future__ import annotations
 
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 
 
 class EmulationError(EdgekitError):

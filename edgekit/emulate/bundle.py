@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 # {name}-{version}(-{build})?-{python tags}-{abi tags}-{platform tags}.whl (PEP 427)
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl\Z")
@@ -34,7 +34,7 @@ class Bundle:
 
 def open_bundle(path: str | Path) -> Bundle:
     """Read a bundle folder after checking every file against its SHA256SUMS."""
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.bundle import layout
     from edgekit.bundle.verify import verify_checksums
 

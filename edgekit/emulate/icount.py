@@ -35,7 +35,7 @@ from typing import Callable
 
 from edgekit.bench.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
 from edgekit.emulate import EmulationError
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 CLASSES = ("simd_fp", "integer", "load", "store", "branch", "other")
 DEFAULT_RUNS = 20

@@ -54,7 +54,7 @@ def find_header() -> Path:
 
 def plugin_library(qemu_version: str, progress=None) -> Path:
     """The compiled plugin for this qemu, built once and cached."""
-    from edgekit.cache import entry_dir
+    from edgekit.core.cache import entry_dir
 
     header = find_header()
     compiler = shutil.which("gcc") or shutil.which("cc")

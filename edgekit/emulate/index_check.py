@@ -132,7 +132,7 @@ def cuda_builds(report: dict) -> list[tuple[str, str, list[str]]]:
 def _dry_run(requirements: str, platform: str, python: str, timeout_s: float) -> dict:
     """pip's resolution of the pins for the board (metadata only: PEP 658), as its ``--report``."""
     from edgekit.bundle.requirements import NETWORK_SIGNS, family_text, platform_args
-    from edgekit.children import popen_kwargs
+    from edgekit.core.children import popen_kwargs
 
     with tempfile.TemporaryDirectory(prefix="edgekit-index-check-") as scratch:
         folder = Path(scratch)

@@ -31,7 +31,7 @@ from edgekit.emulate.report import (
     bundle_fields,
     check_batches,
 )
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 
 BENCH_RUNS = 10
 Progress = Callable[[str], None]

@@ -1,6 +1,6 @@
 """The cached arm64 Debian rootfs: built once with debootstrap, reused by every later run.
 
-Layout of the cache folder (default ``rootfs`` in ``edgekit.cache.cache_root()``: ``$EDGEKIT_CACHE_DIR``,
+Layout of the cache folder (default ``rootfs`` in ``edgekit.core.cache.cache_root()``: ``$EDGEKIT_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``)::
 
     bookworm-arm64-py3.11/              a complete rootfs, keyed by Debian release + its Python
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from edgekit.emulate import EmulationError
-from edgekit.errors import InputFileError, UsageError
-from edgekit.fileio import ensure_writable_dir, read_json, write_json
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.fileio import ensure_writable_dir, read_json, write_json
 
 DEFAULT_RELEASE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -53,7 +53,7 @@ class Rootfs:
 
 
 def default_cache_dir() -> Path:
-    from edgekit.cache import cache_root
+    from edgekit.core.cache import cache_root
 
     return cache_root() / "rootfs"
 
@@ -116,7 +116,7 @@ def ensure_rootfs(
     from edgekit.emulate.process import last_error, run_streamed
 
     if Path(cache_dir).absolute() == default_cache_dir().absolute():
-        from edgekit.cache import part_dir
+        from edgekit.core.cache import part_dir
 
         cache_dir = part_dir("rootfs").absolute()  # tagged as edgekit's (so `edgekit cache --clear` may remove it)
     else:

@@ -32,8 +32,8 @@ from typing import Callable, Sequence
 from edgekit.emulate import EmulationError
 from edgekit.emulate.chroot import NOISE, Launcher
 from edgekit.emulate.venv_cache import MARKER, VENVS_DIR  # re-exported: where the venvs live
-from edgekit.errors import UsageError
-from edgekit.fileio import write_json
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import write_json
 
 HOST_CA = "/etc/edgekit/host-ca.crt"
 PIP_WHEELS = "usr/share/python-wheels"

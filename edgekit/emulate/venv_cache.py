@@ -8,7 +8,7 @@ least recently used ones beyond ``EDGEKIT_EMULATE_MAX_VENVS`` (default 6) or bey
 another run is building (its ``.<hash>.lock``) or using (``.<hash>.use``, held shared for as long as
 a process uses it) is never removed; nor is the one this run uses.
 
-Stdlib and ``edgekit.fileio`` only: ``edgekit.cache`` lists these venvs (``edgekit cache``)
+Stdlib and ``edgekit.core.fileio`` only: ``edgekit.core.cache`` lists these venvs (``edgekit cache``)
 without importing the rest of the emulation package.
 """
 
@@ -100,7 +100,7 @@ def now() -> str:
 
 def mark_used(venv_dir: Path) -> None:
     """Record that a run uses this venv now (its place in the least-recently-used order)."""
-    from edgekit.fileio import write_json
+    from edgekit.core.fileio import write_json
 
     marker = read_marker(venv_dir / MARKER)
     if marker:
@@ -128,7 +128,7 @@ def release_all() -> None:
 
 def limits() -> tuple[int, int]:
     """(most venvs, most bytes in all) from the environment, else the defaults; a bad value is a UsageError."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     count_text = os.environ.get(MAX_VENVS_ENV, "").strip()
     gb_text = os.environ.get(MAX_GB_ENV, "").strip()
@@ -192,7 +192,7 @@ def _remove_if_free(rootfs: Path, victim: VenvEntry) -> bool:
 
 def tree_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (links not followed)."""
-    from edgekit.fileio import tree_size
+    from edgekit.core.fileio import tree_size
 
     return tree_size(path)[0]
 

@@ -36,7 +36,7 @@ from edgekit.emulate.report import (
     check_batches,
 )
 from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 
 PROBE_DIR = "probe"  # the host's board package and its probe entry, in a folder of the work dir
 LAUNCHERS = ("auto", "binfmt", "interpreter")
@@ -104,7 +104,7 @@ def verify_emulated(
         if index_url is not None:
             raise UsageError("--index-url applies to Python bundles; a native bundle installs nothing")
         if "llm" in bundle.info:  # a language model: its greedy ids, not outputs on reference inputs
-            from edgekit.emulate.llm import verify_llm
+            from edgekit.llm.emulated import verify_llm
 
             return verify_llm(bundle, cache_dir=cache, release=release, timeout_s=timeout_s, progress=progress,
                               notes=notes)
@@ -217,7 +217,7 @@ def verify_emulated(
 
 
 def _check_settings(timeout_s: float, atol: float, launcher: str) -> None:
-    from edgekit.bounds import check_timeout
+    from edgekit.core.bounds import check_timeout
 
     check_timeout(timeout_s)
     if not isinstance(atol, (int, float)) or not math.isfinite(atol) or atol < 0:
@@ -228,7 +228,7 @@ def _check_settings(timeout_s: float, atol: float, launcher: str) -> None:
 
 def _target_core(bundle, notes: list[str]) -> tuple[str, int]:
     """(the target's CPU core, its thread count); a target unknown here leaves the core unnamed."""
-    from edgekit.targets import load_target
+    from edgekit.core.targets import load_target
 
     threads = int(bundle.info.get("threads") or 1)
     try:

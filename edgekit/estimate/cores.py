@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 from edgekit.estimate.costmodel import CLASSES, CoreModel, Estimate
 
 
@@ -63,7 +63,7 @@ def for_target(target, classes: Mapping[str, float], threads: int | None = None,
 
 
 def write_cores(path: Path, models: Mapping[str, CoreModel], header: str) -> None:
-    from edgekit.fileio import write_text
+    from edgekit.core.fileio import write_text
 
     groups = next(iter(models.values())).groups
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 ROLES = ("fit", "check", "aside")  # aside: shown with its error, in neither the fit nor the medians (why: in the file)
 SOURCE_KEYS = ("runtime", "repo", "path", "commit", "url", "statistic")

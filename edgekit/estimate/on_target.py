@@ -87,7 +87,7 @@ class Counter:
         from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
         from edgekit.emulate.icount import count_per_run
         from edgekit.emulate.icount_plugin import plugin_qemu
-        from edgekit.errors import EdgekitError
+        from edgekit.core.errors import EdgekitError
 
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgekit.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
+from edgekit.core.errors import InputFileError, UsageError
 from edgekit.formats import onnx_export
-from edgekit.outputs import commit_dir
-from edgekit.targets import Target, load_target
+from edgekit.core.outputs import commit_dir
+from edgekit.core.targets import Target, load_target
 
 TORCHSCRIPT_MODES = ("trace", "script")
 
@@ -85,7 +85,7 @@ def export(
             target=target.name,
         )
         if manifest.task.get("type") == "language-modeling":  # generate/serve need the vocabulary
-            from edgekit.models.lm_runtime import carry_tokenizer
+            from edgekit.llm.lm_runtime import carry_tokenizer
 
             carry_tokenizer(result.parent, work)
         result = finalize(result, work)
@@ -183,7 +183,7 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
 def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
                 float_accuracy, family) -> ModelFile:
     from edgekit import formats as table
-    from edgekit.evaluation import task_accuracy
+    from edgekit.fidelity.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
     from edgekit.formats.request import FloatExport
     from edgekit.sources.onnx_exporter import preferred_exporter
@@ -233,8 +233,8 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
 
 def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data, cases) -> ModelFile:
     from edgekit import formats as table
-    from edgekit.errors import ParityError
-    from edgekit.evaluation import task_accuracy
+    from edgekit.core.errors import ParityError
+    from edgekit.fidelity.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
     from edgekit.formats.request import QuantizedCopy
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.errors import EdgekitError, InputFileError, ParityError
+from edgekit.core.errors import EdgekitError, InputFileError, ParityError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.compare import compare_batches, compare_streams
 from edgekit.fidelity.metrics import headline
@@ -35,7 +35,7 @@ def runtime_runner(fmt: str, path: Path, names: list[str], engine: str | None = 
     """``run(feed) -> every output`` of the model file at ``path`` in the board's runtime for ``fmt``."""
     from edgekit.board.errors import BoardError
     from edgekit.board.runtimes import open_model
-    from edgekit.errors import InputFileError, first_line
+    from edgekit.core.errors import InputFileError, first_line
 
     try:
         runtime = open_model(fmt, path, None, engine)  # threads as this process has them (torch trains here too)
@@ -231,13 +231,13 @@ def _streams(job, settings: ev.EvalSettings, pairs, axes: dict | None = None):
         for index in range(SYNTHETIC_STREAMS):
             yield _synthetic_stream(specs, np.random.default_rng(1000 + index))
         return
-    from edgekit.limits import calibration_files
+    from edgekit.core.limits import calibration_files
     from edgekit.quantize.calibration.data import SUFFIXES, CalibrationSet
 
     path = Path(settings.data)
     files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)
     if not files or any(f.suffix not in SUFFIXES for f in files):
-        from edgekit.errors import UsageError
+        from edgekit.core.errors import UsageError
 
         raise UsageError(f"evaluation data {path} for a stateful model must be .npy/.npz arrays: each file one "
                          f"stream, its rows the calls in order")

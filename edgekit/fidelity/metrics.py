@@ -130,7 +130,7 @@ class OutputFidelity:
         ref = np.asarray(reference, dtype=np.float64)
         got = np.asarray(candidate, dtype=np.float64)
         if ref.shape != got.shape:
-            from edgekit.errors import ParityError
+            from edgekit.core.errors import ParityError
 
             raise ParityError(f"output {self.name!r}: shape {got.shape} != the float model's {ref.shape}")
         if not np.isfinite(got).all():

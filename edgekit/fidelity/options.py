@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.metrics import KINDS
 
@@ -66,7 +66,7 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
         raise UsageError(f"--output-kind {unknown[0]}=...: {src.label} has no output {unknown[0]!r} "
                          f"(outputs: {', '.join(src.outputs)})")
     if settings.data is not None:
-        from edgekit.errors import InputFileError
+        from edgekit.core.errors import InputFileError
         from edgekit.quantize.calibration.data import calibration_kind
 
         if not settings.data.exists():

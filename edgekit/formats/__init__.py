@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 ENTRY_POINTS = "edgekit.formats"  # plug-in formats: modules that call register()
 _ENTRY_LINE = re.compile(r"^FORMAT = register\(", re.MULTILINE)
@@ -200,7 +200,7 @@ def _load() -> dict[str, Format]:
     module imported first registers only itself)."""
     if not _LOADED:
         builtin = [importlib.import_module(f"{__name__}.{name}").FORMAT for name in _builtin_modules()]
-        from edgekit.plugins import load_plugins
+        from edgekit.core.plugins import load_plugins
 
         load_plugins(ENTRY_POINTS, "format")
         ordered = {entry.name: entry for entry in sorted(builtin, key=lambda entry: entry.host.table_order)}

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from edgekit.errors import first_line
+from edgekit.core.errors import first_line
 from edgekit.formats import Board, Files, Format, Host, Quantization, register
 
 FORMAT = register(Format(
@@ -174,7 +174,7 @@ def export_program(model, examples: tuple, inputs):
     """``torch.export`` with the inputs' dynamic axes; a model that cannot be exported is a one-line error."""
     import torch
 
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     if not isinstance(model, torch.fx.GraphModule):  # a PT2E graph is already in eval form, and refuses eval()
         model = model.eval()
@@ -201,8 +201,8 @@ def lower(program, path: Path, provenance: dict, in_place_buffers: bool = False)
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
-    from edgekit.errors import EdgekitError
-    from edgekit.fileio import atomic_path
+    from edgekit.core.errors import EdgekitError
+    from edgekit.core.fileio import atomic_path
 
     try:
         edge = to_edge_transform_and_lower(
@@ -256,7 +256,7 @@ def copy_quantized(request) -> dict:
 
 
 def check_file(path: Path) -> None:
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     with open(path, "rb") as fh:
         head = fh.read(8)
@@ -265,7 +265,7 @@ def check_file(path: Path) -> None:
 
 
 def load_method(path: Path):
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     check_file(path)
     try:
@@ -279,7 +279,7 @@ def read_provenance(path: Path) -> dict:
     program = _load_program(Path(path))
     if PROVENANCE_METHOD not in {program.get_method_name(i) for i in range(program.num_methods())}:
         return {}
-    from edgekit.fileio import loads_json
+    from edgekit.core.fileio import loads_json
 
     return loads_json(Method(program, PROVENANCE_METHOD).execute([])[0], f"provenance of {path}")
 
@@ -287,7 +287,7 @@ def read_provenance(path: Path) -> dict:
 def predictor(path, details: dict | None = None, threads: int = 1):
     """numpy in, numpy out, through the board's ExecuTorch runtime; batches past the program's bound
     run in chunks."""
-    from edgekit import evaluation
+    from edgekit.fidelity import evaluation
 
     check_file(Path(path))
     return evaluation.board_predictor(FORMAT.name, path, threads)

@@ -36,7 +36,7 @@ def data_files(path: Path) -> list[str]:
 
 
 def _check_inputs(inputs) -> None:
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     for spec in inputs:
         if spec.dtype != "float32" or not 2 <= len(spec.shape) <= 5:
@@ -52,8 +52,8 @@ def convert(model, examples: tuple, inputs, path: Path) -> dict:
     import pnnx
     import torch
 
-    from edgekit.errors import EdgekitError, UsageError, first_line
-    from edgekit.fileio import atomic_path
+    from edgekit.core.errors import EdgekitError, UsageError, first_line
+    from edgekit.core.fileio import atomic_path
 
     _check_inputs(inputs)
     single = tuple(example[:1].contiguous() for example in examples)  # ncnn blobs carry one sample
@@ -144,7 +144,7 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit.fileio import atomic_path
+    from edgekit.core.fileio import atomic_path
 
     check_file(request.source)
     with atomic_path(data_file(request.path)) as tmp:
@@ -155,7 +155,7 @@ def copy_quantized(request) -> dict:
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
-    from edgekit import evaluation
+    from edgekit.fidelity import evaluation
 
     check_file(Path(path))
     return evaluation.board_predictor(FORMAT.name, path, threads)
@@ -164,7 +164,7 @@ def predictor(path, details: dict | None = None, threads: int = 1):
 def check_file(path) -> None:
     from edgekit.board.errors import BoardError
     from edgekit.board.runtimes.ncnn_runtime import check_param
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     try:
         check_param(Path(path))

@@ -31,7 +31,7 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
     from edgekit.formats import onnx_export
 
     details = dict(request.details)
@@ -47,14 +47,14 @@ def copy_quantized(request) -> dict:
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
-    from edgekit import evaluation
+    from edgekit.fidelity import evaluation
 
     return evaluation.board_predictor(FORMAT.name, path, threads)
 
 
 def data_files(path) -> list[str]:
     """The external data files the graph names (beside it)."""
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     return onnx_files.data_files(path)
 

@@ -10,7 +10,7 @@ torch.export. The exporter used, and why, is recorded in the artifact.
 
 Either exporter writes into a scratch folder first (over 2 GB the TorchScript route writes one
 file per tensor); the model is then saved as ``model.onnx``, plus ``model.onnx.data`` when it
-needs (or is asked for) external data: see ``edgekit.onnx_files``.
+needs (or is asked for) external data: see ``edgekit.core.onnx_files``.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from edgekit.artifacts import InputSpec
-from edgekit.errors import EdgekitError, UsageError, first_line
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.errors import EdgekitError, UsageError, first_line
 
 ROUTES = ("torchscript", "dynamo")
 CHOICES = ("auto", *ROUTES)
-MIN_OPSET, MAX_OPSET = 7, 23  # the range target profiles may ask for (edgekit.targets)
+MIN_OPSET, MAX_OPSET = 7, 23  # the range target profiles may ask for (edgekit.core.targets)
 OTHER_WHY = "the TorchScript exporter first; torch.export when it cannot export the model"
 DEFAULT_PREFERENCE = (ROUTES[0], OTHER_WHY)  # (exporter, why) "auto" tries first when the caller prefers none
 
@@ -134,7 +134,7 @@ def check_route(route: str) -> str:
 def _export_checked(model, example_inputs, inputs, outputs, path, opset, route, provenance, external_data) -> list[str]:
     import tempfile
 
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     try:
         with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=path.parent) as scratch:
@@ -216,7 +216,7 @@ def _export(model, example_inputs, inputs, outputs, path, opset, route) -> None:
 def add_metadata(path: Path, provenance: dict, external_data: bool | None = None) -> list[str]:
     """Embed provenance in the model's metadata_props (rewrites the file in place); returns the
     external data file names. ``external_data`` None keeps the model's current layout."""
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     model, had = onnx_files.read(path)
     onnx_files.attach_data(model, path)
@@ -243,8 +243,8 @@ def check_model(path: Path) -> None:
     """onnx.checker and shape inference must pass on every exported model."""
     import onnx
 
-    from edgekit import onnx_files
-    from edgekit.errors import InputFileError
+    from edgekit.core import onnx_files
+    from edgekit.core.errors import InputFileError
 
     onnx_files.data_files(path)  # external data outside the model's folder: refused by edgekit's rule first
     try:
@@ -268,8 +268,8 @@ def optimize_offline(path: Path, level: str = "extended") -> str:
 
     import onnxruntime as ort
 
-    from edgekit import onnx_files
-    from edgekit.errors import EdgekitError
+    from edgekit.core import onnx_files
+    from edgekit.core.errors import EdgekitError
 
     levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}
     had = onnx_files.data_files(path)

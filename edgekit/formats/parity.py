@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.errors import ParityError
+from edgekit.core.errors import ParityError
 
 FLOAT_ATOL = 1e-4
 FLOAT_RTOL = 1e-3
@@ -40,7 +40,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:
 
 def every_output(predict):
     """The board predictor ``predict`` (``predictor_for``'s) returning every output, in the model's order."""
-    from edgekit.evaluation import as_arrays
+    from edgekit.fidelity.evaluation import as_arrays
 
     runtime = predict.runtime
 

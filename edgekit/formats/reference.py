@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifacts import InputSpec
-from edgekit.fileio import atomic_path
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.fileio import atomic_path
 
 REFERENCE_FILE = "reference.npz"
 # An input name is everything after "input/": ONNX names are arbitrary strings ("gpu_0/data_0"),
@@ -123,7 +123,7 @@ def output_arrays(batch: int, outputs) -> dict[str, np.ndarray]:
     """The reference file's arrays for the outputs of one batch (a list, or one array)."""
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     if not outputs:
-        from edgekit.errors import InputFileError
+        from edgekit.core.errors import InputFileError
 
         raise InputFileError("the float model returned no tensor output to hold the exports to")
     arrays = {f"b{batch}/output": np.asarray(outputs[0], dtype=np.float32)}
@@ -135,8 +135,8 @@ def output_arrays(batch: int, outputs) -> dict[str, np.ndarray]:
 def read_reference(path: Path, every_output: bool = False) -> dict[int, tuple[dict[str, np.ndarray], object]]:
     """{batch: (inputs by name, float outputs)}: the first output as an array, or with
     ``every_output`` the list of every output the file holds (one, in files written before)."""
-    from edgekit.errors import InputFileError
-    from edgekit.fileio import read_npz
+    from edgekit.core.errors import InputFileError
+    from edgekit.core.fileio import read_npz
 
     items = read_npz(path, "reference data")  # strict: no pickles, no zip bombs, headers match their bytes
     cases: dict[int, tuple[dict, dict]] = {}

@@ -48,7 +48,7 @@ def quiet():
 
 
 def _check_inputs(inputs) -> None:
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     for spec in inputs:
         if spec.dtype != "float32":
@@ -64,8 +64,8 @@ def convert(program_or_model, examples: tuple, inputs, path: Path, quant_config=
     """``program_or_model`` converted at batch 1 and written as ``path``; the converter's facts."""
     import tempfile
 
-    from edgekit.errors import EdgekitError, first_line
-    from edgekit.fileio import atomic_path
+    from edgekit.core.errors import EdgekitError, first_line
+    from edgekit.core.fileio import atomic_path
 
     _check_inputs(inputs)
     with quiet():
@@ -94,7 +94,7 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit.fileio import atomic_path
+    from edgekit.core.fileio import atomic_path
 
     check_file(request.source)
     with atomic_path(request.path) as tmp:
@@ -103,14 +103,14 @@ def copy_quantized(request) -> dict:
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
-    from edgekit import evaluation
+    from edgekit.fidelity import evaluation
 
     check_file(Path(path))
     return evaluation.board_predictor(FORMAT.name, path, threads)
 
 
 def check_file(path) -> None:
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     with open(path, "rb") as fh:
         head = fh.read(8)

@@ -27,7 +27,7 @@ MODES = ("trace", "script")
 
 
 def export_float(model, request) -> dict:
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.formats import torchscript_backend
 
     mode = request.torchscript_mode
@@ -50,7 +50,7 @@ def copy_quantized(request) -> dict:
 
 def predictor(path, details: dict | None = None, threads: int = 1):
     """torch's thread settings are this process's: left as they are (the host trains here too)."""
-    from edgekit import evaluation
+    from edgekit.fidelity import evaluation
 
     return evaluation.board_predictor(FORMAT.name, path, None, (details or {}).get("quantized_engine"))
 
@@ -58,7 +58,7 @@ def predictor(path, details: dict | None = None, threads: int = 1):
 def check_file(path) -> None:
     import zipfile
 
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     if not zipfile.is_zipfile(path):
         raise InputFileError(f"{path} is not a TorchScript model (not a zip archive)")

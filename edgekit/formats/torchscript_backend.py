@@ -40,7 +40,7 @@ def script(model, freeze: bool = True, label: str = "model"):
     """``torch.jit.script`` (keeps data-dependent control flow that tracing would bake in)."""
     import torch
 
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     try:
         with quiet():
@@ -70,7 +70,7 @@ def load_torchscript(path, engine: str | None = None):
     """Load a TorchScript file on CPU; ``engine`` must be set before int8 weights are unpacked."""
     import torch
 
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     check_file(path)
     if engine:
@@ -87,8 +87,8 @@ def load_torchscript(path, engine: str | None = None):
 def check_file(path) -> None:
     """A TorchScript file is a zip archive: anything else (a GGUF, a pickle, an image named .pt) is
     refused naming what it is before torch's reader is handed it."""
-    from edgekit.errors import InputFileError
-    from edgekit.fileio import signature_kind
+    from edgekit.core.errors import InputFileError
+    from edgekit.core.fileio import signature_kind
 
     try:
         with open(path, "rb") as fh:
@@ -108,6 +108,6 @@ def read_provenance(path) -> dict:
     extra = {PROVENANCE_KEY: ""}
     with quiet():
         torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    from edgekit.fileio import loads_json
+    from edgekit.core.fileio import loads_json
 
     return loads_json(extra[PROVENANCE_KEY] or "{}", f"provenance of {path}")

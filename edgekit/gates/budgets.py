@@ -49,13 +49,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 from edgekit.gates.device import Device
 from edgekit.gates.units import METRIC_BY_KEY, METRICS, Metric, get_metric, parse_limit, parse_regression
-from edgekit.targets import BUDGET_KEYS
+from edgekit.core.targets import BUDGET_KEYS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from edgekit.targets import Target
+    from edgekit.core.targets import Target
 
 PROJECT_FILE = "edgekit.toml"
 PYPROJECT_FILE = "pyproject.toml"
@@ -210,7 +210,7 @@ class Budgets:
 
     @classmethod
     def from_target(cls, target: "str | os.PathLike | Target") -> "Budgets":
-        from edgekit.targets import Target, load_target
+        from edgekit.core.targets import Target, load_target
 
         if not isinstance(target, Target):
             target = load_target(target)
@@ -227,7 +227,7 @@ MAX_PROJECT_FILE_BYTES = 4 << 20
 
 
 def _read_toml(path: Path) -> dict:
-    from edgekit.fileio import read_toml
+    from edgekit.core.fileio import read_toml
 
     return read_toml(path, "budget config file", max_bytes=MAX_PROJECT_FILE_BYTES)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.bench.result import BenchResult
-    from edgekit.targets import Target
+    from edgekit.core.targets import Target
 
 LATENCY_METRICS = ("p50", "p99", "ttft", "decode_tps")  # timings: held only where measured on the board
 EMULATED_REASON = "measured under emulation (QEMU): its timings are not the board's latency"

@@ -32,7 +32,7 @@ import math
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.gates.fidelity import FIDELITY_METRICS, fidelity_measure
 from edgekit.gates.regression import (  # noqa: F401 - match_baseline, noise_band, timing_sigma: public here too
     DEFAULT_MIN_DELTA_MS,
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import os
 
     from edgekit.bench.result import BenchResult
-    from edgekit.targets import Target
+    from edgekit.core.targets import Target
 
 REL_TOL = 1e-9
 
@@ -386,7 +386,7 @@ def gate_results(
 
 def raise_for_status(report: GateReport) -> GateReport:
     """Raise GateFailed (exit code 3) when a check failed; return the report otherwise."""
-    from edgekit.errors import GateFailed
+    from edgekit.core.errors import GateFailed
     from edgekit.gates.report import verdict
 
     if not report.passed:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.bench.result import BenchResult

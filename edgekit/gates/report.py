@@ -1,6 +1,6 @@
 """Render a GateReport: Markdown (for ``$GITHUB_STEP_SUMMARY``), JUnit XML, versioned JSON, and
 plain rows for a terminal table. Every function returns text or data; none prints or writes.
-Markdown and JUnit XML carry edgekit's generator comment (``edgekit.outputs.generator_mark``), the
+Markdown and JUnit XML carry edgekit's generator comment (``edgekit.core.outputs.generator_mark``), the
 JSON its schema: what lets a later run replace its own report and refuse a user's file."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def status_text(check: Check, emoji: bool = False) -> str:
 def verdict(report: GateReport) -> str:
     """One line: ``gate passed: 9 of 10 checks passed, 1 skipped for 2 models`` or
     ``gate failed: 2 of 10 checks failed for 2 models (a: size 4.20 MB > 4.00 MB; ...)``."""
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     counts = report.counts
     skipped = f", {counts['skipped']} skipped" if counts["skipped"] else ""
@@ -76,7 +76,7 @@ class Row:
 def table_rows(report: GateReport) -> list[Row]:
     """Cells as text a terminal shows and never obeys: names and sources come from result and
     budget files, so control characters (ESC, OSC) in them are escaped."""
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     return [
         Row(tuple(safe_text(cell) for cell in (c.model, c.label, fmt_measured(c), fmt_limit(c), c.source, status_text(c))),
@@ -89,7 +89,7 @@ def table_rows(report: GateReport) -> list[Row]:
 
 
 def _md_cell(text: str) -> str:
-    from edgekit.outputs import safe_text
+    from edgekit.core.outputs import safe_text
 
     text = safe_text(" ".join(str(text).split()))  # no newlines inside a row; ESC/OSC shown, never sent
     for char, escaped in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("`", "\\`")):
@@ -118,12 +118,12 @@ def to_markdown(report: GateReport, title: str = "edgekit gate") -> str:
         lines += ["**Notes**", ""]
         lines += [f"- {_md_cell(note)}" for note in report.notes]
         lines.append("")
-    lines += [_mark("markdown"), ""]  # hidden when rendered; proves the file is edgekit's (edgekit.outputs)
+    lines += [_mark("markdown"), ""]  # hidden when rendered; proves the file is edgekit's (edgekit.core.outputs)
     return "\n".join(lines)
 
 
 def _mark(fmt: str) -> str:
-    from edgekit.outputs import generator_mark
+    from edgekit.core.outputs import generator_mark
 
     return generator_mark(fmt)
 

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from edgekit.errors import UsageError
-from edgekit.targets import BUDGET_KEYS
+from edgekit.core.errors import UsageError
+from edgekit.core.targets import BUDGET_KEYS
 
 _MB = 1.0
 _SIZE_UNITS = {

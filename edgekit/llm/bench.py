@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 
 PROMPT_TOKENS = 128
 NEW_TOKENS = 128
@@ -55,7 +55,7 @@ def check_settings(prompt_tokens: int, new_tokens: int, processes: int) -> None:
 
 def llm_models(paths, fmt: str | None = None) -> list[LLMModel]:
     """The language-model artifacts among ``paths`` (folders or their model files); [] when none is one."""
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.llm.cached import is_cached_family
 
     from edgekit.llm.cached import is_llm_artifact, program_format
@@ -98,7 +98,7 @@ def bench_llms(models: list[LLMModel], threads: int, prompt_tokens: int = PROMPT
 
 
 def _run_worker(model: LLMModel, threads: int, prompt_tokens: int, new_tokens: int) -> dict:
-    from edgekit.children import popen_kwargs
+    from edgekit.core.children import popen_kwargs
 
     request = {"folder": str(model.folder), "format": model.format, "threads": threads,
                "prompt_tokens": prompt_tokens, "new_tokens": new_tokens}
@@ -203,10 +203,10 @@ def _request(lm, prompt: list[int], new_tokens: int) -> dict:
 def worker(request: dict) -> dict:
     import time
 
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
     from edgekit.llm.quality import heldout_text
-    from edgekit.models.lm_runtime import load_llm_text
+    from edgekit.llm.lm_runtime import load_llm_text
 
     before = _vm("VmRSS")
     folder, manifest = load_manifest(request["folder"])

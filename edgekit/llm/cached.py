@@ -1,7 +1,7 @@
 """A language model that keeps its KV cache between calls, from any artifact that holds one.
 
 ``generate``, ``serve`` and ``bench`` run a Llama-family model through one interface whatever
-the file: the checkpoint (edgekit's torch module, ``edgekit.models.llama``) or an ExecuTorch
+the file: the checkpoint (edgekit's torch module, ``edgekit.llm.models.llama``) or an ExecuTorch
 program exported with its cache (``edgekit.llm.program``). ``feed(ids, start)`` runs ``ids`` at
 positions ``start, start+1, ...`` (a prompt's prefill, or one decode token) and returns the
 next token's float32 logits; what was fed at earlier positions stays in the cache.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 LLAMA = "llama"  # the zoo name of the model family that runs with a cache
 
@@ -72,8 +72,8 @@ def is_llm_artifact(source) -> bool:
     """``source`` is an artifact folder (or its manifest) of a model that runs with a KV cache.
 
     Read without verifying anything: a broken or hostile manifest is the normal route's to report."""
-    from edgekit.artifacts import MANIFEST_NAME
-    from edgekit.fileio import read_json
+    from edgekit.core.artifacts import MANIFEST_NAME
+    from edgekit.core.fileio import read_json
 
     path = Path(str(source))
     manifest = path if path.name == MANIFEST_NAME else path / MANIFEST_NAME
@@ -87,7 +87,7 @@ def is_llm_artifact(source) -> bool:
 
 
 def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "fp32") -> CachedLM:
-    """A ``edgekit.models.llama.Llama`` module (eval mode) as a ``CachedLM``."""
+    """A ``edgekit.llm.models.llama.Llama`` module (eval mode) as a ``CachedLM``."""
     import torch
 
     where = next(model.parameters()).device
@@ -139,7 +139,7 @@ def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | N
                 device: str = "cpu") -> CachedLM:
     """The artifact's cached language model: its ``.pte`` program or, by default when the artifact
     has one, its checkpoint."""
-    from edgekit.artifacts import CHECKPOINT
+    from edgekit.core.artifacts import CHECKPOINT
 
     if not is_cached_family(manifest):
         raise UsageError(f"{folder} holds {manifest.model.get('name')}, not a model that runs with a KV cache")
@@ -158,7 +158,7 @@ def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | N
     import torch
 
     from edgekit.sources.checkpoint import load_model_from_artifact
-    from edgekit.device import select_device
+    from edgekit.core.device import select_device
 
     if threads:
         torch.set_num_threads(threads)

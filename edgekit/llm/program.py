@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 PRECISIONS = ("fp32", "int8", "int4")
 DEFAULT_GROUP_SIZE = 32
@@ -55,7 +55,7 @@ def load_runtime_kernels() -> None:
 
     import torch
 
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
     from edgekit.formats.executorch import native
 
     native()  # the runtime first: the libraries register into it
@@ -114,7 +114,7 @@ class Int8Embedding:
 
 
 def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE) -> dict:
-    """Quantize ``model`` (an ``edgekit.models.llama.Llama``) in place for export; what was done."""
+    """Quantize ``model`` (an ``edgekit.llm.models.llama.Llama``) in place for export; what was done."""
     import torch
 
     if precision == "fp32":
@@ -165,9 +165,9 @@ def export_program(model, precision: str, path: Path, provenance: dict, group_si
     """Quantize (in place), export and lower ``model`` to ``path``; the file's details for the manifest."""
     import torch
 
-    from edgekit.errors import EdgekitError, first_line
+    from edgekit.core.errors import EdgekitError, first_line
     from edgekit.formats import executorch
-    from edgekit.models.llama import CachedStep
+    from edgekit.llm.models.llama import CachedStep
 
     say = progress or (lambda message: None)
     check_settings(precision, group_size, model.tok_embeddings.embedding_dim,

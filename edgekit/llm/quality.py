@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 HELDOUT_DISTRIBUTION = "torch"
 MAX_TEXT_BYTES = 1 << 20
@@ -43,7 +43,7 @@ class Quality:
 def heldout_text(path: Path | None = None) -> tuple[str, str]:
     """(text, where it came from): ``path``, else the installed torch's long description."""
     if path is not None:
-        from edgekit.fileio import read_regular
+        from edgekit.core.fileio import read_regular
 
         raw = read_regular(Path(path), MAX_TEXT_BYTES)
         where = str(path)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgekit.errors import UsageError, unknown_name
+from edgekit.core.errors import UsageError, unknown_name
 
 _ATTENTION: dict[str, type["SelfAttention"]] = {}
 

@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from edgekit.artifacts import InputSpec
-from edgekit.bounds import model_size_problem
-from edgekit.errors import UsageError, unknown_name
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.bounds import model_size_problem
+from edgekit.core.errors import UsageError, unknown_name
 
 # Modules that register zoo models on import; listed so `model_names()` needs no torch import.
 _ZOO_MODULES = {
@@ -19,7 +19,7 @@ _ZOO_MODULES = {
     "transformer-lm": "edgekit.models.transformer",
     "transformer-classifier": "edgekit.models.transformer",
     "lstm-lm": "edgekit.models.lstm_lm",
-    "llama": "edgekit.models.families",
+    "llama": "edgekit.llm.models.families",
 }
 
 

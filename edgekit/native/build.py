@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit._version import __version__
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 from edgekit.native.toolchain import Toolchain, find_toolchain
 from edgekit.native.wheel import ExecutorchDist, executorch_dist
 
@@ -123,7 +123,7 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
     toolchain = find_toolchain(arch)  # a missing compiler is one line naming its package, before any download
     dist = executorch_dist(arch, progress)
     key = _key(toolchain, dist, cpu)
-    from edgekit.cache import entry_dir
+    from edgekit.core.cache import entry_dir
 
     entry = entry_dir("native", f"runner-{arch}-{key}")
     runner = NativeRunner(entry, arch, cpu, key, toolchain, dist)
@@ -146,7 +146,7 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
                 elif final.exists() or final.is_symlink():
                     final.unlink()
                 os.replace(Path(tmp) / name, final)
-        from edgekit.fileio import write_json
+        from edgekit.core.fileio import write_json
 
         write_json(entry / BUILT, {"schema": "edgekit.native-build", "key": key, "arch": arch, "cpu": cpu,
                                    "compiler": toolchain.version, "executorch_version": dist.version,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.native.build import KERNELS, LINKED, NativeRunner
 from edgekit.native.program import read_methods
 

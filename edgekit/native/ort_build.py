@@ -70,7 +70,7 @@ def build_ort_runner(arch: str, cpu: str | None = None, progress: Progress | Non
     include = ort_include(progress)
     api = api_version(include) or 0
     key = _key(toolchain, dist, include, cpu)
-    from edgekit.cache import entry_dir
+    from edgekit.core.cache import entry_dir
 
     entry = entry_dir("native", f"{ENTRY_PREFIX}-{arch}-{key}")
     runner = OrtRunner(entry, arch, cpu, key, toolchain, dist, api)
@@ -93,7 +93,7 @@ def build_ort_runner(arch: str, cpu: str | None = None, progress: Progress | Non
                 elif final.exists() or final.is_symlink():
                     final.unlink()
                 os.replace(Path(tmp) / name, final)
-        from edgekit.fileio import write_json
+        from edgekit.core.fileio import write_json
 
         write_json(entry / BUILT, {"schema": "edgekit.native-build", "backend": BACKEND, "key": key, "arch": arch,
                                    "cpu": cpu, "compiler": toolchain.version, "onnxruntime_version": dist.version,

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 
 HEADER = "onnxruntime_c_api.h"
 API_VERSION = 21  # what ort_library.cpp asks GetApi for
@@ -48,7 +48,7 @@ def ort_include(progress: Progress | None = None) -> Path:
     progress = progress or (lambda message: None)
     if (api_version(SYSTEM_INCLUDE) or 0) >= API_VERSION:
         return SYSTEM_INCLUDE
-    from edgekit.cache import entry_dir
+    from edgekit.core.cache import entry_dir
 
     entry = entry_dir("native", f"onnxruntime-headers-{SUITE}")
     include = entry / "include"
@@ -111,7 +111,7 @@ def _fetch(entry: Path, progress: Progress) -> None:
         if final.exists():
             shutil.rmtree(final)
         os.replace(staged, final)
-        from edgekit.fileio import write_json
+        from edgekit.core.fileio import write_json
 
         write_json(entry / READY, {"schema": "edgekit.onnxruntime-headers", "package": debs[0].name,
                                    "suite": SUITE, "api_version": version})

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.native.toolchain import host_arch
 from edgekit.native.wheel import PLATFORMS, PYTHON_TAG, download, unpack_pinned
 
@@ -81,7 +81,7 @@ def _installed(version: str, arch: str) -> OrtDist | None:
 
 
 def _unpacked(version: str, arch: str, progress: Progress) -> OrtDist:
-    from edgekit.cache import entry_dir
+    from edgekit.core.cache import entry_dir
 
     platform = PLATFORMS[arch]
     entry = entry_dir("native", f"{DIST}-{version}-{PYTHON_TAG}-{platform}")
@@ -92,7 +92,7 @@ def _unpacked(version: str, arch: str, progress: Progress) -> OrtDist:
     known = KNOWN_SHA256.get((version, platform))
     digest = unpack_pinned(wheel, entry, known, lambda dest: _extract(wheel, version, dest),
                            f"ONNX Runtime's library from {wheel.name}", progress)
-    from edgekit.fileio import write_json
+    from edgekit.core.fileio import write_json
 
     write_json(entry / READY, {"schema": "edgekit.native-onnxruntime", "version": version, "platform": platform,
                                "wheel": wheel.name, "sha256": digest, "pinned": known is not None})

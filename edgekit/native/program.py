@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 MAX_PROGRAM_BYTES = 4 << 30
 MAX_ITEMS = 1 << 20

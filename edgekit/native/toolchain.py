@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 
 # arch -> (cross compiler, the Debian package that installs it, the cross toolchain's libc for qemu -L)
 CROSS = {

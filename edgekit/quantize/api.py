@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from edgekit.artifacts import Manifest
-from edgekit.errors import UsageError
-from edgekit.outputs import commit_dir
+from edgekit.core.artifacts import Manifest
+from edgekit.core.errors import UsageError
+from edgekit.core.outputs import commit_dir
 from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, write_reference,
 )
-from edgekit.targets import Target, load_target
+from edgekit.core.targets import Target, load_target
 
 # what --calib may name (quantize/calibration/data.py)
 CALIB_KINDS = "FOLDER (.npy/.npz arrays, or images with --calib-preprocess) or FILE.txt (one text per line)"
@@ -127,7 +127,7 @@ def quantize_config(
         if getattr(config, "calib", None) is not None:
             # arrays, images or text: the first batch is checked before the model is even loaded
             job.calibration(config)
-            from edgekit.limits import check_calibration_size
+            from edgekit.core.limits import check_calibration_size
 
             if warning := check_calibration_size(config.calib):
                 job.warnings.append(warning)

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import STORAGE_ERRNOS, EdgekitError, first_line
+from edgekit.core.errors import STORAGE_ERRNOS, EdgekitError, first_line
 
 # OSErrors of the machine, not of one format: they end the run (exit 1, nothing left), never a row
 ENVIRONMENT_ERRNOS = STORAGE_ERRNOS

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 
 from edgekit.quantize.calibration.cache import files_fingerprint
 from edgekit.sources.model_source import ModelSource
-from edgekit.targets import Target
+from edgekit.core.targets import Target
 
 
 @dataclass

@@ -9,7 +9,7 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
     Every name must be a layer of some requested format's kind; one that is none is a UsageError.
     """
     from edgekit import formats
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     if not config.exclude:
         return ()

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.bounds import check_field_types
-from edgekit.errors import UsageError, unknown_name
+from edgekit.core.bounds import check_field_types
+from edgekit.core.errors import UsageError, unknown_name
 from edgekit.quantize.registry import QuantConfig, method
-from edgekit.targets import QUANT_TYPES
+from edgekit.core.targets import QUANT_TYPES
 
 
 def _default_formats() -> tuple[str, ...]:
@@ -157,7 +157,7 @@ class QatConfig(QuantConfig):
         _check_positive("QAT batch size", self.batch_size, allow_none=False)
         if not isinstance(self.lr, (int, float)) or not 0 < self.lr < float("inf"):
             raise UsageError(f"QAT learning rate must be positive, got {self.lr!r}")
-        from edgekit.bounds import check_seed
+        from edgekit.core.bounds import check_seed
 
         check_seed(self.seed, "QAT seed")
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-from edgekit.errors import UsageError, unknown_name
+from edgekit.core.errors import UsageError, unknown_name
 
 
 class QuantConfig:
@@ -163,7 +163,7 @@ def _load_builtin() -> None:
 
     for found in pkgutil.iter_modules(routes.__path__):
         importlib.import_module(f"{routes.__name__}.{found.name}")
-    from edgekit.plugins import load_plugins
+    from edgekit.core.plugins import load_plugins
 
     load_plugins(ENTRY_POINTS, "quantize")
     _LOADED.append(True)

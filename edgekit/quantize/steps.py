@@ -7,10 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgekit.artifacts import Manifest, describe_file, finalize
-from edgekit.errors import ParityError
+from edgekit.core.artifacts import Manifest, describe_file, finalize
+from edgekit.core.errors import ParityError
 from edgekit.sources.model_source import hf_config_file
-from edgekit.targets import Target
+from edgekit.core.targets import Target
 
 
 def input_paths(source, options: dict, source_options: dict, target) -> list:
@@ -45,7 +45,7 @@ def write_reference(job, calib=None) -> dict:
     A model from outside the zoo with calibration data is held to the user's own inputs: the
     reference cases are calibration rows (their shapes, e.g. 128-token padded sentences), not
     random ones."""
-    from edgekit.evaluation import onnx_predictor
+    from edgekit.fidelity.evaluation import onnx_predictor
     from edgekit.formats.parity import every_output
     from edgekit.formats.reference import REFERENCE_FILE, float_outputs, read_reference
     from edgekit.formats.reference import write_reference as write_torch_reference
@@ -173,7 +173,7 @@ def finish(job, files: list, quantization: dict) -> Manifest:
         target=job.target.name,
     )
     if src.task.get("type") == "language-modeling":  # generate/serve need the vocabulary
-        from edgekit.models.lm_runtime import carry_tokenizer
+        from edgekit.llm.lm_runtime import carry_tokenizer
 
         carry_tokenizer(src.parent, job.work)
     return finalize(result, job.work)

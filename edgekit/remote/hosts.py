@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\Z")
 _LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 MAX_RUNS = 100_000  # the runner's default cap on timed runs
 

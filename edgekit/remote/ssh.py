@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
-from edgekit.children import popen_kwargs
-from edgekit.errors import InputFileError, RemoteError
+from edgekit.core.children import popen_kwargs
+from edgekit.core.errors import InputFileError, RemoteError
 from edgekit.remote.hosts import Host, check_port, parse_host, parse_ssh_option
 
 SSH_FAILED = 255  # ssh's own exit status for connection and authentication failures

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from edgekit.bundle.layout import CHECKSUMS
-from edgekit.errors import InputFileError, RemoteError
-from edgekit.fileio import sha256_file
+from edgekit.core.errors import InputFileError, RemoteError
+from edgekit.core.fileio import sha256_file
 from edgekit.remote import scripts, ssh
 
 PROBE_TIMEOUT_S = 60.0

@@ -23,7 +23,7 @@ import re
 import ssl
 from urllib.parse import urlsplit
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 # What one response may make the client hold or read. A server that passes a bound (or does not
 # speak HTTP) costs that request: it counts as "connection-error" and the connection is closed.

@@ -1,4 +1,4 @@
-"""The routes of a served pretrained language model (``edgekit.serve.llm.ServedLLM``), shaped as
+"""The routes of a served pretrained language model (``edgekit.llm.serving.ServedLLM``), shaped as
 llama.cpp's server and Ollama shape them, so the ``openai`` client and curl work unchanged:
 
     POST /v1/chat/completions  {"model", "messages": [{"role", "content"}], "max_tokens", "temperature",
@@ -33,7 +33,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from edgekit.bounds import MAX_SEED
+from edgekit.core.bounds import MAX_SEED
 
 from .inputs import InputError, parse_json
 

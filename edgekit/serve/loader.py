@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from edgekit.artifacts import CHECKPOINT
-from edgekit.errors import EdgekitError, InputFileError, UsageError
+from edgekit.core.artifacts import CHECKPOINT
+from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 
 
 def load_served_model(path: str | Path, fmt: str | None = None, threads: int | None = None):
@@ -22,7 +22,7 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
     from edgekit.llm.cached import is_cached_family
 
     if is_cached_family(manifest):  # a pretrained LLM (edgekit import gguf:...): text through its KV cache
-        from edgekit.serve.llm import ServedLLM
+        from edgekit.llm.serving import ServedLLM
 
         return ServedLLM(folder, manifest, entry, threads)
     if entry.format == CHECKPOINT:
@@ -54,7 +54,7 @@ def _bound_axes(specs: list[dict], manifest, entry) -> None:
 def probe_served_model(path: str | Path, fmt: str | None = None, timeout_s: float | None = None) -> dict:
     """Load and run the model once in a child process (``startup_probe``), before this process does:
     a file that crashes the runtime is a one-line InputFileError (exit 2); the child's report otherwise."""
-    from edgekit.children import popen_kwargs
+    from edgekit.core.children import popen_kwargs
     from edgekit.serve import startup_probe
 
     folder, _, entry = served_entry(path, fmt)
@@ -93,7 +93,7 @@ def served_entry(path: str | Path, fmt: str | None = None):
     """(folder, manifest, file entry) of the model ``path`` names: an artifact folder (``fmt`` picks a
     file when it holds several), a model file in one, or a bundle folder."""
     from edgekit import formats
-    from edgekit.artifacts import load_manifest, model_file_for
+    from edgekit.core.artifacts import load_manifest, model_file_for
 
     path = Path(path)
     if path.is_dir() and (path / "bundle.json").is_file():
@@ -180,13 +180,13 @@ class Generator:
     """Token-by-token text from the artifact's language model (``lm_runtime``), for /v1/generate."""
 
     def __init__(self, folder: Path, manifest, fmt: str, threads: int | None):
-        from edgekit.models.lm_runtime import load_language_model, load_tokenizer
+        from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 
         self.tokenizer = load_tokenizer(folder, manifest)
         self.lm = load_language_model(folder, manifest, fmt, "cpu", threads)
 
     def check(self, max_tokens: int, temperature: float, top_k: int) -> None:
-        from edgekit.models.generation import check_sampling
+        from edgekit.llm.generation import check_sampling
 
         try:
             check_sampling(max_tokens, temperature, top_k)
@@ -194,7 +194,7 @@ class Generator:
             raise ValueError(str(exc)) from None
 
     def stream(self, prompt: str, max_tokens: int, temperature: float, top_k: int, seed: int | None):
-        from edgekit.models.generation import iter_tokens
+        from edgekit.llm.generation import iter_tokens
 
         ids = self.tokenizer.encode(prompt).tolist()
         if not ids:

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import BenchError, InputFileError, UsageError
+from edgekit.core.errors import BenchError, InputFileError, UsageError
 
 MAX_DURATION_S = 3600.0
 MAX_DESCRIPTION_BYTES = 1 << 20  # /v1/model and /metrics answers

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from edgekit.errors import BenchError
+from edgekit.core.errors import BenchError
 
 _ADDRESS = re.compile(r" on (http://\S+)")
 
@@ -43,7 +43,7 @@ def start(artifact, extra=(), *, host: str = "127.0.0.1", api_key: str | None = 
 
 def spawn(argv: list[str], env: dict | None = None) -> subprocess.Popen:
     """Start a server command line that announces "... on http://HOST:PORT" on stderr."""
-    from edgekit.children import popen_kwargs
+    from edgekit.core.children import popen_kwargs
 
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=False, **popen_kwargs())  # dies with this process

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 APP_NAME = "edgekit"
 

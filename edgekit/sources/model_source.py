@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.artifacts import InputSpec, Manifest, load_manifest, parent_ref
-from edgekit.errors import EdgekitError, InputFileError, UsageError, first_line
-from edgekit.fileio import sha256_file
+from edgekit.core.artifacts import InputSpec, Manifest, load_manifest, parent_ref
+from edgekit.core.errors import EdgekitError, InputFileError, UsageError, first_line
+from edgekit.core.fileio import sha256_file
 
 DTYPES = ("float32", "float16", "int64", "int32", "bool")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -72,7 +72,7 @@ def resolve_source(
     text = str(source)
     spec_args = (input_shapes, input_dtypes, dynamic_axes, input_ranges)
     if text.startswith("gguf:") or text.endswith(".gguf") and Path(text).is_file():
-        from edgekit.outputs import safe_text
+        from edgekit.core.outputs import safe_text
 
         raise UsageError(f"import a GGUF model first: edgekit import {'' if text.startswith('gguf:') else 'gguf:'}"
                          f"{safe_text(text)[:200]} --out DIR, then use DIR (a checkpoint artifact)")
@@ -242,7 +242,7 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError / ValueError on junk
         raise InputFileError(f"{path} is not a readable ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    from edgekit.onnx_files import model_inputs
+    from edgekit.core.onnx_files import model_inputs
 
     defaults = {}
     for vi in model_inputs(model):  # an initializer listed among the inputs (IR 3) is a weight, not an input
@@ -275,7 +275,7 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
 def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
     if state_dict is None:
         return
-    from edgekit.safeload import load_plain
+    from edgekit.core.safeload import load_plain
 
     path = Path(state_dict)
     state = load_plain(path, "state dict")
@@ -481,7 +481,7 @@ def _check_hf_sizes(config: dict, where) -> None:
         )
     # What fits in memory can still take minutes to build: millions of width-1 layers, heads or
     # experts. Every size in the config (nested ones too: text_config, vision_config) has a bound.
-    from edgekit.bounds import model_size_problem
+    from edgekit.core.bounds import model_size_problem
 
     tables = [("", config)]
     while tables:
@@ -501,7 +501,7 @@ def _hf_source(path_text: str, state_dict, spec_args, random_init: bool = False)
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise InputFileError(f"Hugging Face config not found: {config_file} (give hf:CONFIG.json or hf:FOLDER)")
-    from edgekit.fileio import read_json
+    from edgekit.core.fileio import read_json
     from edgekit.sources import hf_weights
 
     config = read_json(config_file, "Hugging Face config", finite=True)

@@ -11,7 +11,7 @@ says anything (PP-OCRv4's detector runs at 1x1 in float, its int8 file does not)
 
 from __future__ import annotations
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 KNOWN_AXES = ("batch", "sequence")  # the free axes edgekit sizes itself (formats/reference.py)
 
@@ -59,7 +59,7 @@ def check_made_up_sizes(src, data_helps: bool = True) -> None:
 
 def _declared_free_axes(path) -> dict[str, dict[int, str]]:
     """Input name -> {axis: name} of the axes after the first that the ONNX file leaves free."""
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     model = onnx_files.load(path, load_data=False)
     out = {}

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from edgekit.artifacts import InputSpec
-from edgekit.errors import UsageError
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.errors import UsageError
 
 Shape = Sequence[int | str | None]
 
@@ -169,7 +169,7 @@ def parse_state_pairs(texts: Sequence[str] | None) -> dict[str, str]:
 
 def output_shapes(onnx_path) -> dict[str, tuple]:
     """Output name -> shape (ints, dim names or None) as an ONNX file declares them."""
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     model = onnx_files.load(onnx_path, load_data=False)
     shapes = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 def lookup_sizes(model) -> dict[str, int]:
     """Graph inputs used as indices into a constant table (Gather): input name -> table rows."""
-    from edgekit.onnx_files import model_inputs
+    from edgekit.core.onnx_files import model_inputs
 
     inputs = {vi.name for vi in model_inputs(model)}  # not the initializers IR 3 also lists as inputs
     tables = {i.name: (i.dims[0] if i.dims else 0) for i in model.graph.initializer}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 SUFFIXES = (".pt", ".ts", ".pth", ".jit", ".torchscript")
 RUNS_CODE = ("loading a TorchScript file runs the TorchScript code inside it: use only files from a source you "
@@ -44,7 +44,7 @@ def check_torchscript_archive(path: Path) -> None:
 def torchscript_model_info(path: Path) -> tuple[dict, dict]:
     """(the manifest's "model", the parent reference) of a TorchScript file, with the warning that
     loading it runs its code."""
-    from edgekit.fileio import sha256_file
+    from edgekit.core.fileio import sha256_file
 
     digest = sha256_file(path)
     about = {"name": f"torchscript:{path.name[:120]}", "source": str(path.resolve()),

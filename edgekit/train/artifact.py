@@ -19,10 +19,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
-from edgekit.errors import EdgekitError, UsageError
-from edgekit.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
-from edgekit.outputs import safe_text
+from edgekit.core.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
+from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.core.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
+from edgekit.core.outputs import safe_text
 from edgekit.train.batches import eval_batches
 from edgekit.sources.checkpoint import CHECKPOINT_FILE
 from edgekit.train.checkpoint import STATE_FILE
@@ -55,8 +55,8 @@ def _finished(folder: Path) -> bool:
 
 def _foreign(folder: Path) -> list[str]:
     """What in a run folder edgekit train did not write, at every depth (``profile/`` holds only
-    its traces), its temporaries aside: ``edgekit.outputs`` decides, as for every output."""
-    from edgekit.outputs import foreign_entries
+    its traces), its temporaries aside: ``edgekit.core.outputs`` decides, as for every output."""
+    from edgekit.core.outputs import foreign_entries
 
     return foreign_entries(folder, "run") if folder.is_dir() and not folder.is_symlink() else []
 
@@ -93,7 +93,7 @@ def plan_folders(out: Path, resume: bool) -> RunFolders:
 
 
 def _manifest_kind(folder: Path) -> str:
-    from edgekit.outputs import read_proof
+    from edgekit.core.outputs import read_proof
 
     doc = read_proof(folder / MANIFEST_NAME) or {}
     return doc.get("kind") if isinstance(doc.get("kind"), str) else "unknown"

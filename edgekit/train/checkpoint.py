@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 from edgekit.sources.checkpoint import load_payload, save_payload
 
 STATE_FILE = "last.pt"  # everything a resumed run needs: model, optimizer, scaler, step, RNG

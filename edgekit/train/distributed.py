@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from edgekit.device import select_device
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.device import select_device
+from edgekit.core.errors import EdgekitError, UsageError
 
 
 def env_rank() -> int:

@@ -22,10 +22,10 @@ import math
 import time
 from pathlib import Path
 
-from edgekit.artifacts import Manifest
-from edgekit.errors import EdgekitError, InputFileError, UsageError
-from edgekit.fileio import prune_empty, write_json
-from edgekit.outputs import check_not_inputs, normalise_out, output_lock
+from edgekit.core.artifacts import Manifest
+from edgekit.core.errors import EdgekitError, InputFileError, UsageError
+from edgekit.core.fileio import prune_empty, write_json
+from edgekit.core.outputs import check_not_inputs, normalise_out, output_lock
 from edgekit.train import distributed, precision
 from edgekit.train import artifact, limits
 from edgekit.train.artifact import finish
@@ -373,7 +373,7 @@ def _finish(run: RunState, folders) -> tuple[Path, Manifest]:
         artifact.complete(folders)  # a run in <out>.partial/ becomes <out> only now, in one swap
     rt.barrier()
     if manifest is None:
-        from edgekit.artifacts import load_manifest
+        from edgekit.core.artifacts import load_manifest
 
         _, manifest = load_manifest(folders.out, verify=False)
     return folders.out, manifest

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 

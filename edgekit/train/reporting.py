@@ -54,10 +54,10 @@ class RunLog:
         """On resume: drop records the interrupted run wrote after the state being resumed."""
         if not (self.enabled and self.path.is_file()):
             return
-        from edgekit.fileio import write_text
+        from edgekit.core.fileio import write_text
 
-        from edgekit.errors import InputFileError
-        from edgekit.fileio import loads_json
+        from edgekit.core.errors import InputFileError
+        from edgekit.core.fileio import loads_json
 
         kept = []
         for line in self.path.read_text(encoding="utf-8").splitlines():

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.train import distributed
 from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from edgekit.train.checkpoint import STATE_FILE, save_train_state

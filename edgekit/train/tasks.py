@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgekit.errors import UsageError, unknown_name
+from edgekit.core.errors import UsageError, unknown_name
 
 
 @dataclass

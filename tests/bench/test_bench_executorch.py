@@ -21,7 +21,7 @@ from edgekit.board import check as check_outputs  # noqa: E402
 from edgekit.board import errors, manifest  # noqa: E402
 from edgekit.board import runner  # noqa: E402
 from edgekit.board.runtimes.executorch_runtime import ExecuTorchRuntime  # noqa: E402
-from edgekit.fileio import sha256_file  # noqa: E402
+from edgekit.core.fileio import sha256_file  # noqa: E402
 from tiny_models import PTE_MAX_BATCH, build_models, tiny_mlp  # noqa: E402
 
 FAST = ["--min-runs", "5", "--min-time", "0.05", "--warmup", "2", "--threads", "1"]
@@ -227,8 +227,8 @@ def test_serve_loads_the_pte_of_an_artifact(art):
 
 
 def test_serve_refuses_a_broken_program_in_one_line(tmp_path):
-    from edgekit.artifacts import InputSpec, Manifest, describe_file, finalize
-    from edgekit.errors import InputFileError
+    from edgekit.core.artifacts import InputSpec, Manifest, describe_file, finalize
+    from edgekit.core.errors import InputFileError
     from edgekit.serve.loader import load_served_model
 
     (tmp_path / "model.pte").write_bytes(b"\x00" * 64)  # listed with its checksum: only the program check can refuse it

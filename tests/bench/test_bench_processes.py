@@ -13,7 +13,7 @@ import pytest
 from edgekit.bench.result import from_document, to_document
 from edgekit.bench.stats import Spread, ratio_interval, spread_of, t_quantile, welch_interval
 from edgekit.bench.workers import merge_processes
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 
 @pytest.mark.parametrize("df, expected", [(1, 12.706), (3, 3.182), (4, 2.776), (10, 2.228), (30, 2.042),
@@ -131,7 +131,7 @@ def test_bench_in_worker_processes_reports_a_spread_and_a_reference(tmp_path):
 def test_worker_process_count_is_checked(tmp_path, processes):
     from edgekit.bench.api import bench
     from edgekit.bench.reference import write_reference_model
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     with pytest.raises(UsageError, match="processes"):
         bench(write_reference_model(tmp_path), processes=processes)

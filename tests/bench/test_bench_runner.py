@@ -22,7 +22,7 @@ from edgekit.bench import result as result_module
 from edgekit.bench.result import BenchResult, from_document
 from edgekit.board import facts as board_facts
 from edgekit.board import inputs, runner, stats, timing
-from edgekit.fileio import sha256_file
+from edgekit.core.fileio import sha256_file
 from tiny_models import build_models
 
 FAST = ["--min-runs", "5", "--min-time", "0.05", "--warmup", "2", "--threads", "1"]

@@ -16,7 +16,7 @@ RUNTIME_MODULES = ("onnxruntime", "executorch.extension", "executorch.runtime")
 # Where a model may be loaded by a runtime's own API: the board's runtime classes, plus the
 # export-time tools that inspect or write programs (never the scripts that run a model).
 ALLOWED = {"edgekit/board/runtimes", "edgekit/formats/executorch.py", "edgekit/formats/onnx_export.py",
-           "edgekit/formats/torchscript_backend.py", "edgekit/quantize", "edgekit/onnx_files.py",
+           "edgekit/formats/torchscript_backend.py", "edgekit/quantize", "edgekit/core/onnx_files.py",
            "edgekit/bench/reference.py", "edgekit/models", "edgekit/train",
            "edgekit/llm/program.py"}  # writes LLM programs: imports the LLM ops' export-time (meta) kernels
 

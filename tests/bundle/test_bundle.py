@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.artifacts import load_manifest
+from edgekit.core.artifacts import load_manifest
 from edgekit.bundle import layout
 from edgekit.board import BUNDLED_NAME
 from edgekit.board.check import read_output
@@ -24,8 +24,8 @@ from edgekit.bundle.build import build_bundle, tarball_path
 from edgekit.bundle.requirements import download_error, pip_download_argv
 from edgekit.bundle.verify import verify_checksums
 from edgekit.cli.app import app
-from edgekit.errors import EdgekitError, InputFileError, UsageError
-from edgekit.fileio import sha256_file
+from edgekit.core.errors import EdgekitError, InputFileError, UsageError
+from edgekit.core.fileio import sha256_file
 
 runner = CliRunner()
 CORE_FILES = {"manifest.json", "reference.npz", "runner.py", "check_outputs.py", "requirements.txt",

@@ -99,7 +99,7 @@ def test_quantize_json_and_no_empty_budget_table(digits_checkpoint, workdir):
     assert doc["files"][0]["accuracy"] is not None and doc["files"][0]["precision"] == "int8"
     from int8_checks import agreement_with_float, onnx_int8_initializers
 
-    from edgekit.evaluation import onnx_predictor
+    from edgekit.fidelity.evaluation import onnx_predictor
 
     int8, floats = onnx_int8_initializers(workdir / "q2" / doc["files"][0]["path"])  # ONNX's own reading
     assert int8 >= 0.95 * (int8 + floats), (int8, floats)
@@ -137,7 +137,7 @@ def test_sensitivity_and_auto_report_progress(tmp_path):
 
     from edgekit.quantize.api import quantize
     from edgekit.quantize.search.auto import quantize_auto
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.quantize.search.budget import AccuracyBudgetError
     from edgekit.quantize.progress import StepProgress
 
@@ -194,7 +194,7 @@ def test_progress_renderers_take_every_kind_of_report(monkeypatch):
 
 
 def test_pipeline_reports_each_training_epoch():
-    from edgekit.pipeline import _epoch_lines
+    from edgekit.pipeline.run import _epoch_lines
 
     said = []
     report = _epoch_lines(said.append)

@@ -83,7 +83,7 @@ def _fill(folder, files: dict[str, int | str]) -> int:
 
 def _tagged(name: str) -> int:
     """Make cache part ``name`` the way edgekit's writers do; the bytes of its tag."""
-    from edgekit.cache import TAG_NAME, part_dir
+    from edgekit.core.cache import TAG_NAME, part_dir
 
     return (part_dir(name) / TAG_NAME).stat().st_size
 

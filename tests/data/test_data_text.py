@@ -9,7 +9,7 @@ import pytest
 
 from edgekit.data import text
 from edgekit.data.tokenizer import PAD_ID, UNK_ID, Tokenizer, TokenizerSettings
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 CORPUS = "\n\n".join(f"Paragraph {i}: the quick brown fox jumps over the lazy dog {i * 7}." for i in range(40))
 

@@ -384,7 +384,7 @@ def test_qemu_cpu_follows_the_target_core_and_is_never_max():
 def test_every_emulated_run_pins_a_real_core():
     """Every target edgekit ships names a core qemu emulates; neither verify path can pick max."""
     from edgekit.emulate.native import pinned_cpu
-    from edgekit.targets import available_targets, load_target
+    from edgekit.core.targets import available_targets, load_target
 
     available = ("cortex-a35", "cortex-a53", "cortex-a57", "cortex-a72", "cortex-a76", "max", "neoverse-n1")
     for name in available_targets():

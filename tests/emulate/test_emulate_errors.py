@@ -188,7 +188,7 @@ def test_a_venv_another_run_builds_is_left_alone(tmp_path, monkeypatch):
 
 def test_bad_bounds_are_one_line(tmp_path, monkeypatch):
     from edgekit.emulate import venv_cache
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     for name, value in ((venv_cache.MAX_VENVS_ENV, "many"), (venv_cache.MAX_VENVS_ENV, "0"), (venv_cache.MAX_GB_ENV, "nan")):
         monkeypatch.setenv(name, value)
@@ -271,7 +271,7 @@ def test_the_bound_evicts_on_a_real_run_and_edgekit_cache_shows_the_venvs(rootfs
     """A cached ONNX bundle's run on a hard-linked copy of the rootfs, keeping one venv: the others go,
     the run says so, and ``edgekit cache`` lists what is left with its size."""
     from edgekit.bundle.build import build_bundle
-    from edgekit.cache import TAG_NAME
+    from edgekit.core.cache import TAG_NAME
     from edgekit.emulate.venv import requirements_key
     from edgekit.emulate.venv_cache import MARKER, list_venvs, tree_bytes, venvs_dir
     from edgekit.export.api import export

@@ -124,6 +124,29 @@ def test_a_mark_out_of_order_is_reported(plugin, tmp_path):
     assert (counts["windows"], counts["bad_marks"]) == (0, 1)
 
 
+PREFILL_BEGIN, PREFILL_END = 0x65646B70, 0x65646B71
+# a language model's run: the loop between the prefill marks (its prompt), then an empty timed window (its decode steps)
+PREFILLED = LOOP.replace("_start:\n", "_start:\n" + _mark(PREFILL_BEGIN)).replace(
+    "    mov x0, #0\n", _mark(PREFILL_END) + _mark(BEGIN) + _mark(END) + "    mov x0, #0\n")
+
+
+def test_the_prefill_marks_count_their_own_window(plugin, tmp_path):
+    for iterations in (1000, 3000):
+        counts = _count_loop(plugin, tmp_path, iterations, code=PREFILLED)
+        prefill, window = counts["prefill"], counts["window"]
+        assert (prefill["windows"], prefill["bad_marks"], counts["windows"], counts["bad_marks"]) == (1, 0, 1, 0)
+        for name, per in PER_ITERATION.items():  # as the timed window of the test above
+            assert prefill[name] == per * iterations + {"integer": 8, "other": 1}.get(name, 0), (name, prefill)
+        assert window == {"total": 6, "simd_fp": 0, "integer": 5, "load": 0, "store": 0, "branch": 0, "other": 1}
+        assert counts["before"] == 6 + prefill["total"] + 6  # the timed window's first mark comes after the prompt's
+        assert counts["total"] == counts["before"] + window["total"] + 3
+
+
+def test_a_prefill_mark_out_of_order_is_reported(plugin, tmp_path):
+    counts = _count_loop(plugin, tmp_path, 10, code=LOOP.replace("_start:\n", "_start:\n" + _mark(PREFILL_END)))
+    assert (counts["prefill"]["windows"], counts["prefill"]["bad_marks"], counts["bad_marks"]) == (0, 1, 0)
+
+
 def test_the_plugin_line_is_taken_only_once_and_only_with_its_tag():
     from edgekit.emulate.icount import parse_log
 
@@ -138,6 +161,12 @@ def test_the_plugin_line_is_taken_only_once_and_only_with_its_tag():
         parse_log(line.replace("w_total=3", "w_total=4"), "abc")
     with pytest.raises(EmulationError, match="malformed"):
         parse_log(line.split(" windows=")[0], "abc")
+    assert parse_log(line, "abc")["prefill"]["windows"] == 0  # a plugin from before the prefill marks
+    prefilled = line + " p_windows=1 p_bad_marks=0 p_total=2 p_simd_fp=1 p_integer=1 p_load=0 p_store=0 p_branch=0 p_other=0"
+    assert parse_log(prefilled, "abc")["prefill"] == {"windows": 1, "bad_marks": 0, "total": 2, "simd_fp": 1,
+                                                        "integer": 1, "load": 0, "store": 0, "branch": 0, "other": 0}
+    with pytest.raises(EmulationError, match="add up"):
+        parse_log(prefilled.replace("p_total=2", "p_total=3"), "abc")
 
 
 @pytest.mark.parametrize("cpu", ["max", "MAX", "max,sme=off", "any", ""])
@@ -327,7 +356,7 @@ def test_bench_emulate_counts_a_native_bundle_with_its_own_runner(tmp_path):
     _needs_counting_tools()
     from tiny_models import build_models, tiny_mlp
 
-    from edgekit.artifacts import finalize, load_manifest
+    from edgekit.core.artifacts import finalize, load_manifest
     from edgekit.formats.reference import write_reference
 
     export = build_models(tmp_path / "export", formats=("executorch",))
@@ -353,7 +382,7 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     _needs_counting_tools()
     from tiny_models import build_models, tiny_mlp
 
-    from edgekit.artifacts import finalize, load_manifest
+    from edgekit.core.artifacts import finalize, load_manifest
     from edgekit.emulate.icount import CALL_NOISE
     from edgekit.formats.reference import write_reference
 

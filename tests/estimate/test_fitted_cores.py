@@ -12,7 +12,7 @@ import pytest
 
 from edgekit.estimate.cores import for_target, load_cores
 from edgekit.estimate.figures import load_figures
-from edgekit.targets import load_target
+from edgekit.core.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTS = ROOT / "benchmarks" / "latency_estimate_counts.json"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 from edgekit.estimate.figures import load_figures
-from edgekit.targets import available_targets, load_target
+from edgekit.core.targets import available_targets, load_target
 
 ROOT = Path(__file__).resolve().parents[2]
 

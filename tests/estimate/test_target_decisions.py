@@ -1,4 +1,4 @@
-"""Decisions made for the target (edgekit.pipeline_target, pipeline_verdict): with a variant's cost
+"""Decisions made for the target (edgekit.pipeline.target, pipeline_verdict): with a variant's cost
 estimated on the target's emulated core, the recommendation, the "int8 is not paying off" warning
 and the target's latency budgets use it, not this host's timings, and say so; a variant measured on
 the board keeps its own timing, labelled as measured."""
@@ -9,10 +9,10 @@ from dataclasses import replace
 
 from bench_results import make_result
 from edgekit.gates.evaluate import gate_results
-from edgekit.pipeline import VariantRow
-from edgekit.pipeline_target import ESTIMATED, HOST, MEASURED, TargetCost, apply_to_gate, basis_line, target_ratios
-from edgekit.pipeline_verdict import recommend, recommendation_line, slower_than_fp32, slower_warning
-from edgekit.targets import load_target
+from edgekit.pipeline.run import VariantRow
+from edgekit.pipeline.target import ESTIMATED, HOST, MEASURED, TargetCost, apply_to_gate, basis_line, target_ratios
+from edgekit.pipeline.verdict import recommend, recommendation_line, slower_than_fp32, slower_warning
+from edgekit.core.targets import load_target
 
 A72 = "estimated on emulated Cortex-A72 at 1800 MHz, 4 threads"
 
@@ -105,7 +105,7 @@ def test_the_basis_line_says_what_the_column_holds_or_why_it_is_empty():
 
 
 def test_without_qemu_the_rows_keep_host_timings_and_say_why(tmp_path, monkeypatch):
-    from edgekit.pipeline_target import target_costs
+    from edgekit.pipeline.target import target_costs
 
     program = tmp_path / "model.pte"
     program.write_bytes(b"\0" * 64)

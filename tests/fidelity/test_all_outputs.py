@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import multi_output_models as mm
-from edgekit.errors import InputFileError, ParityError
+from edgekit.core.errors import InputFileError, ParityError
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -56,7 +56,7 @@ def _board_check(model, reference, *extra):
 # ---- the file --------------------------------------------------------------------------------------
 
 def test_the_reference_holds_every_output_in_order(tmp_path, heads):
-    from edgekit.artifacts import InputSpec
+    from edgekit.core.artifacts import InputSpec
     from edgekit.board.inputs import read_reference as board_read
     from edgekit.formats.reference import read_reference, write_predicted_reference
 
@@ -235,7 +235,7 @@ def _negate_output(folder, index: int, refinalize: bool = True) -> None:
     import onnx
     from onnx import helper
 
-    from edgekit.artifacts import describe_file, finalize, load_manifest
+    from edgekit.core.artifacts import describe_file, finalize, load_manifest
 
     model = onnx.load(str(folder / "model.onnx"))
     name = model.graph.output[index].name

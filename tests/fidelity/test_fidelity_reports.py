@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import fidelity_models as fm
 from edgekit.cli.app import app
-from edgekit.pipeline_summary import quality
+from edgekit.pipeline.summary import quality
 
 pytest.importorskip("onnxruntime")
 runner = CliRunner()

@@ -93,7 +93,7 @@ def test_gate_cli_takes_fidelity_floors_and_can_require_real_data(judged, tmp_pa
 
 
 def test_fidelity_floors_are_fractions_up_to_one():
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.gates.budgets import parse_limit
 
     assert parse_limit("cosine", "95%") == (pytest.approx(0.95), "")

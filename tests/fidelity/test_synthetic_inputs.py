@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.artifacts import InputSpec
+from edgekit.core.artifacts import InputSpec
 from edgekit.formats.reference import random_inputs
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 pytest.importorskip("executorch")
 pytest.importorskip("torchao")
 
-from edgekit.artifacts import load_manifest  # noqa: E402
+from edgekit.core.artifacts import load_manifest  # noqa: E402
 from edgekit.cli.app import app  # noqa: E402
 from edgekit.formats import executorch  # noqa: E402
 
@@ -65,7 +65,7 @@ def test_batches_past_the_planned_bound_run_in_chunks(pte_fp32, digits_checkpoin
 
 
 def test_garbage_pte_is_one_line(tmp_path):
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     bad = tmp_path / "model.pte"
     bad.write_bytes(b"\x00" * 64)
@@ -128,7 +128,7 @@ def test_bundle_json_pins_the_board_runtime(pte_fp32, tmp_path):
 
 
 def test_the_target_sets_the_pt2e_recipe(digits_checkpoint, tmp_path):
-    from edgekit.targets import load_target
+    from edgekit.core.targets import load_target
 
     source = load_target("rpi4").source
     text = open(source).read().replace("[runtime.executorch_quant]  # .pte int8 (PT2E, XNNPACKQuantizer): symmetric int8\n"
@@ -148,7 +148,7 @@ def test_the_target_sets_the_pt2e_recipe(digits_checkpoint, tmp_path):
 
 
 def _spec(axes: dict):
-    from edgekit.artifacts import InputSpec
+    from edgekit.core.artifacts import InputSpec
 
     return InputSpec(name="tokens", dtype="int64", shape=(None, None), dynamic_axes=axes)
 

@@ -19,10 +19,10 @@ from onnx import helper, numpy_helper
 from conftest import one_line_error
 from typer.testing import CliRunner
 
-from edgekit import onnx_files
-from edgekit.artifacts import load_manifest
+from edgekit.core import onnx_files
+from edgekit.core.artifacts import load_manifest
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 runner = CliRunner()
 CALIB = Path(__file__).resolve().parents[2] / "calib_data" / "digits"
@@ -201,7 +201,7 @@ def test_int8_from_an_external_data_model_keeps_the_layout(external_export, exte
     assert entry.total_bytes < 0.4 * fp32.file("onnx").total_bytes  # int8 weights: about a quarter
     assert entry.details["ort_optimization"] == "extended"
     cases = read_reference(external_bundle / "export" / "reference.npz")
-    from edgekit.evaluation import onnx_predictor
+    from edgekit.fidelity.evaluation import onnx_predictor
 
     predict = onnx_predictor(external_bundle / "export" / "model.onnx")
     for inputs, expected in cases.values():

@@ -24,7 +24,7 @@ BOARD_SCRIPTS = {
 }
 # The same word with another meaning.
 OTHER_MEANING = {
-    "edgekit/artifacts.py": "distribution names whose versions a manifest records",
+    "edgekit/core/artifacts.py": "distribution names whose versions a manifest records",
     "edgekit/quantize/layers.py": "how --exclude names layers: torch modules or ONNX nodes",
     "edgekit/quantize/routes/onnx.py": "the layer-name kind, and torch.onnx's exporter route",
     "edgekit/quantize/api.py": "model source kinds (an .onnx file, hf: configs)",
@@ -129,7 +129,7 @@ def test_methods_and_formats_declare_what_they_take_consistently():
 
 
 def test_unknown_format_is_one_line_naming_the_table():
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     with pytest.raises(UsageError, match=f"unknown format 'no-such-format'; choose from: {', '.join(formats.names())}$"):
         formats.get("no-such-format")
@@ -138,7 +138,7 @@ def test_unknown_format_is_one_line_naming_the_table():
 def test_missing_extra_names_it(monkeypatch):
     from dataclasses import replace
 
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     entry = formats.get("executorch")
     entry = replace(entry, host=replace(entry.host, modules=("no_such_module_for_edgekit",)))

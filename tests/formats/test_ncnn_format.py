@@ -17,7 +17,7 @@ pytest.importorskip("ncnn")
 pytest.importorskip("pnnx")
 
 from conftest import one_line_error  # noqa: E402
-from edgekit.artifacts import load_manifest  # noqa: E402
+from edgekit.core.artifacts import load_manifest  # noqa: E402
 from edgekit.cli.app import app  # noqa: E402
 
 runner = CliRunner()
@@ -167,8 +167,8 @@ def test_a_param_without_its_weights_is_one_line(ncnn_digits, tmp_path):
 
 
 def test_the_pipeline_plan_runs_each_method_on_the_formats_it_takes(digits_checkpoint, tmp_path):
-    from edgekit.pipeline import PipelineConfig
-    from edgekit.pipeline_plan import make_plan
+    from edgekit.pipeline.run import PipelineConfig
+    from edgekit.pipeline.plan import make_plan
 
     plan = make_plan(PipelineConfig(checkpoint=digits_checkpoint, methods=("dynamic", "static"),
                                     formats=("onnx", "ncnn"), out=tmp_path / "run"))

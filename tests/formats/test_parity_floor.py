@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from edgekit.errors import ParityError
+from edgekit.core.errors import ParityError
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.artifacts import load_manifest
+from edgekit.core.artifacts import load_manifest
 from edgekit.formats.reference import REFERENCE_FILE, read_reference
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def copy_quantized(request):
 
 
 def predictor(path, details=None, threads=1):
-    from edgekit.evaluation import board_predictor
+    from edgekit.fidelity.evaluation import board_predictor
 
     return board_predictor(FORMAT.name, path, threads)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 from edgekit.gates.budgets import (
     METRIC_BY_KEY,
     METRICS,
@@ -21,7 +21,7 @@ from edgekit.gates.budgets import (
     resolve_budgets,
     result_names,
 )
-from edgekit.targets import BUDGET_KEYS, load_target
+from edgekit.core.targets import BUDGET_KEYS, load_target
 
 
 @pytest.mark.parametrize(

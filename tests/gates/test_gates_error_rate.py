@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from edgekit.bench.result import to_document
 from edgekit.cli.app import app
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.gates.budgets import Budget, Budgets, parse_limit
 from edgekit.gates.evaluate import evaluate
 from edgekit.gates.results import FAIL, PASS, SKIP

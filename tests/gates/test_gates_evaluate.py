@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from edgekit.errors import GateFailed, UsageError
+from edgekit.core.errors import GateFailed, UsageError
 from edgekit.gates.budgets import Budget, Budgets
 from edgekit.gates.evaluate import (
     evaluate,

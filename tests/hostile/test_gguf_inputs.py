@@ -251,7 +251,7 @@ def test_every_supported_type_dequantizes_as_gguf_reads_it(tmp_path, qtype):
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    from edgekit.sources.gguf_file import read_gguf
+    from edgekit.llm.gguf.file import read_gguf
 
     path = write_tiny_gguf(tmp_path / f"{qtype}.gguf", qtype=qtype)
     ours = read_gguf(path)

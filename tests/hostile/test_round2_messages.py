@@ -26,7 +26,7 @@ from corpus.hostile import assert_one_line_error, leftovers, snapshot
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 runner = CliRunner()
 TESTS = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def test_the_bench_table_escapes_a_model_file_name(digits_fp32_export, tmp_path)
 
 
 def test_a_fresh_artifact_lists_its_reference_data_with_its_checksum(digits_fp32_export, digits_static):
-    from edgekit.fileio import sha256_file
+    from edgekit.core.fileio import sha256_file
 
     for folder in (digits_fp32_export, digits_static):
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -121,7 +121,7 @@ def test_a_fresh_artifact_lists_its_reference_data_with_its_checksum(digits_fp32
 @pytest.fixture()
 def with_tokenizer(digits_checkpoint, tmp_path) -> Path:
     """A checkpoint artifact carrying a tokenizer.json, stamped by edgekit (its manifest lists it)."""
-    from edgekit.artifacts import finalize, load_manifest
+    from edgekit.core.artifacts import finalize, load_manifest
 
     folder = tmp_path / "work" / "ckpt"
     shutil.copytree(digits_checkpoint, folder)
@@ -157,8 +157,8 @@ def test_a_tokenizer_added_after_the_fact_is_refused(digits_checkpoint, tmp_path
 
 
 def test_the_tokenizer_readers_check_it_too(with_tokenizer, tmp_path):
-    from edgekit.artifacts import load_manifest, parent_ref
-    from edgekit.models.lm_runtime import carry_tokenizer, load_tokenizer
+    from edgekit.core.artifacts import load_manifest, parent_ref
+    from edgekit.llm.lm_runtime import carry_tokenizer, load_tokenizer
 
     folder, manifest = load_manifest(with_tokenizer)
     assert load_tokenizer(folder, manifest).vocab == ("<pad>", "<unk>", "a")

@@ -316,8 +316,8 @@ def test_a_path_no_filesystem_takes_is_one_line_exit_2(argv, code, message, tmp_
     ('{"a":' * 40 + "1" + "}" * 40, "nested more than 32 levels"),
 ])
 def test_read_json_bounds_numbers_and_nesting(tmp_path, text, fragment):
-    from edgekit.errors import InputFileError
-    from edgekit.fileio import read_json
+    from edgekit.core.errors import InputFileError
+    from edgekit.core.fileio import read_json
 
     path = tmp_path / "doc.json"
     path.write_text(text)
@@ -326,8 +326,8 @@ def test_read_json_bounds_numbers_and_nesting(tmp_path, text, fragment):
 
 
 def test_read_json_refuses_nan_only_where_finite_numbers_are_asked_for(tmp_path):
-    from edgekit.errors import InputFileError
-    from edgekit.fileio import read_json
+    from edgekit.core.errors import InputFileError
+    from edgekit.core.fileio import read_json
 
     path = tmp_path / "doc.json"
     path.write_text('{"a": NaN, "b": -Infinity, "c": 9223372036854775807}')
@@ -338,8 +338,8 @@ def test_read_json_refuses_nan_only_where_finite_numbers_are_asked_for(tmp_path)
 
 
 def test_read_json_and_read_toml_bound_the_size_they_read(tmp_path):
-    from edgekit.errors import InputFileError
-    from edgekit.fileio import read_json, read_toml
+    from edgekit.core.errors import InputFileError
+    from edgekit.core.fileio import read_json, read_toml
 
     big = tmp_path / "big.json"
     big.write_text('{"a": "' + "x" * 2048 + '"}')
@@ -362,8 +362,8 @@ def test_read_json_and_read_toml_bound_the_size_they_read(tmp_path):
     (".".join(["k"] * 100) + " = 1", "nested more than 32"),
 ])
 def test_read_toml_bounds_numbers_and_nesting(tmp_path, text, fragment):
-    from edgekit.errors import InputFileError
-    from edgekit.fileio import read_toml
+    from edgekit.core.errors import InputFileError
+    from edgekit.core.fileio import read_toml
 
     path = tmp_path / "board.toml"
     path.write_text(text + "\n")
@@ -374,7 +374,7 @@ def test_read_toml_bounds_numbers_and_nesting(tmp_path, text, fragment):
 def test_a_checkpoints_metadata_is_read_with_the_same_bounds(digits_checkpoint, tmp_path):
     import torch
 
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
     from edgekit.sources.checkpoint import load_payload
 
     payload = torch.load(digits_checkpoint / "checkpoint.pt", weights_only=True)
@@ -418,7 +418,7 @@ def test_a_storage_error_wrapped_by_a_library_is_still_reported_as_one(tmp_path)
     import typer
 
     from edgekit.cli.common import handles_errors
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     @handles_errors
     def command():

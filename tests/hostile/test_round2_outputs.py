@@ -127,9 +127,9 @@ def test_cache_clear_refuses_a_root_no_cache_may_use(case, tmp_path, monkeypatch
 
 @pytest.mark.parametrize("case", ["home", "cwd-dot", "above-home"])
 def test_cache_writers_create_no_part_in_a_root_no_cache_may_use(case, tmp_path, monkeypatch):
-    from edgekit.cache import part_dir
+    from edgekit.core.cache import part_dir
     from edgekit.data.text import load_text_corpus
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.quantize.calibration.cache import CalibrationCache
     from edgekit.quantize.calibration.calibrators import TensorRange
 
@@ -199,7 +199,7 @@ def test_cache_part_that_is_a_link_is_neither_followed_nor_removed(shared, tmp_p
 
 def _edgekit_entries(root: Path) -> set[str]:
     """Fill the parts the way edgekit's own writers do; the entries they wrote (relative paths)."""
-    from edgekit.cache import entry_dir, part_dir
+    from edgekit.core.cache import entry_dir, part_dir
     from edgekit.data.text import load_text_corpus
     from edgekit.quantize.calibration.cache import CalibrationCache
     from edgekit.quantize.calibration.calibrators import TensorRange
@@ -231,7 +231,7 @@ def test_cache_clear_removes_only_the_entries_edgekit_recognises(shared, tmp_pat
     (shared / "native" / "my-runner" / "main.c").write_text("int x;\n")
     (shared / "native" / "borrowed").mkdir()  # an entry meta of another part proves nothing here
     (shared / "native" / "borrowed" / ".edgekit-entry.json").write_text(
-        json.dumps({"schema": "edgekit.cache-entry", "part": "text", "name": "borrowed"}))
+        json.dumps({"schema": "edgekit.core.cache-entry", "part": "text", "name": "borrowed"}))
     (shared / "native" / "borrowed" / "keep.txt").write_text("mine\n")
     before = snapshot(tmp_path)
     expected = {rel: v for rel, v in before.items()
@@ -265,7 +265,7 @@ def test_cache_clear_removes_what_edgekit_wrote_without_force(shared, tmp_path):
 
 def test_a_writer_adopts_an_untagged_part_of_only_edgekit_entries(shared):
     """A cache an edgekit without tags wrote: its writers tag it, then --clear removes it."""
-    from edgekit.cache import TAG_NAME, part_dir
+    from edgekit.core.cache import TAG_NAME, part_dir
 
     _edgekit_entries(shared)
     for part in ("calibration", "text"):
@@ -548,7 +548,7 @@ def _pipeline_folder(dest: Path, checkpoint: Path, fp32: Path, static: Path) -> 
     """A pipeline run folder made of edgekit's own outputs (its reports by the real gate command)."""
     out = dest / "runs"
     out.mkdir(parents=True)
-    (out / "pipeline.json").write_text(json.dumps({"schema": "edgekit.pipeline", "schema_version": 1, "status": "incomplete"}))
+    (out / "pipeline.json").write_text(json.dumps({"schema": "edgekit.pipeline.run", "schema_version": 1, "status": "incomplete"}))
     shutil.copytree(checkpoint, out / "checkpoint")
     shutil.copytree(fp32, out / "export" / "fp32")
     shutil.copytree(static, out / "quantized" / "static")
@@ -610,7 +610,7 @@ def test_a_pipeline_rerun_replaces_its_own_run_folder(digits_checkpoint, tmp_pat
             "--min-time", "0", "--processes", "1", "--no-reference", "--out", out]
     first = _run(args)
     assert first.exit_code == 0, first.stderr
-    from edgekit.outputs import foreign_entries
+    from edgekit.core.outputs import foreign_entries
 
     assert foreign_entries(out, "pipeline") == []  # every report it wrote proves itself, every artifact too
     second = _run(args)  # without --force
@@ -618,7 +618,7 @@ def test_a_pipeline_rerun_replaces_its_own_run_folder(digits_checkpoint, tmp_pat
 
 
 def test_a_pipeline_folder_of_edgekits_outputs_is_its_own(digits_checkpoint, digits_fp32_export, digits_static, tmp_path):
-    from edgekit.outputs import foreign_entries
+    from edgekit.core.outputs import foreign_entries
 
     out = _pipeline_folder(tmp_path, digits_checkpoint, digits_fp32_export, digits_static)
     assert foreign_entries(out, "pipeline") == []
@@ -718,7 +718,7 @@ def test_a_report_edgekit_wrote_is_replaced_by_the_same_command(digits_fp32_expo
     for _ in range(2):
         result = _run(bench)
         assert result.exit_code == 0, result.stderr
-    from edgekit.outputs import report_written_by_edgekit
+    from edgekit.core.outputs import report_written_by_edgekit
 
     assert report_written_by_edgekit(tmp_path / "bench.html", "html")
     assert report_written_by_edgekit(tmp_path / "summary.md", "markdown")

@@ -46,7 +46,7 @@ from sshd_fixture import _wait_ready, procs_with, sshd, start_sshd  # noqa: F401
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.remote.hosts import ALLOWED_SSH_OPTIONS, parse_ssh_option
 
 runner = CliRunner()

@@ -36,7 +36,7 @@ from corpus.hostile import (
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -304,11 +304,11 @@ NEWLINE_CASES = {
     "python-platform": (_platform, "manylinux_2_28_aarch64"),
     "python-version": (_python_version, "3.11"),
     "wheel-name": (_wheel, "numpy-2.0.0-cp311-cp311-manylinux_2_28_aarch64.whl"),
-    "artifact-token": (_pattern("edgekit.artifacts", "TOKEN"), "int8-static"),
-    "artifact-model-name": (_pattern("edgekit.artifacts", "MODEL_NAME"), "digits-cnn"),
-    "target-name": (_pattern("edgekit.targets", "NAME_PATTERN"), "rpi4"),
-    "target-platform": (_pattern("edgekit.targets", "PLATFORM_PATTERN"), "manylinux_2_28_aarch64"),
-    "target-core": (_pattern("edgekit.targets", "CORE_PATTERN"), "Cortex-A72"),
+    "artifact-token": (_pattern("edgekit.core.artifacts", "TOKEN"), "int8-static"),
+    "artifact-model-name": (_pattern("edgekit.core.artifacts", "MODEL_NAME"), "digits-cnn"),
+    "target-name": (_pattern("edgekit.core.targets", "NAME_PATTERN"), "rpi4"),
+    "target-platform": (_pattern("edgekit.core.targets", "PLATFORM_PATTERN"), "manylinux_2_28_aarch64"),
+    "target-core": (_pattern("edgekit.core.targets", "CORE_PATTERN"), "Cortex-A72"),
     "reference-key": (_pattern("edgekit.formats.reference", "_KEY"), "b1/output"),
     "factory": (_pattern("edgekit.sources.model_source", "_FACTORY"), "pkg.mod:make"),
     "zoo-token": (_pattern("edgekit.models.registry", "_TOKEN"), "digits"),

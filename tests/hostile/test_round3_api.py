@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 
 EDGEKIT = [sys.executable, "-m", "edgekit"]
 

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from conftest import one_line_error
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError
-from edgekit.limits import MAX_CALIB_FILES, MAX_CALIB_LINES
+from edgekit.core.errors import InputFileError
+from edgekit.core.limits import MAX_CALIB_FILES, MAX_CALIB_LINES
 from edgekit.quantize.calibration.data import open_calibration
 from edgekit.sources.hf_weights import MAX_SHARDS, weights_file
 
@@ -48,7 +48,7 @@ def _quantize(tmp_path: Path, calib: Path, *extra: str):
 
 
 def _spec():
-    from edgekit.artifacts import InputSpec
+    from edgekit.core.artifacts import InputSpec
 
     return InputSpec("x", (None, 4))
 
@@ -90,14 +90,14 @@ def test_a_text_file_over_the_line_limit_is_refused_before_tokenizing_it(tmp_pat
     corpus = _lines(tmp_path / "corpus.txt", 10_000_000, text)
     tok = tmp_path / "tokenizer.json"
     _word_tokenizer(tok)
-    from edgekit.artifacts import InputSpec
+    from edgekit.core.artifacts import InputSpec
 
     with pytest.raises(InputFileError, match=f"over {MAX_CALIB_LINES:,} lines.*--calib-max-samples"):
         open_text(corpus, (InputSpec("input_ids", (None, None), "int64"),), tok, 8, None)
 
 
 def test_a_long_text_file_with_calib_max_samples_counts_only_what_it_uses(tmp_path):
-    from edgekit.artifacts import InputSpec
+    from edgekit.core.artifacts import InputSpec
     from edgekit.quantize.calibration.text import open_text
 
     corpus = _lines(tmp_path / "corpus.txt", 10_000_000, b"hello world\n")
@@ -251,7 +251,7 @@ def test_a_model_file_holding_another_kind_is_refused_naming_it(tmp_path, name, 
 
 
 def test_a_real_onnx_model_still_loads(tmp_path):
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     model = onnx_files.load(_onnx_model(tmp_path / "net.onnx"))
     assert model.graph.node[0].op_type == "MatMul"
@@ -292,7 +292,7 @@ def test_a_shard_named_safetensors_holding_another_kind_is_refused_at_the_index(
 @pytest.mark.parametrize("name, content, fragment", [c for c in WEIGHT_CASES if not c[0].endswith(".safetensors")],
                          ids=[c[0] for c in WEIGHT_CASES if not c[0].endswith(".safetensors")])
 def test_a_checkpoint_file_is_checked_by_its_first_bytes_before_torch_loads_it(tmp_path, name, content, fragment):
-    from edgekit.safeload import load_plain
+    from edgekit.core.safeload import load_plain
 
     path = tmp_path / name
     path.write_bytes(content)
@@ -302,7 +302,7 @@ def test_a_checkpoint_file_is_checked_by_its_first_bytes_before_torch_loads_it(t
 
 def test_real_pytorch_files_still_load(tmp_path):
     torch = pytest.importorskip("torch")
-    from edgekit.safeload import load_plain
+    from edgekit.core.safeload import load_plain
 
     torch.save({"w": torch.ones(2)}, tmp_path / "zip.pt")
     torch.save({"w": torch.ones(2)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import one_line_error
 from corpus.hostile import leftovers
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 from edgekit.quantize.calibration.images import open_image
 
 PIL = pytest.importorskip("PIL")

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from conftest import TINY_CHAT_TEMPLATE, write_tiny_gguf
 from corpus.hostile import assert_one_line_error, leftovers, snapshot
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 
 pytest.importorskip("jinja2")
 pytest.importorskip("gguf")
@@ -79,7 +79,7 @@ HOSTILE_TEMPLATES = [
 
 @pytest.mark.parametrize("name, template, fragment", HOSTILE_TEMPLATES, ids=[t[0] for t in HOSTILE_TEMPLATES])
 def test_a_hostile_template_is_refused_at_the_check(name, template, fragment):
-    from edgekit.models.chat import check_template
+    from edgekit.llm.chat import check_template
 
     with pytest.raises(InputFileError, match="fails to render") as caught:
         check_template(template, name)
@@ -87,7 +87,7 @@ def test_a_hostile_template_is_refused_at_the_check(name, template, fragment):
 
 
 def test_real_templates_still_render():
-    from edgekit.models.chat import REPRESENTATIVE, check_template, render_chat
+    from edgekit.llm.chat import REPRESENTATIVE, check_template, render_chat
 
     check_template(TINY_CHAT_TEMPLATE, "tiny")
     text = render_chat(TINY_CHAT_TEMPLATE, list(REPRESENTATIVE), where="tiny")
@@ -181,7 +181,7 @@ def test_generation_text_and_numbers_are_checked_in_one_line(tiny_llm, args, fra
 
 
 def test_the_python_api_checks_the_same(tiny_llm):
-    from edgekit.models.generation import generate_text
+    from edgekit.llm.generation import generate_text
 
     for kwargs in ({"prompt": "caf\udce9"}, {"prompt": "hi", "system": "\udfff"}, {"prompt": "hi", "seed": 10**25},
                    {"prompt": "hi", "seed": True}, {"prompt": 42}, {"prompt": "hi", "top_k": 2**63}):
@@ -233,7 +233,7 @@ def test_a_gguf_with_non_finite_weights_is_refused_at_import(tmp_path, value):
 def test_non_finite_logits_end_generation_in_one_line():
     import torch
 
-    from edgekit.models.generation import pick_token
+    from edgekit.llm.generation import pick_token
 
     for logits in (torch.tensor([0.0, float("nan"), 1.0]), torch.tensor([float("inf"), 0.0]),
                    torch.full((4,), float("-inf"))):
@@ -244,7 +244,7 @@ def test_non_finite_logits_end_generation_in_one_line():
 
 
 def test_the_detokenised_text_holds_no_control_characters():
-    from edgekit.models.generation import TextStream
+    from edgekit.llm.generation import TextStream
 
     pieces = {0: "\x00", 1: "ok\x1b[2J", 2: "\x07line\n\tnext\r\n", 3: "\x7f!"}
     stream = TextStream(lambda ids: "".join(pieces[i] for i in ids))

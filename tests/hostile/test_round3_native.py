@@ -496,7 +496,7 @@ def test_a_malformed_native_section_is_one_line_exit_2(host_bundles, tmp_path, c
         result = cli.invoke(app, argv)
         assert_one_line_error(result, 2, "native")
     from edgekit.bundle.layout import read_bundle_json
-    from edgekit.errors import InputFileError
+    from edgekit.core.errors import InputFileError
 
     with pytest.raises(InputFileError, match="is malformed: native"):
         read_bundle_json(bundle)

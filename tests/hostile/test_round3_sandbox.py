@@ -212,7 +212,7 @@ def test_a_local_bench_keeps_a_hostile_host_runner_off_the_host(host_bundle, tmp
 
 def test_a_local_bench_stops_a_hostile_host_runner_that_never_ends(host_bundle, tmp_path):
     from edgekit.bench.api import bench
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
 
     trap = Trap(tmp_path)
     bundle = _plant(host_bundle, tmp_path / "bundle", "gcc", trap, "-DHANG")

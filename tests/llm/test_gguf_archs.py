@@ -52,7 +52,7 @@ def _k_blocks(shape, type_name, rng):
     """Random valid K-quant blocks for a (rows, 256k) matrix, scaled like its weights."""
     from test_gguf_quants import random_blocks
 
-    from edgekit.sources.gguf_quants import BY_NAME
+    from edgekit.llm.gguf.quants import BY_NAME
 
     n = shape[0] * shape[1] // 256
     raw = random_blocks(type_name, n, rng, scale={"Q4_K": 2e-4, "Q5_K": 1e-4, "Q6_K": 3e-5}[type_name])
@@ -171,7 +171,7 @@ def _compare(tmp_path, model, arch, metadata, quantized, expect_family, length=2
     assert result.exit_code == 0, result.output
     assert f"wrote {out}: {expect_family}," in " ".join(result.stdout.split())
     reference = reference_from_gguf(path, model, arch)
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(out)

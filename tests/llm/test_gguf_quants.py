@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from corpus.hostile import assert_one_line_error, leftovers
 from edgekit.cli.app import app
-from edgekit.sources.gguf_quants import BY_NAME, INT4_GRID
+from edgekit.llm.gguf.quants import BY_NAME, INT4_GRID
 
 TYPES = list(BY_NAME)
 # where each type keeps its float16 scales (d, and m/dmin): set to small finite values so random
@@ -38,7 +38,7 @@ def test_each_type_equals_the_reference_dequantizer(type_name):
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize as reference
 
-    from edgekit.sources.gguf_quants import dequantize
+    from edgekit.llm.gguf.quants import dequantize
 
     rng = np.random.default_rng(len(type_name))
     kind = BY_NAME[type_name]
@@ -73,7 +73,7 @@ def test_a_file_of_every_type_reads_as_gguf_reads_it(tmp_path):
     from gguf import GGUFReader
     from gguf.quants import dequantize as reference
 
-    from edgekit.sources.gguf_file import read_gguf
+    from edgekit.llm.gguf.file import read_gguf
 
     rng = np.random.default_rng(1)
     tensors = {f"t.{name}": (name, random_blocks(name, 8 * 512 // BY_NAME[name].block, rng).reshape(8, -1))

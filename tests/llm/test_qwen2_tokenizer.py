@@ -28,7 +28,7 @@ def _vocabulary():
 def test_ids_equal_transformers_qwen2_tokenizer():
     from transformers import Qwen2Tokenizer
 
-    from edgekit.sources.gguf_tokenizer import build_tokenizer
+    from edgekit.llm.gguf.tokenizer import build_tokenizer
 
     tokens, merges = _vocabulary()
     meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2", "tokenizer.ggml.tokens": tokens,

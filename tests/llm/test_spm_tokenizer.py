@@ -74,7 +74,7 @@ def _metadata(sp, dummy_prefix: bool) -> dict:
 
 @pytest.mark.parametrize("dummy_prefix", [True, False], ids=["llama-style", "gemma-style"])
 def test_ids_and_text_equal_sentencepiece_on_thousands_of_strings(tmp_path, dummy_prefix):
-    from edgekit.sources.gguf_tokenizer import build_tokenizer
+    from edgekit.llm.gguf.tokenizer import build_tokenizer
 
     sp = _train(tmp_path, dummy_prefix)
     meta = _metadata(sp, dummy_prefix)
@@ -97,7 +97,7 @@ def test_ids_and_text_equal_sentencepiece_on_thousands_of_strings(tmp_path, dumm
 def test_a_special_token_in_the_text_is_one_id_and_the_prefix_follows_it(tmp_path):
     """Control tokens are matched whole (a chat template's markers); like llama.cpp, the text after
     one gets the space prefix again."""
-    from edgekit.sources.gguf_tokenizer import build_tokenizer
+    from edgekit.llm.gguf.tokenizer import build_tokenizer
 
     sp = _train(tmp_path, True)
     meta = _metadata(sp, True)
@@ -109,8 +109,8 @@ def test_a_special_token_in_the_text_is_one_id_and_the_prefix_follows_it(tmp_pat
 
 
 def test_a_vocabulary_without_scores_is_refused_in_one_line(tmp_path):
-    from edgekit.errors import InputFileError
-    from edgekit.sources.gguf_tokenizer import build_tokenizer
+    from edgekit.core.errors import InputFileError
+    from edgekit.llm.gguf.tokenizer import build_tokenizer
 
     sp = _train(tmp_path, True)
     meta = _metadata(sp, True)

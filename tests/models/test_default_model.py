@@ -58,7 +58,7 @@ def test_digits_mobilenet_is_built_from_depthwise_separable_blocks():
 
 
 def test_static_quantize_finds_its_calibration_data_from_any_folder(digits_checkpoint, tmp_path, monkeypatch):
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.quantize.api import quantize
 
     monkeypatch.chdir(tmp_path)  # nowhere near calib_data/
@@ -69,13 +69,13 @@ def test_static_quantize_finds_its_calibration_data_from_any_folder(digits_check
 
 
 def _row(variant, p50, ratio, interval=None, accuracy=0.98, gate="pass", fmt="onnx", size=100):
-    from edgekit.pipeline import VariantRow
+    from edgekit.pipeline.run import VariantRow
 
     return VariantRow(variant, fmt, "m", size, accuracy, p50, p50, 1.0, gate, 0.3, ratio, interval)
 
 
 def test_not_paying_off_is_decided_on_the_interval():
-    from edgekit.pipeline_verdict import slower_than_fp32
+    from edgekit.pipeline.verdict import slower_than_fp32
 
     assert not slower_than_fp32(_row("int8-a", 1, 1.3, (0.9, 1.8)))  # could be faster: undecided, no warning
     assert slower_than_fp32(_row("int8-a", 1, 1.3, (1.15, 1.45)))
@@ -85,7 +85,7 @@ def test_not_paying_off_is_decided_on_the_interval():
 
 
 def test_the_recommendation_is_the_fastest_int8_variant_within_the_accuracy_budget():
-    from edgekit.pipeline_verdict import recommend
+    from edgekit.pipeline.verdict import recommend
 
     rows = [
         _row("fp32-onnx", 1.0, 1.0, (1.0, 1.0)),
@@ -105,7 +105,7 @@ def test_the_recommendation_is_the_fastest_int8_variant_within_the_accuracy_budg
 def test_a_recommendation_that_is_not_faster_says_it_is_for_size_only():
     """Measured on a zoo ShuffleNet: the only int8 file within the fidelity budget was 8.65x fp32's
     p50; the line said "Recommended: ... 8.65x" next to a warning that int8 is not paying off."""
-    from edgekit.pipeline_verdict import recommend, recommendation_line
+    from edgekit.pipeline.verdict import recommend, recommendation_line
 
     slow = recommend([_row("int8-slow", 8.65, 8.65, (6.7, 11.2))], 0.98, 1.0)
     line = recommendation_line(slow)

@@ -2,7 +2,7 @@
 
 A token is one small forward pass: torch's default of every core spin-waits between them (a
 transformer-lm on this 2-core machine: 12-14 tokens/s on both cores, 456 on one). The rule is
-``edgekit.threads.resolve_threads``: explicit wins, else the artifact's target's count, else all
+``edgekit.core.threads.resolve_threads``: explicit wins, else the artifact's target's count, else all
 cores, never every core of this host.
 """
 
@@ -44,8 +44,8 @@ def generate(*args: str) -> dict:
 
 
 def test_generate_follows_the_bench_rule_and_takes_threads(lm):
-    from edgekit.targets import load_target
-    from edgekit.threads import resolve_threads
+    from edgekit.core.targets import load_target
+    from edgekit.core.threads import resolve_threads
 
     ckpt, exported = lm
     no_target, _ = resolve_threads(None, None)
@@ -61,7 +61,7 @@ def test_generate_follows_the_bench_rule_and_takes_threads(lm):
 def test_the_library_really_runs_torch_on_that_many_threads(lm):
     ckpt, _ = lm
     code = ("import sys, torch\n"
-            "from edgekit.models.generation import generate_text\n"
+            "from edgekit.llm.generation import generate_text\n"
             "before = torch.get_num_threads()\n"
             "r = generate_text(sys.argv[1], 'def ', 4, 0.0, 0, 0, 'cpu', 'checkpoint', 1)\n"
             "print(before, torch.get_num_threads(), r.threads)\n")
@@ -74,9 +74,9 @@ def test_the_library_really_runs_torch_on_that_many_threads(lm):
 
 def test_the_rule_is_one_function_for_bench_and_generate():
     import edgekit.bench.api
-    import edgekit.threads
+    import edgekit.core.threads
 
-    assert edgekit.bench.api.resolve_threads is edgekit.threads.resolve_threads
+    assert edgekit.bench.api.resolve_threads is edgekit.core.threads.resolve_threads
 
 
 def test_bad_threads_is_one_line(lm):

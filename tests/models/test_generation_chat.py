@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
-from edgekit.models.generation import TextStream, generate_cached, generate_text, iter_tokens, pick_token, sampling_probs
+from edgekit.llm.generation import TextStream, generate_cached, generate_text, iter_tokens, pick_token, sampling_probs
 
 runner = CliRunner()
 LOGITS = torch.tensor([2.0, 1.0, 0.0, -1.0])
@@ -93,7 +93,7 @@ def test_stream_gives_back_a_held_prefix_that_was_no_stop():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, tiny_gguf):
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     out = tmp_path_factory.mktemp("chat") / "llm"
@@ -106,7 +106,7 @@ def tiny(tmp_path_factory, tiny_gguf):
 def test_cached_greedy_equals_recomputing_the_whole_window(tiny):
     """The KV cache changes nothing: the same ids as the plain forward over the whole sequence."""
     from edgekit.sources.checkpoint import load_model_from_artifact
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
 
     folder, lm = tiny
     model = load_model_from_artifact(*load_manifest(folder))
@@ -169,8 +169,8 @@ def test_chat_prompt_is_the_rendered_template(tiny):
     folder, _ = tiny
     chat = generate_text(folder, "the cat", 2, 0.0, threads=1)
     raw = generate_text(folder, "the cat", 2, 0.0, threads=1, chat=False)
-    from edgekit.artifacts import load_manifest
-    from edgekit.models.lm_runtime import load_llm_text
+    from edgekit.core.artifacts import load_manifest
+    from edgekit.llm.lm_runtime import load_llm_text
 
     text = load_llm_text(*load_manifest(folder))
     rendered = "<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n"

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from edgekit.models.llama import Llama, rotate_pairs
+from edgekit.llm.models.llama import Llama, rotate_pairs
 
 
 def reference_logits(model: Llama, tokens: torch.Tensor) -> torch.Tensor:

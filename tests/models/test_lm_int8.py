@@ -41,8 +41,8 @@ def teacher_forced_agreement(reference, candidate, prompt_ids, tokens: int, cont
 
 
 def test_int8_artifact_generates_and_agrees_with_fp32(lm):
-    from edgekit.artifacts import load_manifest
-    from edgekit.models.lm_runtime import load_language_model, load_tokenizer
+    from edgekit.core.artifacts import load_manifest
+    from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 
     name, ckpt, q_dir = lm
     assert (q_dir / "tokenizer.json").is_file()  # quantize carries the vocabulary
@@ -70,8 +70,8 @@ def test_generate_cli_runs_from_an_int8_artifact(lm, fmt):
     doc = json.loads(result.stdout)
     assert doc["tokens"] == 12 and doc["tokens_per_s"] > 0 and doc["prompt"] == PROMPT
     # greedy decoding by hand, from the same int8 file's logits (not through generate's own loop)
-    from edgekit.artifacts import load_manifest
-    from edgekit.models.lm_runtime import load_language_model, load_tokenizer
+    from edgekit.core.artifacts import load_manifest
+    from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 
     folder, manifest = load_manifest(q_dir)
     model, tokenizer = load_language_model(folder, manifest, fmt), load_tokenizer(folder, manifest)
@@ -126,7 +126,7 @@ def test_bench_leaves_tokens_per_s_empty_for_other_models(digits_fp32_export):
 def test_serve_streams_generated_tokens_as_server_sent_events(lm):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
-    from edgekit.models.generation import generate_text
+    from edgekit.llm.generation import generate_text
     from edgekit.serve import process
 
     name, _, q_dir = lm
@@ -159,10 +159,10 @@ def test_transformer_lm_as_an_executorch_program_generates_like_the_checkpoint(t
     exports with that bound instead of failing; generation and /v1/generate then run from it."""
     pytest.importorskip("executorch")
     httpx = pytest.importorskip("httpx")
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.export.api import export
-    from edgekit.models.generation import generate_text
-    from edgekit.models.lm_runtime import load_language_model, load_tokenizer
+    from edgekit.llm.generation import generate_text
+    from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
     from edgekit.serve import process
     from edgekit.train.config import TrainConfig
     from edgekit.train.loop import train

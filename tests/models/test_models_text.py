@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.models import build_model, get_spec, model_names
 from edgekit.models.attention import attention_names, build_attention
 
@@ -135,7 +135,7 @@ def test_lstm_packed_training_path_matches_plain_on_full_rows_and_ignores_paddin
 
 
 def test_sampling_respects_top_k_and_temperature():
-    from edgekit.models.generation import sample_tokens
+    from edgekit.llm.generation import sample_tokens
 
     model = tiny("transformer-lm").eval()
     prompt = [3, 4, 5]

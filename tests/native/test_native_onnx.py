@@ -276,7 +276,7 @@ def test_emulated_verify_of_an_rpi4_bundle(onnx_exports, tmp_path):
 
 def test_headers_without_apt_are_one_line(tmp_path, monkeypatch):
     """Where neither the system nor edgekit's cache has ONNX Runtime's header and apt is missing: one line naming the package."""
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
     from edgekit.native import ort_headers
 
     if (ort_headers.api_version(ort_headers.SYSTEM_INCLUDE) or 0) >= ort_headers.API_VERSION:

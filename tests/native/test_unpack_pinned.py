@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 from edgekit.native.wheel import unpack_pinned
 
 

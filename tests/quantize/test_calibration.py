@@ -3,9 +3,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.artifacts import InputSpec
+from edgekit.core.artifacts import InputSpec
 from edgekit.data import digits
-from edgekit.errors import InputFileError
+from edgekit.core.errors import InputFileError
 from edgekit.quantize.calibration.data import open_calibration
 
 SPEC = InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"})

@@ -22,9 +22,9 @@ import pretrained_cnn as cnn
 import pretrained_encoder as enc
 from conftest import one_line_error
 from corpus.hostile import leftovers, snapshot
-from edgekit.artifacts import InputSpec
+from edgekit.core.artifacts import InputSpec
 from edgekit.cli.app import app
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 from edgekit.quantize.calibration.data import open_calibration
 
 PIL = pytest.importorskip("PIL")

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.artifacts import InputSpec
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.errors import InputFileError, UsageError
 from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
 from edgekit.quantize.calibration.histogram import StreamingHistogram
 

@@ -44,7 +44,7 @@ def copy_quantized(request):
 
 
 def predictor(path, details=None, threads=1):
-    from edgekit.evaluation import board_predictor
+    from edgekit.fidelity.evaluation import board_predictor
 
     return board_predictor(FORMAT.name, path, threads)
 
@@ -189,7 +189,7 @@ def test_a_plugin_method_and_format_go_from_quantize_to_the_boards_check(plugin,
     # against the float torch model, computed here: fp16-rounded weights stay within 1e-2
     import torch
 
-    from edgekit.artifacts import load_manifest
+    from edgekit.core.artifacts import load_manifest
     from edgekit.board.runtimes.onnx_runtime import OnnxRuntime
     from edgekit.data.datasets import load_split
     from edgekit.sources.checkpoint import load_model_from_artifact

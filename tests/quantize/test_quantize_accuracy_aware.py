@@ -6,9 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.artifacts import describe_file, finalize, load_manifest
+from edgekit.core.artifacts import describe_file, finalize, load_manifest
 from edgekit.cli.app import app
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 
 runner = CliRunner()
 OUTLIER_SCALE = 50.0
@@ -39,7 +39,7 @@ def outlier_checkpoint(digits_checkpoint, tmp_path_factory):
 
 
 def test_outlier_model_is_the_same_function(digits_checkpoint, outlier_checkpoint):
-    from edgekit.evaluation import task_accuracy, torch_predictor
+    from edgekit.fidelity.evaluation import task_accuracy, torch_predictor
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     accs = [task_accuracy(m.task, torch_predictor(load_model_from_artifact(f, m)))

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.artifacts import load_manifest
-from edgekit.errors import InputFileError, ParityError, UsageError
-from edgekit.evaluation import onnx_predictor, task_accuracy, torch_predictor
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.errors import InputFileError, ParityError, UsageError
+from edgekit.fidelity.evaluation import onnx_predictor, task_accuracy, torch_predictor
 from edgekit.formats.reference import read_reference
 
 

@@ -3,9 +3,9 @@
 import pytest
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.quantize.toolkits.recipes import host_isa, onnx_recipe
-from edgekit.targets import load_target
+from edgekit.core.targets import load_target
 
 VNNI_HOST = ("x86_64", ("avx2", "avx512f", "avx512_vnni"))
 OLD_X86_HOST = ("x86_64", ("avx2", "sse4_2"))

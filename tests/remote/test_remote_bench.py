@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from edgekit.bench.result import from_document
 from edgekit.bundle.build import build_bundle
 from edgekit.cli.app import app
-from edgekit.errors import RemoteError
-from edgekit.fileio import sha256_file
+from edgekit.core.errors import RemoteError
+from edgekit.core.fileio import sha256_file
 from edgekit.remote import scripts, ssh
 from edgekit.remote.bench import run_remote_bench
 
@@ -120,7 +120,7 @@ def test_cli_remote_bench_of_an_export_folder(sshd, int8_onnx_export, tmp_path):
 
 def test_a_file_is_benched_as_the_format_its_folder_lists_it_as(int8_onnx_export, tmp_path):
     """No format is guessed from an unknown suffix: the manifest says what a file is, or it is refused."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.remote.bench import resolve_bundle
 
     folder, info = resolve_bundle(int8_onnx_export / "model.onnx", "rpi4", None, tmp_path / "a")

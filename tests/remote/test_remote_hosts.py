@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgekit.cli.app import app
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.remote import scripts
 from edgekit.remote.hosts import check_remote_path, parse_host, parse_ssh_option
 from edgekit.remote.ssh import SshTarget, command
@@ -116,7 +116,7 @@ def test_probe_script_reports_missing_python_and_a_missing_copy(tmp_path):
     sums = subprocess.run(["sha256sum", "a.txt"], cwd=folder, capture_output=True, text=True, check=True).stdout
     (folder / "SHA256SUMS").write_text(sums)
     proc = _sh(scripts.PROBE, "~/bundles", "b-1", "python3", cwd=tmp_path, home=home)
-    from edgekit.fileio import sha256_file
+    from edgekit.core.fileio import sha256_file
 
     assert proc.stdout.split() == ["edgekit:have", sha256_file(folder / "SHA256SUMS"), "-"]
     (folder / "wheels").mkdir()

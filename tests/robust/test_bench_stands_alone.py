@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.bench.api import bench
-from edgekit.errors import BenchError
-from edgekit.pipeline import _bench_each_standing_alone, _without_files
+from edgekit.core.errors import BenchError
+from edgekit.pipeline.run import _bench_each_standing_alone, _without_files
 
 SETTINGS = dict(min_runs=5, min_time_s=0.0, warmup=1, processes=1, reference=False)
 
@@ -55,7 +55,7 @@ def test_all_passing_is_one_interleaved_bench(tmp_path):
 
 
 def test_the_failed_file_leaves_its_manifest():
-    from edgekit.artifacts import Manifest
+    from edgekit.core.artifacts import Manifest
 
     class Entry:
         def __init__(self, path):

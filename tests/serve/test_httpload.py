@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.serve.httpload import LoadClient
 
 ANSWERS = {

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 from edgekit.train.checkpoint import load_train_state
 from edgekit.train.config import TrainConfig
 from edgekit.train.loop import train
@@ -139,7 +139,7 @@ def test_cuda_torchrun_one_gpu(tmp_path, strategy):
 def test_cpu_offload_needs_cuda(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("checks the CPU-only error")
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     with pytest.raises(UsageError, match="--cpu-offload .* needs CUDA"):
         train(TrainConfig(**TINY_LM, strategy="fsdp", cpu_offload=True, device="cpu"), tmp_path / "run")
@@ -148,7 +148,7 @@ def test_cpu_offload_needs_cuda(tmp_path):
 def test_missing_cuda_is_a_usage_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("checks the CPU-only error")
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     with pytest.raises(UsageError, match="CUDA is not available"):
         train(TrainConfig(**TINY_LM, device="cuda"), tmp_path / "run")

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from edgekit.artifacts import load_manifest
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.sources.checkpoint import load_checkpoint, load_model_from_artifact
 from edgekit.train.checkpoint import load_train_state
 from edgekit.train.config import TrainConfig
@@ -148,7 +148,7 @@ class _Flaky(nn.Module):
 
 
 def _register_flaky():
-    from edgekit.artifacts import InputSpec
+    from edgekit.core.artifacts import InputSpec
     from edgekit.models.registry import ModelSpec, register_model
 
     register_model(

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from edgekit.errors import UsageError
+from edgekit.core.errors import UsageError
 from edgekit.sources.checkpoint import load_checkpoint
 from edgekit.train.checkpoint import load_train_state
 from edgekit.train.config import TrainConfig

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError
 from edgekit.train.config import TrainConfig
 from edgekit.train.precision import LossScaleWatch
 from edgekit.train.schedule import WarmupCosine, default_warmup

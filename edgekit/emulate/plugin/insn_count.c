@@ -9,6 +9,9 @@
  * A window is what ran between the runner's two marks around its timed runs, write(-1, NULL, MARK_BEGIN)
  * and write(-1, NULL, MARK_END) (EBADF at once, on a board too); "before" is the total at the first
  * begin mark. Counting inside one process leaves out what varies between processes (start, exit).
+ * A second kind of window, between MARK_PREFILL_BEGIN and MARK_PREFILL_END (a language model's prompt,
+ * where the timed window holds its decode steps), follows the line as
+ *   p_windows=K p_bad_marks=K p_total=N p_simd_fp=N ... p_other=N
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -38,9 +41,20 @@ static char tag[64] = "-";
 #define MARK_FD UINT32_MAX /* fd -1: the kernel reads an int */
 #define MARK_BEGIN 0x65646b62u /* "edkb" */
 #define MARK_END 0x65646b65u   /* "edke" */
-static uint64_t window[CLASSES], began[CLASSES], before[CLASSES];
-static unsigned windows, bad_marks;
-static int in_window, marked;
+#define MARK_PREFILL_BEGIN 0x65646b70u /* "edkp" */
+#define MARK_PREFILL_END 0x65646b71u   /* "edkq" */
+
+typedef struct Window {
+    uint32_t begin_mark, end_mark;
+    uint64_t sum[CLASSES], began[CLASSES];
+    unsigned count, bad_marks;
+    int open;
+} Window;
+
+enum { TIMED, PREFILL, KINDS };
+static Window windows[KINDS] = {{MARK_BEGIN, MARK_END}, {MARK_PREFILL_BEGIN, MARK_PREFILL_END}};
+static uint64_t before[CLASSES];
+static int marked;
 
 static int load_or_store(uint32_t insn)
 {
@@ -119,25 +133,33 @@ static void totals_now(uint64_t totals[CLASSES])
 static void on_syscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2, uint64_t a3,
                        uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8)
 {
-    if (num != SYS_WRITE || (uint32_t)a1 != MARK_FD || (a3 != MARK_BEGIN && a3 != MARK_END))
+    if (num != SYS_WRITE || (uint32_t)a1 != MARK_FD)
+        return;
+    Window *w = NULL;
+    for (int k = 0; k < KINDS; k++)
+        if (a3 == windows[k].begin_mark || a3 == windows[k].end_mark)
+            w = &windows[k];
+    if (!w)
         return;
     uint64_t now[CLASSES];
     pthread_mutex_lock(&lock);
     totals_now(now);
-    if (a3 == MARK_BEGIN) {
-        if (in_window)
-            bad_marks++;
-        if (!marked)
+    if (a3 == w->begin_mark) {
+        if (w->open)
+            w->bad_marks++;
+        if (w == &windows[TIMED] && !marked) {
             memcpy(before, now, sizeof before);
-        memcpy(began, now, sizeof began);
-        in_window = marked = 1;
-    } else if (!in_window) {
-        bad_marks++;
+            marked = 1;
+        }
+        memcpy(w->began, now, sizeof w->began);
+        w->open = 1;
+    } else if (!w->open) {
+        w->bad_marks++;
     } else {
         for (int c = 0; c < CLASSES; c++)
-            window[c] += now[c] - began[c];
-        windows++;
-        in_window = 0;
+            w->sum[c] += now[c] - w->began[c];
+        w->count++;
+        w->open = 0;
     }
     pthread_mutex_unlock(&lock);
 }
@@ -159,8 +181,8 @@ static void on_guest_exit(qemu_plugin_id_t id, void *userdata)
     uint64_t totals[CLASSES];
     pthread_mutex_lock(&lock);
     totals_now(totals);
-    if (in_window)
-        bad_marks++;
+    for (int k = 0; k < KINDS; k++)
+        windows[k].bad_marks += windows[k].open;
     pthread_mutex_unlock(&lock);
     uint64_t before_total = 0;
     for (int c = 0; c < CLASSES; c++)
@@ -169,9 +191,13 @@ static void on_guest_exit(qemu_plugin_id_t id, void *userdata)
     int used = snprintf(line, sizeof line, "edgekit-icount %s", tag);
     used = put_counts(line, sizeof line, used, "", totals);
     if (used >= 0 && (size_t)used < sizeof line)
-        used += snprintf(line + used, sizeof line - used, " windows=%u bad_marks=%u before=%" PRIu64, windows,
-                         bad_marks, before_total);
-    used = put_counts(line, sizeof line, used, "w_", window);
+        used += snprintf(line + used, sizeof line - used, " windows=%u bad_marks=%u before=%" PRIu64,
+                         windows[TIMED].count, windows[TIMED].bad_marks, before_total);
+    used = put_counts(line, sizeof line, used, "w_", windows[TIMED].sum);
+    if (used >= 0 && (size_t)used < sizeof line)
+        used += snprintf(line + used, sizeof line - used, " p_windows=%u p_bad_marks=%u", windows[PREFILL].count,
+                         windows[PREFILL].bad_marks);
+    used = put_counts(line, sizeof line, used, "p_", windows[PREFILL].sum);
     if (used > 0 && (size_t)used < sizeof line - 1) {
         line[used] = '\n';
         line[used + 1] = '\0';

@@ -18,7 +18,7 @@ std::string read_file(const std::string& path, uint64_t max_bytes, const std::st
 
 // UsageError unless `path` (given as `flag`) is a regular file or nothing yet: a rename over a
 // device (/dev/null), a FIFO, a socket, a folder or a symbolic link would replace what is there
-// (or write where the link points), so those are refused, as edgekit.outputs.check_report_paths does.
+// (or write where the link points), so those are refused, as edgekit.core.outputs.check_report_paths does.
 void check_output_path(const std::string& path, const std::string& flag);
 
 // Writes data to a temporary file beside path (".NAME.XXXXXX.tmp"), fsyncs it, gives it the mode a

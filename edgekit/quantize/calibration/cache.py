@@ -5,7 +5,7 @@ the calibration data (file names, sizes and contents, batch size, sample limit, 
 calibration method and its settings, and this cache's format version. Change any of them and the
 key changes, so a stale entry is never read. Entries are plain JSON (never pickle), written
 atomically under ``$EDGEKIT_CACHE_DIR/calibration`` (default ``~/.cache/edgekit/calibration``),
-a folder made by ``edgekit.cache.part_dir`` (tagged as edgekit's, never in a folder no cache may use).
+a folder made by ``edgekit.core.cache.part_dir`` (tagged as edgekit's, never in a folder no cache may use).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from edgekit.errors import EdgekitError
-from edgekit.fileio import sha256_file, write_json
+from edgekit.core.errors import EdgekitError
+from edgekit.core.fileio import sha256_file, write_json
 from edgekit.quantize.calibration.calibrators import TensorRange
 
 CACHE_SCHEMA = "edgekit.calibration-cache"
@@ -24,7 +24,7 @@ CACHE_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    from edgekit.cache import cache_root
+    from edgekit.core.cache import cache_root
 
     return cache_root() / "calibration"
 
@@ -59,7 +59,7 @@ def cache_key(model_sha256: str, data_sha256: str, method: str, settings: dict) 
 class CalibrationCache:
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_cache_dir()
-        self._default = folder is None  # the cache part: made (and checked) by edgekit.cache.part_dir
+        self._default = folder is None  # the cache part: made (and checked) by edgekit.core.cache.part_dir
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -87,7 +87,7 @@ class CalibrationCache:
         }
         try:
             if self._default:
-                from edgekit.cache import part_dir
+                from edgekit.core.cache import part_dir
 
                 self.folder = part_dir("calibration")
             return write_json(self.path(key), doc)

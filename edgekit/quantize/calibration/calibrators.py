@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from edgekit.errors import UsageError, unknown_name
+from edgekit.core.errors import UsageError, unknown_name
 from edgekit.quantize.calibration.histogram import StreamingHistogram
 
 # A tensor whose values reach this magnitude holds sentinels (attention-mask constants such as

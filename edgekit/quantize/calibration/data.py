@@ -37,8 +37,8 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.artifacts import InputSpec
-from edgekit.errors import InputFileError, UsageError
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.errors import InputFileError, UsageError
 
 SUFFIXES = (".npy", ".npz")
 
@@ -159,7 +159,7 @@ def calibration_kind(path: Path) -> str:
                              f"or an image ({', '.join(IMAGE_SUFFIXES)})")
     if not path.is_dir():
         raise InputFileError(f"calibration data not found: {path}")
-    from edgekit.limits import calibration_files
+    from edgekit.core.limits import calibration_files
 
     if calibration_files(path, SUFFIXES):
         return "arrays"
@@ -215,7 +215,7 @@ def open_calibration(
         calib = open_text(path, specs, Path(chosen) if chosen is not None else None, batch_size, max_samples,
                           max_length)
     else:
-        from edgekit.limits import calibration_files
+        from edgekit.core.limits import calibration_files
 
         files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)
         calib = CalibrationSet(files, specs, batch_size, max_samples,

@@ -35,8 +35,8 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.artifacts import InputSpec
-from edgekit.errors import InputFileError, UsageError, first_line
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.errors import InputFileError, UsageError, first_line
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 MAX_PIXELS = 64_000_000  # per image, before it is decoded (a decompression bomb is refused)
@@ -216,7 +216,7 @@ def parse_preprocess(text: str | os.PathLike | ImagePreprocess | None) -> ImageP
         return text
     raw = os.fspath(text)
     if raw.lower().endswith(".toml") or ("=" not in raw and Path(raw).is_file()):
-        from edgekit.fileio import read_toml
+        from edgekit.core.fileio import read_toml
 
         path = Path(raw)
         if not path.is_file():
@@ -407,7 +407,7 @@ def scan_images(root: Path) -> tuple[tuple[Path, ...], Path | None]:
     """(every image under ``root`` in sorted order, the first other file) (hidden entries skipped)."""
     if root.is_file():
         return ((root,), None) if is_image(root) else ((), root)
-    from edgekit.limits import MAX_CALIB_FILES
+    from edgekit.core.limits import MAX_CALIB_FILES
 
     found: list[Path] = []
     foreign = None

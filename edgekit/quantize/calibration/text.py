@@ -25,8 +25,8 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.artifacts import InputSpec
-from edgekit.errors import InputFileError, UsageError, first_line
+from edgekit.core.artifacts import InputSpec
+from edgekit.core.errors import InputFileError, UsageError, first_line
 
 TEXT_SUFFIXES = (".txt",)
 MAX_LINE_BYTES = 1 << 20
@@ -106,7 +106,7 @@ def load_tokenizer(path: Path) -> TextTokenizer:
 
 
 def _tokenizer_config(folder: Path) -> dict:
-    from edgekit.fileio import read_json
+    from edgekit.core.fileio import read_json
 
     path = folder / "tokenizer_config.json"
     if not path.is_file():
@@ -259,7 +259,7 @@ def open_text(path: Path, specs: tuple[InputSpec, ...], tokenizer: Path | None, 
     tok = load_tokenizer(tokenizer)
     length = lengths.pop() if lengths else None
     cap = min(x for x in (tok.max_length or DEFAULT_MAX_LENGTH, DEFAULT_MAX_LENGTH, max_length or math.inf))
-    from edgekit.limits import MAX_CALIB_LINES
+    from edgekit.core.limits import MAX_CALIB_LINES
 
     enough = None if max_samples is None else max([max_samples, *batches])  # a fixed batch needs that many lines
     samples = 0

@@ -16,7 +16,7 @@ FILE = FORMAT.files.file_name
 
 @route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.formats import ncnn
     from edgekit.quantize.toolkits import ncnn_int8
 

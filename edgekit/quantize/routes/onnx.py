@@ -15,7 +15,7 @@ def _check_quantizable(job, kept_by_rule) -> None:
     """UsageError when the model has no layer with a constant weight to quantize besides those kept
     float by rule (thin stems, small lookups; a user's or the budget's --exclude do not count):
     the result would be the float model under an int8 label."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
     nodes = ort_backend.weighted_nodes(onnx_graphs.prepared_onnx(job))
@@ -29,7 +29,7 @@ def _check_quantizable(job, kept_by_rule) -> None:
 def _check_changed(job, method: str) -> None:
     """UsageError when ONNX Runtime's quantizer quantized nothing (weights it does not reach, such as
     an ``If`` branch's under static QDQ): the file would be the float model under an int8 label."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
     if ort_backend.int8_nodes(job.dest / FILE):

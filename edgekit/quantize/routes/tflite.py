@@ -20,7 +20,7 @@ def _prepared(job, config, dynamic: bool):
     import torch
     from torchao.quantization.pt2e import quantize_pt2e
 
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
     from edgekit.formats import tflite
 
     if config.exclude:

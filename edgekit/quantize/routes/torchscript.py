@@ -35,7 +35,7 @@ def _check_changed(job, traced) -> None:
     """UsageError when the traced int8 module runs no quantized op: torch.ao found nothing it
     quantizes (a ScriptModule's layers are not nn.Linear to it), and the file would be the float
     model under an int8 label."""
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     def kinds(block):
         for node in block.nodes():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.errors import ParityError
+from edgekit.core.errors import ParityError
 from edgekit.formats.parity import INT8_MIN_COSINE
 
 
@@ -71,7 +71,7 @@ def measure(source, predict, cases: dict, split: str = "test", float_value: floa
     """Task accuracy on ``split`` when the source is labelled, else fidelity cosine on ``cases``."""
     fid = fidelity(predict, cases)
     if source.labelled:
-        from edgekit.evaluation import task_accuracy
+        from edgekit.fidelity.evaluation import task_accuracy
 
         value = task_accuracy(source.task, predict, split)
         reference = float_value if float_value is not None else source.float_accuracy
@@ -102,7 +102,7 @@ def check(source, predict, cases: dict, label: str) -> dict:
 
 def float_predictor(job):
     """The float model as a numpy predictor (torch when there is one, else the float ONNX file)."""
-    from edgekit.evaluation import onnx_predictor, torch_predictor
+    from edgekit.fidelity.evaluation import onnx_predictor, torch_predictor
     from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
     if job.source.has_torch:

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit import formats as table
-from edgekit.artifacts import Manifest
-from edgekit.errors import EdgekitError, GateFailed, ParityError, UsageError
-from edgekit.outputs import commit_dir
+from edgekit.core.artifacts import Manifest
+from edgekit.core.errors import EdgekitError, GateFailed, ParityError, UsageError
+from edgekit.core.outputs import commit_dir
 from edgekit.quantize.api import CALIB_KINDS, _reference_data  # the data plain quantize cuts its cases from
 from edgekit.quantize.progress import report
 from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, stamp, write_reference,
 )
-from edgekit.targets import Target, load_target
+from edgekit.core.targets import Target, load_target
 
 
 @dataclass
@@ -349,8 +349,8 @@ def _shapes(path) -> dict:
 
 def _float_files(job, specs: dict) -> list[tuple[str, Path]]:
     """The float model in each format of ``specs`` (name -> entry), each in a folder with a manifest, for the latency baseline."""
-    from edgekit import onnx_files
-    from edgekit.artifacts import describe_file
+    from edgekit.core import onnx_files
+    from edgekit.core.artifacts import describe_file
 
     from edgekit.formats.request import FloatExport
     from edgekit.quantize.toolkits import onnx_graphs

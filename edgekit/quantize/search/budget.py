@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.errors import GateFailed
+from edgekit.core.errors import GateFailed
 from edgekit.quantize.search import accuracy
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.progress import report as report_progress
@@ -83,7 +83,7 @@ def fit_budget(job, config, method, item: Produced, cases: dict, budget: float, 
     path = job.dest / item.path
     source = job.source
     if not config.keeps_layers_float():
-        from edgekit.errors import UsageError
+        from edgekit.core.errors import UsageError
         from edgekit.quantize.registry import get_method, method_names
 
         takes = [name for name in method_names() if get_method(name).config_type.keeps_layers_float()]
@@ -150,7 +150,7 @@ def _search_reference(job, source, cases):
     if not source.labelled:
         return "test", None, None, None
     from edgekit.data.datasets import load_split
-    from edgekit.evaluation import task_accuracy
+    from edgekit.fidelity.evaluation import task_accuracy
 
     float_predict = accuracy.float_predictor(job)
     for split in ("val", "test"):
@@ -173,9 +173,9 @@ def _sqnr(reference, got) -> float:
 
 def _latency(job, int8_path: Path, final_path: Path, fmt: str) -> dict:
     """p50 (ms) of the fully quantized and the final file, interleaved on this host."""
-    from edgekit.artifacts import describe_file
+    from edgekit.core.artifacts import describe_file
     from edgekit.bench.api import bench
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
     from edgekit.quantize.steps import stamp
 
     copies = []

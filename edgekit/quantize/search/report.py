@@ -137,8 +137,8 @@ def tensor_report(
 ) -> list[TensorError]:
     """Every quantized tensor's error, worst (lowest SQNR) first. ``ranges``: the calibrated ranges of
     a static model (absent ones, and dynamic models, use each batch's own min/max)."""
-    from edgekit import onnx_files
-    from edgekit.errors import InputFileError
+    from edgekit.core import onnx_files
+    from edgekit.core.errors import InputFileError
 
     float_model = onnx_files.load(float_path)
     quantized = onnx_files.load(quantized_path)

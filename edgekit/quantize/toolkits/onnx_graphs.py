@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.quantize.calibration.cache import files_fingerprint
 
 # job.memo keys (the memo is shared with other toolkits: each key names its owner)
@@ -90,7 +90,7 @@ def recipe(job, config):
 
 def activation_ranges(job, config) -> dict:
     """Per-tensor ranges of the prepared ONNX model, from the calibration cache or a pass."""
-    from edgekit.fileio import sha256_file
+    from edgekit.core.fileio import sha256_file
     from edgekit.quantize.calibration import cache as calib_cache
     from edgekit.quantize.calibration.calibrators import describe, make_calibration, make_calibrator
     from edgekit.quantize.calibration.onnx_ranges import collect_ranges

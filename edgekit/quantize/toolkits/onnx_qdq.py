@@ -16,7 +16,7 @@ def fold_weight_quantizers(path: Path, out: Path) -> int:
     """
     from onnx import numpy_helper
 
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     model = onnx_files.load(path)
     graph = model.graph

@@ -18,8 +18,8 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from edgekit import onnx_files
-from edgekit.fileio import working_dir
+from edgekit.core import onnx_files
+from edgekit.core.fileio import working_dir
 from edgekit.quantize.calibration.calibrators import TensorRange
 from edgekit.quantize.toolkits.recipes import OnnxRecipe
 
@@ -73,7 +73,7 @@ def preprocess(float_path: Path, out_path: Path, notes: list[str] | None = None)
     model = onnx_files.load(out_path)
     got = [vi.name for vi in onnx_files.model_inputs(model)]
     if got != wanted:
-        from edgekit.errors import EdgekitError
+        from edgekit.core.errors import EdgekitError
 
         raise EdgekitError(f"ONNX Runtime's pre-processing changed the model's inputs ({', '.join(wanted)} -> "
                            f"{', '.join(got)}): the int8 model could not be fed like the float one")
@@ -284,7 +284,7 @@ def static_int8_qdq(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
 
     if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
         import onnxruntime

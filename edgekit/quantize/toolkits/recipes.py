@@ -20,8 +20,8 @@ import platform
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from edgekit.errors import UsageError
-from edgekit.targets import QUANT_TYPES, Target
+from edgekit.core.errors import UsageError
+from edgekit.core.targets import QUANT_TYPES, Target
 
 X86_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 ARM_DOT_FLAGS = ("asimddp",)

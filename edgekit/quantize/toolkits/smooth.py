@@ -40,7 +40,7 @@ def smoothable(model) -> dict[str, list]:
 def channel_absmax(model_path: Path, batches: Iterable[Mapping[str, np.ndarray]], names: list[str],
                    threads: int | None = None) -> dict[str, np.ndarray]:
     """Running per-channel (last axis) abs-max of ``names`` over the batches."""
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
     from edgekit.quantize.search.report import augmented_session
 
     session, names = augmented_session(onnx_files.load(model_path), names, threads)
@@ -68,7 +68,7 @@ def smooth(src: Path, dst: Path, maxima: Mapping[str, np.ndarray], alpha: float)
     import onnx
     from onnx import numpy_helper
 
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
 
     model = onnx_files.load(src)
     inits = {i.name: i for i in model.graph.initializer}
@@ -141,7 +141,7 @@ def search(job, config, graph: Path, recipe, exclude, extra: dict | None, out: P
     model is closest to the float one on the calibration data; write that model to ``out``."""
     import shutil
 
-    from edgekit import onnx_files
+    from edgekit.core import onnx_files
     from edgekit.quantize.toolkits import onnx_graphs, ort_backend
     from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
     from edgekit.quantize.calibration.onnx_ranges import collect_ranges

@@ -25,7 +25,7 @@ def quantized_engine(engine: str) -> Iterator[None]:
     import torch
 
     if engine not in torch.backends.quantized.supported_engines:
-        from edgekit.errors import UsageError
+        from edgekit.core.errors import UsageError
 
         raise UsageError(
             f"quantized engine {engine!r} is not available in this torch build "
@@ -60,7 +60,7 @@ def weighted_layers(model, dynamic: bool = False) -> list[tuple[str, str]]:
 
 
 def _check_layers(model, exclude) -> None:
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     names = {name for name, _ in model.named_modules()}
     unknown = sorted(set(exclude) - names)
@@ -117,7 +117,7 @@ def static_int8_fx(model, example_inputs: tuple, calibration: Iterable, engine: 
             prepared(*batch)
             seen += 1
         if seen == 0:
-            from edgekit.errors import InputFileError
+            from edgekit.core.errors import InputFileError
 
             raise InputFileError("calibration produced no batches")
         return convert_fx(prepared)
@@ -226,7 +226,7 @@ def absorb_clamps(prepared) -> int:
 
 
 def _fx(prepare, model, mapping, example_inputs):
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     try:
         return prepare(model, mapping, example_inputs)
@@ -268,7 +268,7 @@ def prepare_qat(model, example_inputs: tuple, engine: str, per_channel: bool | N
 
 
 def _untraceable(exc, first):
-    from edgekit.errors import UsageError
+    from edgekit.core.errors import UsageError
 
     return UsageError(f"torch.ao FX cannot trace this model for QAT ({type(exc).__name__}: {first[:160]})")
 

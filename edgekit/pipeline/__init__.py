@@ -1,0 +1,1 @@
+"""``edgekit pipeline``: one model through every stage for a target (plan, run, verdict, summary)."""
