@@ -21,8 +21,9 @@ from edgekit.board import entries as board_files
 from edgekit.bundle import layout, native
 from edgekit.bundle.compat import check_target
 from edgekit.bundle.host_check import python_check
+from edgekit.bundle.job import BundleJob
 from edgekit.bundle.readme import native_readme_text, readme_text
-from edgekit.bundle.requirements import Pins, check_wheel_exists, download_wheels, pin
+from edgekit.bundle.requirements import check_wheel_exists, download_wheels, pin
 from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
 from edgekit.core.errors import InputFileError, UsageError
@@ -30,6 +31,9 @@ from edgekit.core.fileio import atomic_dir, clean_stale_temps, sha256_file, temp
 from edgekit.core.limits import check_model_fits, model_memory_mb
 from edgekit.core.outputs import check_not_inputs, claim_output, safe_text
 from edgekit.core.targets import Target, load_target
+from edgekit.core.limits import ResourceLimitError
+from edgekit.llm import bundle as llm
+from edgekit.llm.cached import is_cached_family
 
 
 
@@ -44,7 +48,7 @@ def build_bundle(
     target: str | Target | None,
     out: str | Path,
     *,
-    fmt: str | None = None,
+    fmt: str | formats.Format | None = None,
     wheels: bool = False,
     force: bool = False,
     platform: str | None = None,
@@ -57,7 +61,7 @@ def build_bundle(
     """Bundle one model of the export at ``export_dir`` for ``target`` into the folder ``out``.
 
     ``target`` None means the export's own target (else rpi4).
-    ``fmt`` picks the model (default: the export's format the table prefers for bundles, ONNX first). A model
+    ``fmt`` (a name or a format entry) picks the model (default: the export's format the table prefers for bundles, ONNX first). A model
     made for another target (its manifest's target, TorchScript quantized engine or ONNX
     quantization settings) is refused unless ``force``, which records the override in
     bundle.json. ``wheels`` downloads the target platform's wheels (network). ``platform``
@@ -71,7 +75,6 @@ def build_bundle(
         raise UsageError(f"unknown runtime {runtime!r}; choose from: {', '.join(native.RUNTIMES)}")
     progress = progress or (lambda message: None)
     folder, manifest = load_manifest(export_dir)
-    from edgekit.llm.cached import is_cached_family
 
     is_llm = is_cached_family(manifest)
     if is_llm:  # its program runs on edgekit-run only: the board's Python runtimes have no token loop
@@ -82,8 +85,7 @@ def build_bundle(
     elif manifest.kind != "export":
         raise UsageError(f"{folder} is a {manifest.kind} artifact; export it first (edgekit export {folder})")
     tgt = target if isinstance(target, Target) else load_target(target or manifest.target or "rpi4")
-    entry = _pick(manifest, fmt, native_only=runtime == "native")
-    spec = formats.get(entry.format)  # the format, resolved once for every step below
+    entry, spec = _pick(manifest, fmt, native_only=runtime == "native")  # the format, resolved once for every step
     if runtime == "native":
         native.check_native(spec, tgt)
         if wheels:
@@ -111,99 +113,102 @@ def build_bundle(
         pins = None if runtime == "native" else pin(spec, platform or tgt.python_platform, python_version)
         if pins is not None and spec.board.check_wheel:
             check_wheel_exists(pins.runtime["name"], pins.runtime["version"], pins.platform, pins.python_version)
-        staged_archive = temp_sibling(archive_path) if archive else None
+        job = BundleJob(folder=folder, manifest=manifest, entry=entry, spec=spec, target=tgt, out=out,
+                        archive_path=archive_path, staged_archive=temp_sibling(archive_path) if archive else None,
+                        pins=pins, wheels=wheels, mismatches=tuple(mismatches), created=created, mtime=mtime,
+                        progress=progress, force=force, llm_data=llm_data)
         try:
-            _build(folder, manifest, entry, spec, tgt, out, pins, wheels, mismatches, created, mtime,
-                   staged_archive, archive_path, progress, llm_data, force)
+            _build(job)
         finally:
-            if staged_archive is not None:
+            if job.staged_archive is not None:
                 with contextlib.suppress(FileNotFoundError):
-                    staged_archive.unlink()
+                    job.staged_archive.unlink()
     return out
 
 
-def _build(folder, manifest, entry, spec, tgt, out, pins, wheels, mismatches, created, mtime,
-           staged_archive, archive_path, progress, llm_data=None, force=False) -> None:
+def _build(job: BundleJob) -> None:
     """Build the bundle folder and its archive under temporary names, then commit them: the old
     archive goes first (it no longer matches), the folder swaps in, the new archive is renamed
     in right after (two renames apart). A kill at any moment never leaves an archive that
     disagrees with the folder beside it: at worst a folder whose archive is missing."""
 
     def commit_archive() -> None:
-        if staged_archive is not None:
-            os.replace(staged_archive, archive_path)
+        if job.staged_archive is not None:
+            os.replace(job.staged_archive, job.archive_path)
 
-    model_name = spec.files.file_name
-    with atomic_dir(out, then=commit_archive) as work:
-        shutil.copyfile(folder / entry.path, work / model_name)
+    folder, entry = job.folder, job.entry
+    with atomic_dir(job.out, then=commit_archive) as work:
+        shutil.copyfile(folder / entry.path, work / job.model_name)
         data_files = []
         for data in entry.data_files:  # the graph names its data file: it keeps that name
             name = Path(data["path"]).name
             shutil.copyfile(folder / data["path"], work / name)
             data_files.append({**data, "path": name})
         details = dict(entry.details or {})
-        if pins is None and details.get("variant"):  # the native runtime is a variant of its own in every table
+        if job.native and details.get("variant"):  # the native runtime is a variant of its own in every table
             details["variant"] = f"{details['variant']}-native"
-        bundled = replace(manifest, files=(replace(entry, path=model_name, data_files=data_files, details=details),))
+        bundled = replace(job.manifest, files=(replace(entry, path=job.model_name, data_files=data_files,
+                                                       details=details),))
         write_json(work / layout.MANIFEST, bundled.to_dict())
-        if llm_data is not None:
-            info = _llm_files(work, folder, manifest, entry, spec, tgt, mismatches, created, progress, llm_data,
-                              force, out.name)
-        elif pins is None:
+        if job.llm_data is not None:
+            info = _llm_files(job, work)
+        elif job.native:
             shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
-            extra = native.add_native(work, model_name, tgt, entry.precision, progress)
-            info = _bundle_info(folder, manifest, entry, spec, tgt, None, [], mismatches, created)
-            info.update(extra)
-            info["host_check"] = native.host_check(work, model_name, entry.format, tgt)
+            info = _native_files(job, work)
         else:
             shutil.copyfile(folder / layout.REFERENCE, work / layout.REFERENCE)
-            info = _python_files(work, folder, manifest, entry, spec, tgt, pins, wheels, mismatches, created)
-        if llm_data is None:
-            readme = native_readme_text if pins is None else readme_text
-            write_text(work / layout.README, readme(info, out.name, tgt.description))
+            info = _python_files(job, work)
+        if job.llm_data is None:
+            readme = native_readme_text if job.native else readme_text
+            write_text(work / layout.README, readme(info, job.out.name, job.target.description))
         info["bytes_on_disk"] = native.bundle_size(work)  # without bundle.json and SHA256SUMS themselves
         write_json(work / layout.BUNDLE_JSON, info)
         write_checksums(work)
-        if staged_archive is not None:
-            write_archive(work, staged_archive, out.name, mtime=mtime)
+        if job.staged_archive is not None:
+            write_archive(work, job.staged_archive, job.out.name, mtime=job.mtime)
         with contextlib.suppress(FileNotFoundError):
-            archive_path.unlink()  # the previous archive (ours: _check_archive proved it)
+            job.archive_path.unlink()  # the previous archive (ours: _check_archive proved it)
 
 
-def _llm_files(work, folder, manifest, entry, spec, tgt, mismatches, created, progress, llm_data, force,
-               bundle_name) -> dict:
-    """A language model's native files and README (``edgekit.llm.bundle``); bundle.json's content."""
-    from edgekit.llm import bundle as llm
-    from edgekit.core.limits import ResourceLimitError
-
-    model_name = spec.files.file_name
-    llm.write_reference(work / layout.REFERENCE, llm_data)
-    extra = native.add_native(work, model_name, tgt, entry.precision, progress,
-                              script=llm.run_script(model_name, tgt, llm_data))
-    host = llm.host_run(work, model_name, llm_data, progress)
-    too_big = llm.memory_mismatch(tgt, host.get("peak_rss_mb"))
-    if too_big and not force:
-        raise ResourceLimitError(f"{too_big}; pass --force to bundle it anyway")
-    info = _bundle_info(folder, manifest, entry, spec, tgt, None, [], [*mismatches, *([too_big] if too_big else [])],
-                        created)
+def _native_files(job: BundleJob, work: Path) -> dict:
+    """edgekit-run, its libraries, run.sh and the notices; the bundled runner's check on this host; bundle.json's content."""
+    extra = native.add_native(work, job.spec, job.target, job.entry.precision, job.progress)
+    info = _bundle_info(job)
     info.update(extra)
-    info["llm"] = llm_data
-    info["host_check"] = host
-    write_text(work / layout.README, llm.readme_text(info, bundle_name, tgt.description))
+    info["host_check"] = native.host_check(work, job.model_name, job.spec.name, job.target)
     return info
 
 
-def _python_files(work, folder, manifest, entry, spec, tgt, pins, wheels, mismatches, created) -> dict:
+def _llm_files(job: BundleJob, work: Path) -> dict:
+    """A language model's native files and README (``edgekit.llm.bundle``); bundle.json's content."""
+    model_name, tgt = job.model_name, job.target
+    llm.write_reference(work / layout.REFERENCE, job.llm_data)
+    extra = native.add_native(work, job.spec, tgt, job.entry.precision, job.progress,
+                              script=llm.run_script(model_name, tgt, job.llm_data))
+    host = llm.host_run(work, model_name, job.llm_data, job.progress)
+    too_big = llm.memory_mismatch(tgt, host.get("peak_rss_mb"))
+    if too_big and not job.force:
+        raise ResourceLimitError(f"{too_big}; pass --force to bundle it anyway")
+    info = _bundle_info(job, mismatches=(*job.mismatches, *([too_big] if too_big else [])))
+    info.update(extra)
+    info["llm"] = job.llm_data
+    info["host_check"] = host
+    write_text(work / layout.README, llm.readme_text(info, job.out.name, tgt.description))
+    return info
+
+
+def _python_files(job: BundleJob, work: Path) -> dict:
     """The board package, its entries, pinned requirements (and wheels, serve.py); bundle.json's content."""
-    board_files.install(work, entries=(layout.RUNNER, layout.CHECK_OUTPUTS), formats=(entry.format,))
+    pins = job.pins
+    board_files.install(work, entries=(layout.RUNNER, layout.CHECK_OUTPUTS), formats=(job.spec.name,))
     write_text(work / layout.REQUIREMENTS, pins.text())
     serving = None
-    if spec.board.standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
+    if job.spec.board.standalone_server:  # serve.py: FastAPI + uvicorn + the runtime, no edgekit
         from edgekit.bundle.serving import add_serving
 
         serving = add_serving(work, pins)
     wheel_names = []
-    if wheels:
+    if job.wheels:
         wheel_names = download_wheels(work / layout.REQUIREMENTS, work / layout.WHEELS_DIR,
                                       pins.platform, pins.python_version, no_deps=pins.no_deps)
         if serving is not None:  # serve.py's stack too, into the same folder (offline boards serve as well)
@@ -211,10 +216,10 @@ def _python_files(work, folder, manifest, entry, spec, tgt, pins, wheels, mismat
 
             wheel_names = download_wheels(work / SERVE_REQUIREMENTS, work / layout.WHEELS_DIR,
                                           pins.platform, pins.python_version)
-    info = _bundle_info(folder, manifest, entry, spec, tgt, pins, wheel_names, mismatches, created)
+    info = _bundle_info(job, wheel_names)
     if serving is not None:
         info["serve"] = serving
-    info["host_check"] = python_check(work, spec.files.file_name, spec.name)
+    info["host_check"] = python_check(work, job.model_name, job.spec.name)
     return info
 
 
@@ -232,10 +237,12 @@ def _check_archive(out: Path, inputs: list, force: bool) -> Path:
     return archive
 
 
-def _pick(manifest: Manifest, fmt: str | None, native_only: bool = False) -> ModelFile:
+def _pick(manifest: Manifest, fmt: str | formats.Format | None,
+          native_only: bool = False) -> tuple[ModelFile, formats.Format]:
+    """The model file to bundle and its format (``fmt``, else the one the table prefers for bundles)."""
     if fmt is not None:
-        formats.get(fmt)
-        return manifest.file(fmt)
+        spec = fmt if isinstance(fmt, formats.Format) else formats.get(fmt)
+        return manifest.file(spec.name), spec
     present = manifest.formats()
     if native_only:  # --runtime native: the model the native runner runs, when the export has one
         present = [name for name in present if formats.get(name).board.native_runner] or present
@@ -243,10 +250,14 @@ def _pick(manifest: Manifest, fmt: str | None, native_only: bool = False) -> Mod
     if chosen is None:
         raise InputFileError(f"the export holds no model file of a known format (it has: {', '.join(manifest.formats()) or 'none'}; "
                              f"formats: {', '.join(formats.names())})")
-    return manifest.file(chosen)
+    return manifest.file(chosen), formats.get(chosen)
 
 
-def _bundle_info(folder, manifest, entry, spec, tgt, pins: Pins | None, wheel_names, mismatches, created) -> dict:
+def _bundle_info(job: BundleJob, wheel_names=(), mismatches: tuple[str, ...] | None = None) -> dict:
+    """bundle.json's content (``mismatches``: what --force overrode, default the job's)."""
+    folder, manifest, entry, spec, tgt, pins = job.folder, job.manifest, job.entry, job.spec, job.target, job.pins
+    created = job.created
+    mismatches = list(job.mismatches if mismatches is None else mismatches)
     details = entry.details or {}
     engine = details.get("quantized_engine")  # torch.ao int8 TorchScript: the engine its weights were packed for
     return {
@@ -270,7 +281,7 @@ def _bundle_info(folder, manifest, entry, spec, tgt, pins: Pins | None, wheel_na
         "quantized_engine": engine,
         "requirements": list(pins.requirements) if pins else [],
         "pip_no_deps": pins.no_deps if pins else False,
-        "wheels": wheel_names,
+        "wheels": list(wheel_names),
         "override": {"forced": True, "made_for": manifest.target, "mismatches": mismatches} if mismatches else None,
         "source": {"path": str(folder.resolve()), "model": entry.path,
                    "manifest_sha256": sha256_file(folder / layout.MANIFEST)},

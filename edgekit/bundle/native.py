@@ -24,6 +24,14 @@ from typing import Callable
 from edgekit import formats
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.core.targets import Target
+from edgekit.board.check import read_output
+from edgekit.native.build import build_runner
+from edgekit.native.libraries import needed_libraries, notices_text
+from edgekit.native.ort_build import build_ort_runner
+from edgekit.native.ort_headers import API_VERSION
+from edgekit.native.ort_wheel import LIBRARY
+from edgekit.native.toolchain import CROSS
+from edgekit.native.toolchain import host_arch
 
 RUNNER = "edgekit-run"
 LIB_DIR = "lib"
@@ -44,7 +52,6 @@ def check_native(spec: formats.Format, target: Target) -> None:
         natives = [name for name in formats.names() if runs_natively(formats.get(name))]
         raise UsageError(f"--runtime native runs {', '.join(natives)} programs; this model is {spec.name} "
                          f"(export it with --format {natives[0]}, or bundle it with --runtime python)")
-    from edgekit.native.toolchain import CROSS
 
     if target.arch not in CROSS:
         raise UsageError(f"target {target.name} is {target.arch}: the native runtime is built for "
@@ -56,19 +63,13 @@ def runs_natively(spec: formats.Format) -> bool:
     return spec.board.native_runner or spec.board.runtime in LIBRARY_RUNTIMES
 
 
-def _format_of(model_name: str) -> formats.Format | None:
-    return next((formats.get(name) for name in formats.names() if formats.get(name).files.file_name == model_name), None)
-
-
-def add_native(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
+def add_native(work: Path, spec: formats.Format, target: Target, precision: str, progress: Progress,
                script: str | None = None) -> dict:
     """Put the runner, its libraries, run.sh (``script``, else the output check's) and the notices into
-    the bundle being built; what bundle.json records about them."""
-    spec = _format_of(model_name)
-    if spec is not None and not spec.board.native_runner and spec.board.runtime in LIBRARY_RUNTIMES:
+    the bundle being built (its model: ``spec``'s file name); what bundle.json records about them."""
+    model_name = spec.files.file_name
+    if not spec.board.native_runner and spec.board.runtime in LIBRARY_RUNTIMES:
         return _add_library_runtime(work, model_name, target, precision, progress, script)
-    from edgekit.native.build import build_runner
-    from edgekit.native.libraries import needed_libraries, notices_text
 
     runner = build_runner(target.arch, target.mcpu or None, progress)
     libraries = needed_libraries(work / model_name, runner)
@@ -92,10 +93,6 @@ def add_native(work: Path, model_name: str, target: Target, precision: str, prog
 def _add_library_runtime(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
                          script: str | None) -> dict:
     """The ONNX Runtime build of edgekit-run and the wheel's libonnxruntime.so (bound at run time)."""
-    from edgekit.native.ort_build import build_ort_runner
-    from edgekit.native.ort_headers import API_VERSION
-    from edgekit.native.ort_wheel import LIBRARY
-
     runner = build_ort_runner(target.arch, target.mcpu or None, progress)
     shutil.copyfile(runner.binary, work / RUNNER)
     os.chmod(work / RUNNER, 0o755)
@@ -169,8 +166,6 @@ def entry_script(what: str, target_name: str, usage: list[str], commands: dict[s
 def host_check(work: Path, model_name: str, fmt: str, target: Target) -> dict:
     """The host's figures for the bundle's model: the bundled runner itself when it was built for
     this host, else the board package's Python runtime on the same program."""
-    from edgekit.native.toolchain import host_arch
-
     if target.arch != host_arch():
         from edgekit.bundle.host_check import python_check
 
@@ -179,7 +174,6 @@ def host_check(work: Path, model_name: str, fmt: str, target: Target) -> dict:
     argv = [str(work / RUNNER), "check", "--model", str(work / model_name), "--reference", str(work / "reference.npz"),
             "--threads", "1"]
     stdout = run_on_host(argv, f"the native output check of {model_name}", f"the bundled {RUNNER}")
-    from edgekit.board.check import read_output
 
     try:
         doc, _ = read_output(stdout)
