@@ -44,6 +44,10 @@ from edgekit.core.targets import Target
 from edgekit.core.targets import load_target as _load_target
 from edgekit.train.loop import train as _train
 from edgekit.train.config import TrainConfig
+from edgekit.llm.generation import generate_text
+from edgekit.llm.gguf.importer import import_gguf as run
+from edgekit.quantize import api as quantize_api
+from edgekit.quantize.registry import method_for_config
 
 
 def _front_door(function, name: str | None = None):
@@ -126,9 +130,6 @@ def quantize(
     wrote (else ``force``). Returns ``(out, manifest)``: every file in ``manifest.files`` carries
     its measured accuracy (or fidelity to the float model) and parity.
     """
-    from edgekit.quantize import api as quantize_api
-    from edgekit.quantize.registry import method_for_config
-
     common = {"max_drop": max_drop, "progress": progress, "force": force, "with_report": with_report}
     if isinstance(config, str):
         return quantize_api.quantize(source, config, out, target, **common, **source_options)
@@ -147,8 +148,6 @@ def generate(artifact: str | Path, prompt: str, *, max_tokens: int = 100, temper
     """Continue ``prompt`` (a chat model: answer it) with the language model in ``artifact``, as
     ``edgekit generate`` does; returns ``edgekit.llm.generation.Generated``. ``on_text(piece)``
     receives the text as it is made (streaming); ``artifact`` may be ``gguf:PATH``/``gguf:NAME``."""
-    from edgekit.llm.generation import generate_text
-
     return generate_text(artifact, prompt, max_tokens, temperature, top_k, seed, device, fmt, threads, top_p=top_p,
                          stop=tuple(stop), chat=chat, system=system, on_text=on_text, context=context)
 
@@ -156,6 +155,4 @@ def generate(artifact: str | Path, prompt: str, *, max_tokens: int = 100, temper
 def import_gguf(source: str | Path, out: str | Path, *, context: int | None = None,
                 force: bool = False) -> tuple[Path, Manifest]:
     """``edgekit import gguf:...``: a Llama-family GGUF file as a checkpoint artifact at ``out``."""
-    from edgekit.llm.gguf.importer import import_gguf as run
-
     return run(source, out, context, force)

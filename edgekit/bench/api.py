@@ -34,6 +34,12 @@ from edgekit.board.manifest import detect_format
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.targets import Target, load_target
 from edgekit.core.threads import resolve_threads  # one rule for bench, generate and serve (re-exported here)
+from edgekit import formats
+from edgekit.bundle import layout, native
+from edgekit.bundle import native
+from edgekit.core.bounds import check_runs, check_threads, check_timeout
+from edgekit.emulate.sandbox import BUNDLE, WORK, bundle_sandbox
+from edgekit.native.toolchain import host_arch
 
 MAX_PROCESSES = 64  # worker processes per model (pyperf uses 20)
 
@@ -169,9 +175,6 @@ def resolve_model(path: str | os.PathLike) -> BenchModel:
 
 def native_runner(folder: Path) -> Path | None:
     """A native bundle's runner, when ``folder`` is one; a UsageError when it was built for another machine."""
-    from edgekit.bundle import layout, native
-    from edgekit.native.toolchain import host_arch
-
     if not layout.is_bundle(folder):
         return None
     info = layout.read_bundle_json(folder)
@@ -208,7 +211,6 @@ def _check_settings(**values) -> None:
             raise UsageError(f"{name.replace('_', '-')} must be a number of seconds, 0 or more, got {value!r}")
     if values["timeout_s"] == 0:
         raise UsageError("timeout-s must be more than 0")
-    from edgekit.core.bounds import check_runs, check_threads, check_timeout
 
     check_threads(values["threads"])
     check_timeout(values["timeout_s"], "timeout-s")
@@ -237,10 +239,6 @@ def _shape_args(shapes: Mapping[str, Sequence[int]] | None) -> list[str]:
 def _fenced_argv(stack: contextlib.ExitStack, model: BenchModel, common: list[str], input_file, threads: int) -> list[str]:
     """A native bundle's own ``edgekit-run`` (whatever its author put there) inside a sandbox holding a
     copy of the bundle and the input file, with this host's libraries it names."""
-    from edgekit.bundle import native
-    from edgekit.emulate.sandbox import BUNDLE, WORK, bundle_sandbox
-    from edgekit.native.toolchain import host_arch
-
     folder = model.runner.parent
     box = stack.enter_context(bundle_sandbox(folder, [native.RUNNER], arch=host_arch(), libraries_from=Path("/")))
     args = list(common)
@@ -254,8 +252,6 @@ def _fenced_argv(stack: contextlib.ExitStack, model: BenchModel, common: list[st
 
 
 def _runner_argv(model: BenchModel, common: list[str], target: Target | None) -> list[str]:
-    from edgekit import formats
-
     if model.runner is not None:  # edgekit-run speaks the runner's options and protocol
         return [str(model.runner), "bench", str(model.path), *common]
     argv = [*RUNNER_COMMAND, str(model.path), "--format", model.format, *common]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from edgekit.core.outputs import safe_text
 
 
 def three_digits(value: float | None) -> str:
@@ -20,6 +21,5 @@ def plain(value, style: str = ""):
     characters (ESC, OSC: a model path or variant from a JSON file may hold them) escaped."""
     from rich.text import Text
 
-    from edgekit.core.outputs import safe_text
 
     return Text(safe_text(value), style=style)

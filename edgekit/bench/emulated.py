@@ -19,6 +19,18 @@ from typing import Callable, Iterable
 
 from edgekit.bench.result import BenchResult
 from edgekit.core.errors import UsageError
+from edgekit import formats
+from edgekit.bench.api import resolve_model
+from edgekit.bench.instructions import section
+from edgekit.bench.result import from_document
+from edgekit.bundle import layout
+from edgekit.bundle import native
+from edgekit.core.targets import load_target
+from edgekit.emulate.bundle import open_bundle
+from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
+from edgekit.emulate.icount import RUNNERS, count_per_run
+from edgekit.emulate.icount import count_bundle
+from edgekit.emulate.icount_plugin import plugin_qemu
 
 NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "
         "(deterministic); the timings are QEMU's on this host, not the board's")
@@ -28,8 +40,6 @@ Progress = Callable[[str], None]
 def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = None, threads: int | None = None,
                    runs: int = 20, progress: Progress | None = None) -> list[BenchResult]:
     """One result per path, each with its ``emulated`` instruction counts."""
-    from edgekit.bundle import layout
-
     paths = [Path(p) for p in paths]
     if not paths:
         raise UsageError("no models to count")
@@ -43,13 +53,7 @@ def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = N
 
 
 def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
-    from edgekit.bundle import native
-    from edgekit.emulate.bundle import open_bundle
-    from edgekit.emulate.icount import count_bundle
 
-    from edgekit.emulate.icount import RUNNERS, count_per_run
-
-    from edgekit import formats
 
     python_counted = [name for name in formats.names() if formats.get(name).board.counted_in_python]
     bundle = open_bundle(path)
@@ -80,9 +84,6 @@ def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: P
 
 
 def _program(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
-    from edgekit.bench.api import resolve_model
-    from edgekit.emulate.icount import RUNNERS, count_per_run
-
     if target is None:
         raise UsageError(f"bench --emulate needs --target for {path.name} (rpi3, rpi4, rpi5, ...): it names the core "
                          "to count on; a native bundle names its own")
@@ -99,10 +100,6 @@ def _program(path: Path, target: str | None, threads: int, runs: int, progress: 
 
 def _cpu(target_name: str) -> tuple[str, list[str]]:
     """The QEMU core for a target (``host.qemu_cpu_for``: never max), and a note when it is a stand-in."""
-    from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
-    from edgekit.emulate.icount_plugin import plugin_qemu
-    from edgekit.core.targets import load_target
-
     target = load_target(target_name)
     if target.arch != "aarch64":
         raise UsageError(f"target {target.name} is {target.arch}; bench --emulate counts aarch64 instructions")
@@ -111,9 +108,6 @@ def _cpu(target_name: str) -> tuple[str, list[str]]:
 
 
 def _result(counts: dict, *, path: Path, precision: str, variant: str, target: str, notes: list[str]) -> BenchResult:
-    from edgekit.bench.instructions import section
-    from edgekit.bench.result import from_document
-
     result = from_document(counts["bench"], "edgekit-run bench output under emulation")[0]
     cpu = counts["cpu"]
     facts = {**result.host, "emulated": True, "qemu_cpu": cpu, "isa": [],

@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.bench.display import three_digits
+from edgekit.bench.html_instructions import instructions_section
+from edgekit.bench.ratios import fp32_baselines, p50_ratio
+from edgekit.core.fileio import write_text
+from edgekit.core.outputs import generator_mark
 
 # Okabe-Ito, the colour-blind-safe palette (yellow left out: too faint on white), then extra hues.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
@@ -55,8 +59,6 @@ def render_html(results, title: str = "edgekit bench", subtitle: str = "", gates
     ``notes``: lines shown under the figures (what was skipped, and why)."""
     if not results:
         raise ValueError("no results to report")
-    from edgekit.core.outputs import generator_mark  # the meta tag that proves the page is edgekit's
-    from edgekit.bench.html_instructions import instructions_section
 
     labels = _unique([variant_label(r) for r in results])
     ratios = ratios if ratios is not None else same_run_ratios(results, labels)
@@ -118,8 +120,6 @@ larger file. The best trade-off sits top left with a small bubble.</p>
 
 
 def write_html(path: str | Path, results, **kwargs) -> Path:
-    from edgekit.core.fileio import write_text
-
     write_text(Path(path), render_html(results, **kwargs))
     return Path(path)
 
@@ -264,8 +264,6 @@ class Ratio:
 
 def same_run_ratios(results, labels: list[str] | None = None) -> dict[str, Ratio]:
     """label -> Ratio against the fp32 variant of the same format, else against the first result."""
-    from edgekit.bench.ratios import fp32_baselines, p50_ratio
-
     labels = labels or _unique([variant_label(r) for r in results])
     out = {}
     for index, (res, found) in enumerate(zip(results, fp32_baselines(results))):

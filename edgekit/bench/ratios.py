@@ -7,12 +7,11 @@ several (``edgekit.bench.stats.ratio_interval``).
 """
 
 from __future__ import annotations
+from edgekit.bench.stats import ratio_interval
 
 
 def p50_ratio(result, base) -> tuple[float, float | None, float | None]:
     """(ratio, CI low, CI high) of ``result``'s p50 against ``base``'s; no interval without spreads."""
-    from edgekit.bench.stats import ratio_interval
-
     a, b = getattr(result, "spread", None), getattr(base, "spread", None)
     if a is not None and b is not None and a.processes > 1 and b.processes > 1 and a.center > 0 and b.center > 0:
         return ratio_interval(a, b)

@@ -14,6 +14,7 @@ from typing import Any
 from edgekit.bench.instructions import read_section
 from edgekit.bench.stats import Spread
 from edgekit.core.errors import InputFileError
+from edgekit.core.fileio import read_json
 
 BENCH_SCHEMA = "edgekit.bench"
 BENCH_SCHEMA_VERSION = 1
@@ -265,6 +266,4 @@ def from_document(doc: Any, where: str = "bench document") -> list[BenchResult]:
 
 
 def load_results(path: str | Path) -> list[BenchResult]:
-    from edgekit.core.fileio import read_json
-
     return from_document(read_json(path, "bench result file"), str(path))

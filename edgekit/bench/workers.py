@@ -20,6 +20,7 @@ from typing import Sequence
 from edgekit.bench.launch import RUNNER_COMMAND, BenchModel, document, run_interleaved, to_result
 from edgekit.board.stats import summarize_ns
 from edgekit.bench.stats import spread_of
+from edgekit.bench.reference import REFERENCE_NAME, write_reference_model
 
 
 def merge_processes(raws: Sequence[dict], samples: Sequence[Sequence[int]]) -> dict:
@@ -86,7 +87,6 @@ def with_reference(models, argvs, timing_args, env, *, processes, progress, **se
     import shutil
     import tempfile
 
-    from edgekit.bench.reference import REFERENCE_NAME, write_reference_model
 
     folder = tempfile.mkdtemp(prefix="edgekit-reference-")
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from edgekit.bundle import layout
 from edgekit.core.children import popen_kwargs
 from edgekit.core.errors import EdgekitError
+from edgekit.board.check import read_output
 
 HOST_CHECK_TIMEOUT_S = 600.0
 
@@ -28,7 +29,6 @@ def python_check(work: Path, model_name: str, fmt: str) -> dict:
                               timeout=HOST_CHECK_TIMEOUT_S, env=env, check=False, **popen_kwargs())
     except subprocess.TimeoutExpired:
         raise EdgekitError(f"the output check of {model_name} did not finish within {HOST_CHECK_TIMEOUT_S:g} s") from None
-    from edgekit.board.check import read_output
 
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     fail = [line for line in proc.stdout.splitlines() if line.startswith("FAIL: ")]

@@ -8,6 +8,7 @@ from pathlib import Path
 from edgekit import formats
 from edgekit.core.errors import InputFileError
 from edgekit.core.fileio import read_json
+from edgekit.native.toolchain import CPU_NAME, CROSS
 
 BUNDLE_SCHEMA = "edgekit.bundle"
 BUNDLE_SCHEMA_VERSION = 1
@@ -71,8 +72,6 @@ _NATIVE_TEXT = ("compiler", "executorch_version", "executorch_source", "executor
 def _check_native(native, where: Path) -> None:
     """A native bundle's ``native`` section: the values that pick a compiler, an emulated CPU, the
     files a board runs and the lines of README.txt, each in the form ``bundle.native`` writes."""
-    from edgekit.native.toolchain import CPU_NAME, CROSS
-
     def bad(key: str, value, rule: str):
         raise InputFileError(f"{where} is malformed: native {key} {str(value)[:60]!r} {rule}")
 

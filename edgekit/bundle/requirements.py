@@ -21,6 +21,7 @@ from pathlib import Path
 
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 from edgekit.core.children import popen_kwargs
+from edgekit import formats
 
 DOWNLOAD_TIMEOUT_S = 3600.0
 _PLATFORM = re.compile(r"[a-z0-9_]+")  # fullmatch: "$" would let a trailing newline through
@@ -92,8 +93,6 @@ class Requirements:
 def format_indexes(fmt=None) -> frozenset[tuple[str, str]]:
     """The index lines a bundle's requirements may hold, as (option, URL): those edgekit writes
     for the format entry ``fmt`` (for any format when None)."""
-    from edgekit import formats
-
     entries = [fmt] if fmt is not None else [formats.get(name) for name in formats.names()]
     return frozenset(pair for entry in entries
                      for pair in (("--index-url", entry.board.index_url), ("--extra-index-url", entry.board.extra_index_url)) if pair[1])
@@ -150,8 +149,6 @@ def parse_requirements(text: str, where: str, indexes=None) -> Requirements:
 def read_requirements(path: Path, fmt: str | None = None) -> Requirements:
     """A bundle's requirements.txt, read (bounded) and checked with ``parse_requirements`` against
     the indexes of ``fmt`` (the name its bundle.json gives, looked up here once)."""
-    from edgekit import formats
-
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_REQUIREMENTS_BYTES + 1)

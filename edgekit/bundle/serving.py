@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit.bundle.requirements import Pins, host_version
+import edgekit.serve
 
 SERVE_SCRIPT = "serve.py"
 SERVE_PACKAGE = "edgekit_serve"
@@ -24,8 +25,6 @@ SERVE_DISTS = ("fastapi", "starlette", "pydantic", "pydantic-core", "typing-insp
 
 def serve_sources() -> tuple[Path, list[Path]]:
     """(the bundle's serve.py source, the standalone modules of edgekit.serve)."""
-    import edgekit.serve
-
     package = Path(edgekit.serve.__file__).resolve().parent
     return package / "bundle_entry.py", [package / name for name in edgekit.serve.STANDALONE]
 

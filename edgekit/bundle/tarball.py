@@ -11,6 +11,7 @@ import json
 import os
 import tarfile
 from pathlib import Path
+from edgekit.core.ownership import MAX_PROOF_BYTES, parse_sums
 
 
 def write_archive(folder: Path, path: Path, top: str, mtime: int = 0) -> None:
@@ -34,8 +35,6 @@ def is_bundle_archive(path: Path, top: str) -> bool:
     listed in the archived ``top/SHA256SUMS`` (or that list itself), every folder on the way to
     a listed file. The whole archive is read once, as a stream; only names are kept.
     """
-    from edgekit.core.ownership import MAX_PROOF_BYTES, parse_sums
-
     files: set[str] = set()
     folders: set[str] = set()
     sums: list[str] | None = None

@@ -11,6 +11,13 @@ import typer
 from edgekit.bench.display import plain, three_digits
 from edgekit.cli.common import console, handles_errors, progress_enabled
 from edgekit.cli.options import TargetOpt
+from edgekit.bench.result import to_document
+from edgekit.bench.stats import parse_shape
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import ensure_writable_dir, write_json
+from edgekit.core.outputs import check_report_paths, with_artifact_folders
+from edgekit.llm.bench import llm_models
+from edgekit.remote.options import RemoteOptions
 
 
 @handles_errors
@@ -54,11 +61,7 @@ def bench_command(
     Each model runs in its own process; several models are interleaved so machine drift hits all alike.
     """
     from edgekit.bench.api import bench
-    from edgekit.bench.result import to_document
-    from edgekit.core.errors import UsageError
-    from edgekit.core.fileio import ensure_writable_dir, write_json
 
-    from edgekit.core.outputs import check_report_paths, with_artifact_folders
 
     shapes = _parse_shapes(shape or [])
     reports = {"--json": json_out, "--html": html_out}
@@ -67,7 +70,6 @@ def bench_command(
         for path in chosen.values():
             ensure_writable_dir(path.parent)  # fail now, not after the benchmark
     # --- remote benchmark over SSH (edgekit.remote) ---
-    from edgekit.remote.options import RemoteOptions
 
     remote = RemoteOptions(host, port, identity, tuple(ssh_option or ()), remote_dir, remote_python, timeout, force)
     if emulate:
@@ -136,9 +138,6 @@ def register(app: typer.Typer) -> None:
 
 def _language_models(artifacts, shapes, input_file, reference) -> list:
     """The language-model artifacts to bench with prompts and tokens/s ([] when the paths are other models)."""
-    from edgekit.core.errors import UsageError
-    from edgekit.llm.bench import llm_models
-
     llms = llm_models(artifacts)
     if llms and (shapes or input_file is not None or reference):
         raise UsageError("--shape, --input and --reference do not apply to language models (--prompt-tokens, --new-tokens do)")
@@ -150,9 +149,6 @@ REPORT_FORMATS = {"--json": "json:edgekit.bench", "--html": "html"}
 
 
 def _parse_shapes(texts: list[str]) -> dict[str, list[int]]:
-    from edgekit.bench.stats import parse_shape
-    from edgekit.core.errors import UsageError
-
     shapes: dict[str, list[int]] = {}
     for text in texts:
         try:

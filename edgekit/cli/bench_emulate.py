@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.bench.display import plain
+from edgekit.bench.emulated import bench_emulated
+from edgekit.bench.instructions import CLASS_LABELS, CLASSES, millions
+from edgekit.core.errors import UsageError
 
 
 def run_emulated(artifacts: list[Path], *, target, threads, runs: int, conflicting: dict[str, bool], quiet: bool):
-    from edgekit.bench.emulated import bench_emulated
     from edgekit.cli.common import console, progress_enabled
-    from edgekit.core.errors import UsageError
 
     given = [name for name, used in conflicting.items() if used]
     if given:
@@ -26,7 +27,6 @@ def render_instructions(results):
     from rich import box
     from rich.table import Table
 
-    from edgekit.bench.instructions import CLASS_LABELS, CLASSES, millions
 
     first = results[0].emulated["instructions"]["per_run"]
     table = Table(title="edgekit bench --emulate: executed aarch64 instructions per inference", box=box.SIMPLE_HEAD,

@@ -9,6 +9,10 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
 from edgekit.cli.options import TargetOpt
+from edgekit.bundle.build import build_bundle, tarball_path
+from edgekit.bundle.layout import read_bundle_json
+from edgekit.cli.common import progress_line
+from edgekit.core.artifacts import load_manifest
 
 
 @handles_errors
@@ -28,14 +32,9 @@ def bundle_command(
 
     Writes the folder (--out) and OUT.tar.gz beside it; SHA256SUMS covers every file.
     """
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.bundle.build import build_bundle, tarball_path
-    from edgekit.bundle.layout import read_bundle_json
-
     if out is None:
         _, manifest = load_manifest(export_dir, verify=False)
         out = Path("dist") / (target or manifest.target or "rpi4")
-    from edgekit.cli.common import progress_line
 
     folder = build_bundle(export_dir, target, out, fmt=fmt, wheels=wheels, force=force,
                           platform=platform, python_version=python_version, runtime=runtime,

@@ -8,6 +8,8 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
 from edgekit.cli.options import JsonFlag
+from edgekit.core.cache import PARTS, cache_root, clear as clear_parts, rootfs_venvs, usage
+from edgekit.core.errors import UsageError
 
 
 @handles_errors
@@ -22,9 +24,6 @@ def cache_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Show the cache folder ($EDGEKIT_CACHE_DIR, else ~/.cache/edgekit) and its size; --clear empties it."""
-    from edgekit.core.cache import PARTS, cache_root, clear as clear_parts, rootfs_venvs, usage
-    from edgekit.core.errors import UsageError
-
     for name in parts or ():
         if name not in PARTS:
             raise UsageError(f"unknown cache part {name!r}; choose from: {', '.join(PARTS)}")

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import typer
 
 from edgekit.core.errors import EXIT_TOOL_ERROR, EXIT_USAGE, STORAGE_ERRNOS, EdgekitError, GateFailed, UsageError, first_line
+from edgekit.core.outputs import safe_text
 
 
 def debug_enabled() -> bool:
@@ -37,7 +38,6 @@ def report_error(exc: BaseException, code: int, unexpected: bool = False) -> typ
         import traceback
 
         traceback.print_exception(exc)
-    from edgekit.core.outputs import safe_text
 
     text = str(exc).strip()
     message = safe_text(text.splitlines()[0] if text else type(exc).__name__)

@@ -9,6 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError
+from edgekit.bundle.layout import read_bundle_json
+from edgekit.core.artifacts import load_manifest
+from edgekit.llm.gguf.file import llama_config, read_gguf
+from edgekit.llm.gguf.importer import gguf_path
+from edgekit.llm.gguf.importer import is_gguf_source
 
 SUMMARY_SCHEMA = "edgekit.cli.describe"
 SUMMARY_VERSION = 1
@@ -19,8 +24,6 @@ def describe(path: str | Path, verify: bool = False) -> dict:
 
     ``verify``: also check every model file against its recorded size and SHA-256.
     """
-    from edgekit.llm.gguf.importer import is_gguf_source
-
     if is_gguf_source(path) or str(path).endswith(".gguf"):
         return gguf_summary(path)
     path = Path(path)
@@ -111,9 +114,6 @@ def _llm_facts(config: dict, source: dict, chat: bool) -> dict:
 def gguf_summary(path) -> dict:
     """``edgekit info`` on a ``.gguf`` file (or ``gguf:NAME``): what the header says, validated,
     without dequantizing anything."""
-    from edgekit.llm.gguf.file import llama_config, read_gguf
-    from edgekit.llm.gguf.importer import gguf_path
-
     gguf = read_gguf(gguf_path(path))
     try:
         config, context = llama_config(gguf)
@@ -129,8 +129,6 @@ def gguf_summary(path) -> dict:
 
 
 def _artifact(path: Path, verify: bool) -> dict:
-    from edgekit.core.artifacts import load_manifest
-
     folder, manifest = load_manifest(path, verify=verify)
     summary = manifest_summary(folder, manifest)
     summary["verified"] = verify
@@ -139,8 +137,6 @@ def _artifact(path: Path, verify: bool) -> dict:
 
 def _bundle(folder: Path) -> dict:
     """What bundle.json adds to the bundled manifest: the runtime pinned for the board, the host check."""
-    from edgekit.bundle.layout import read_bundle_json
-
     info = read_bundle_json(folder)
     native = info.get("native") if isinstance(info.get("native"), dict) else None
     needs = (f"no Python: {native.get('runner')} for {native.get('arch')} with {len(native.get('libraries') or [])} "

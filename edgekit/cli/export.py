@@ -21,6 +21,11 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
+from edgekit.cli import llm_program
+from edgekit.cli.common import console
+from edgekit.cli.quantize import fail_if_some_failed, render_files
+from edgekit.export.api import export
+from edgekit.sources.model_source import source_warnings
 
 
 @handles_errors
@@ -58,10 +63,6 @@ def export_command(
 
     A language model imported from GGUF exports to one ExecuTorch program with its KV cache
     (--format executorch, the default for it), its perplexity measured against the checkpoint's."""
-    from edgekit.cli import llm_program
-    from edgekit.cli.quantize import fail_if_some_failed, render_files
-    from edgekit.export.api import export
-
     if llm_program.is_llm_artifact(source):
         from edgekit.core.errors import UsageError
 
@@ -88,8 +89,6 @@ def export_command(
         external_data=True if external_data else None, force=force,
         **source_options,
     )
-    from edgekit.cli.common import console
-    from edgekit.sources.model_source import source_warnings
 
     for line in source_warnings(manifest.model):  # random weights (--random-init), a task head left out
         console(stderr=True).print(f"Warning: {line}", style="yellow", markup=False, soft_wrap=True)

@@ -10,6 +10,17 @@ import typer
 from edgekit.cli.common import console, handles_errors
 from edgekit.cli.options import (ConfigOpt, MaxDropOpt, MaxErrorRateOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt, MaxTtftOpt, MinDecodeOpt,
                                  TargetOpt)
+from edgekit.bench.result import load_results
+from edgekit.core.errors import EXIT_GATE_FAILED, UsageError
+from edgekit.core.fileio import write_json, write_text
+from edgekit.core.outputs import check_report_paths
+from edgekit.core.outputs import safe_text
+from edgekit.gates.budgets import NO_BUDGET_HELP, parse_regression, resolve_budgets
+from edgekit.gates.evaluate import evaluate
+from edgekit.gates.report import COLUMNS, table_rows
+from edgekit.gates.report import to_json, to_junit_xml, to_markdown
+from edgekit.gates.report import verdict
+from edgekit.gates.results import FAIL, PASS
 
 HELP = (
     "Check bench results against size / latency / memory / accuracy budgets (and a baseline); "
@@ -73,13 +84,6 @@ def gate(
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY; an existing file only if empty or an edgekit Markdown report)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the versioned JSON gate report here (an existing file only if empty or an edgekit gate report)."),
 ) -> None:
-    from edgekit.bench.result import load_results
-    from edgekit.core.errors import EXIT_GATE_FAILED, UsageError
-    from edgekit.gates.budgets import NO_BUDGET_HELP, parse_regression, resolve_budgets
-    from edgekit.gates.evaluate import evaluate
-    from edgekit.gates.report import verdict
-
-    from edgekit.core.outputs import check_report_paths
 
     reports = {"--junit": junit, "--markdown": markdown, "--json": json_out}
     outputs = check_report_paths(reports, [*results, baseline, config], REPORT_FORMATS)
@@ -132,9 +136,6 @@ REPORT_FORMATS = {"--junit": "junit", "--markdown": "markdown", "--json": "json:
 
 
 def _write_reports(report, outputs: dict[str, Path], inputs: list[str], baseline: Optional[str]) -> None:
-    from edgekit.core.fileio import write_json, write_text
-    from edgekit.gates.report import to_json, to_junit_xml, to_markdown
-
     if "--junit" in outputs:
         write_text(outputs["--junit"], to_junit_xml(report))
     if "--markdown" in outputs:
@@ -147,9 +148,6 @@ def _render(report) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from edgekit.gates.results import FAIL, PASS
-    from edgekit.gates.report import COLUMNS, table_rows
-    from edgekit.core.outputs import safe_text
 
     styles = {PASS: "green", FAIL: "bold red"}
     table = Table(title="edgekit gate", title_justify="left")

@@ -7,6 +7,9 @@ from typing import List, Optional
 import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
+from edgekit.core.errors import UsageError
+from edgekit.llm.generation import generate_text
+from edgekit.llm.gguf.importer import is_gguf_source
 
 
 @handles_errors
@@ -35,9 +38,6 @@ def generate_command(
     edgekit generate runs/smollm2 "What is the capital of France?"
     edgekit generate runs/smollm2 --raw "The capital of France is" --temperature 0
     """
-    from edgekit.core.errors import UsageError
-    from edgekit.llm.generation import generate_text
-
     if (prompt_arg is None) == (prompt is None):
         raise UsageError("give the prompt once: as PROMPT or with --prompt")
     text = prompt_arg if prompt is None else prompt
@@ -73,8 +73,6 @@ def generate_command(
 
 def _cached(source: str) -> bool:
     """A pretrained model with a KV cache (a llama artifact or a gguf: source): its reply streams."""
-    from edgekit.llm.gguf.importer import is_gguf_source
-
     if is_gguf_source(source):
         return True
     try:

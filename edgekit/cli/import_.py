@@ -9,6 +9,9 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
 from edgekit.cli.options import JsonFlag
+from edgekit.cli.describe import manifest_summary
+from edgekit.core.errors import UsageError
+from edgekit.llm.gguf.importer import PREFIX, import_gguf
 
 
 @handles_errors
@@ -27,10 +30,6 @@ def import_command(
     edgekit import gguf:smollm2-135m --out runs/smollm2
     edgekit generate runs/smollm2 "What is the capital of France?"
     """
-    from edgekit.core.errors import UsageError
-    from edgekit.cli.describe import manifest_summary
-    from edgekit.llm.gguf.importer import PREFIX, import_gguf
-
     if not source.startswith(PREFIX):
         raise UsageError(f"edgekit import takes gguf:PATH or gguf:NAME sources, not {source[:80]!r}")
     err = console(stderr=True)

@@ -8,6 +8,7 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
 from edgekit.cli.options import JsonFlag
+from edgekit.cli.describe import describe
 
 
 @handles_errors
@@ -18,8 +19,6 @@ def info_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Summarise an artifact's manifest: model, target, recipe, files and sizes, accuracy, provenance."""
-    from edgekit.cli.describe import describe
-
     summary = describe(artifact, verify=verify)
     if as_json:
         echo_json(summary)

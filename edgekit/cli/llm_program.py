@@ -4,17 +4,17 @@ from __future__ import annotations
 
 
 from edgekit.cli.common import console, echo_json
+from edgekit.cli.describe import manifest_summary
+from edgekit.core.errors import UsageError
+from edgekit.llm.artifact import write_program
+from edgekit.llm.cached import is_llm_artifact as check
 
 
 def is_llm_artifact(source) -> bool:
-    from edgekit.llm.cached import is_llm_artifact as check
-
     return check(source)
 
 
 def refuse_int8_options(given: dict, route: str) -> None:
-    from edgekit.core.errors import UsageError
-
     used = [flag for flag, value in given.items() if value not in (None, False, (), [])]
     if used:
         raise UsageError(f"{', '.join(used)} do(es) not apply to {route}")
@@ -23,8 +23,6 @@ def refuse_int8_options(given: dict, route: str) -> None:
 def write(source, out, precision: str, kind: str, *, group_size: int, eval_tokens, eval_text, threads, force,
           as_json: bool, target: str | None, kernels: str | None = None) -> None:
     from edgekit.cli.common import progress_enabled
-    from edgekit.cli.describe import manifest_summary
-    from edgekit.llm.artifact import write_program
 
     err = console(stderr=True)
     say = (lambda message: err.print(f"  {message}", markup=False)) if progress_enabled() else None

@@ -8,6 +8,12 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, handles_errors
+from edgekit.bench.result import to_document
+from edgekit.core.bounds import check_threads
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import ensure_writable_dir, write_json
+from edgekit.serve.auth import key_error
+from edgekit.serve.loadtest import LoadSettings, loadtest
 
 
 @handles_errors
@@ -29,19 +35,12 @@ def loadtest_command(
 ) -> None:
     """Load-test a served model: p50/p90/p99, throughput, errors by status. Gate p99 under load and
     the error rate with `edgekit gate RESULT.json --max-p99-ms 20 --max-error-rate 0.1%`."""
-    from edgekit.bench.result import to_document
-    from edgekit.core.errors import UsageError
-    from edgekit.core.fileio import ensure_writable_dir, write_json
-    from edgekit.serve.loadtest import LoadSettings, loadtest
-
     if (url is None) == (serve is None):
         raise UsageError("give a URL or --serve ARTIFACT (one of them)")
-    from edgekit.serve.auth import key_error
 
     why = key_error(api_key, "--api-key (or EDGEKIT_API_KEY)")
     if why:  # before any server is started
         raise UsageError(why)
-    from edgekit.core.bounds import check_threads
 
     check_threads(threads, "--threads")
     settings = LoadSettings(concurrency, duration, rate, timeout, warmup)

@@ -27,6 +27,12 @@ from edgekit.cli.options import (
     source_options as collect_source_options,
 )
 from edgekit.core.errors import GateFailed
+from edgekit.core.errors import UsageError
+from edgekit.pipeline.run import DEFAULT_MODEL, PipelineConfig, run_pipeline
+from edgekit.pipeline.summary import cells, headers, skipped_lines, target_cell, title
+from edgekit.pipeline.summary import target_line
+from edgekit.pipeline.verdict import recommendation_line
+from edgekit.sources.state_pairs import parse_sample_axes
 
 
 @handles_errors
@@ -101,11 +107,6 @@ def pipeline_command(
     from rich.markup import escape
     from rich.table import Table
 
-    from edgekit.core.errors import UsageError
-    from edgekit.pipeline.run import DEFAULT_MODEL, PipelineConfig, run_pipeline
-    from edgekit.pipeline.summary import cells, headers, skipped_lines, target_cell, title
-    from edgekit.pipeline.verdict import recommendation_line
-    from edgekit.sources.state_pairs import parse_sample_axes
 
     given = [flag for flag, value in (("--model", model), ("--checkpoint", checkpoint), ("--source", source))
              if value is not None]
@@ -157,7 +158,6 @@ def pipeline_command(
         table.add_row(*(escape(cell) for cell in row[:-1]), gate)
     out_console = console()
     out_console.print(table)
-    from edgekit.pipeline.summary import target_line
 
     basis = target_line(result)
     if basis:

@@ -22,6 +22,17 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
+from edgekit import formats
+from edgekit.cli import llm_program
+from edgekit.cli.describe import manifest_summary
+from edgekit.core.errors import UsageError
+from edgekit.fidelity.render import binding_text, evidence_lines, output_lines, verdict_text, worst
+from edgekit.llm.artifact import METHODS, is_llm_method
+from edgekit.quantize.api import quantize
+from edgekit.quantize.each_format import failed_rows
+from edgekit.quantize.each_format import failed_rows, partial_failure
+from edgekit.quantize.progress import StepProgress
+from edgekit.quantize.registry import calibrated
 
 
 @handles_errors
@@ -109,10 +120,6 @@ def quantize_command(
     line, tokenized with the model's tokenizer (an hf: folder's, or --tokenizer), token_type_ids 0.
     Without --calib a zoo model uses the set edgekit ships.
     """
-    from edgekit.cli import llm_program
-    from edgekit.core.errors import UsageError
-    from edgekit.llm.artifact import METHODS, is_llm_method
-
     if is_llm_method(method) or llm_program.is_llm_artifact(source):
         if not is_llm_method(method):
             raise UsageError(f"{source} is a language model imported from GGUF: use --method {' or '.join(METHODS)}")
@@ -180,7 +187,6 @@ def quantize_command(
         _render_reports(manifest)
         return
 
-    from edgekit.quantize.api import quantize
     from edgekit.quantize.search.budget import AccuracyBudgetError
 
     _check_calibrate_method(source, method, fmt, calibrate_method, percentile, calib_bins)
@@ -222,8 +228,6 @@ def quantize_command(
 
 def fail_if_some_failed(manifest) -> None:
     """Exit 4 with one line when some requested formats failed (their rows say why)."""
-    from edgekit.quantize.each_format import failed_rows, partial_failure
-
     failed = failed_rows(manifest)
     error = partial_failure(failed, len(failed) + len(manifest.files))
     if error is not None:
@@ -231,20 +235,14 @@ def fail_if_some_failed(manifest) -> None:
 
 
 def _print_json(folder, manifest) -> None:
-    from edgekit.cli.describe import manifest_summary
-
     echo_json(manifest_summary(folder, manifest))
 
 
 def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, percentile, calib_bins) -> None:
     """The calibration settings steer ONNX Runtime's calibrators; the TorchScript path uses the target
     engine's torch.ao observers, so asking for them there is refused rather than silently ignored."""
-    from edgekit.core.errors import UsageError
-
     chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
                                        ("--calib-bins", calib_bins)) if value is not None]
-    from edgekit import formats
-    from edgekit.quantize.registry import calibrated
 
     if not chosen or not calibrated(method):
         return
@@ -273,7 +271,6 @@ def _calibration_progress(err):
     import os
     import time
 
-    from edgekit.quantize.progress import StepProgress
 
     if os.environ.get("EDGEKIT_NO_PROGRESS"):
         yield None
@@ -317,7 +314,6 @@ def render_files(manifest, title: str) -> None:
     measured on: figures from synthetic inputs are never shown as a verdict."""
     from rich.table import Table
 
-    from edgekit.fidelity.render import binding_text, evidence_lines, output_lines, verdict_text, worst
 
     labelled = any(entry.metrics.get("accuracy") is not None or entry.metrics.get("float_accuracy") is not None
                    for entry in manifest.files)
@@ -340,7 +336,6 @@ def render_files(manifest, title: str) -> None:
         row += [binding_text(fidelity), verdict_text(fidelity), "-" if cosine is None else f"{cosine:.5f}",
                 "-" if sqnr is None else f"{sqnr:.1f}"]
         table.add_row(*row)
-    from edgekit.quantize.each_format import failed_rows
 
     for failed in failed_rows(manifest):  # a format that failed: its reason, no file
         row = ["-", failed["format"], "FAILED", "-"] + (["-", "-", "-"] if labelled else [])

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Callable
 
 from typer.core import TyperCommand
+from edgekit import formats as table
+from edgekit.quantize import registry, routes
+from edgekit.quantize.registry import formats_for, get_method, method_names
+from edgekit.quantize.registry import methods_for
 
 
 def methods() -> str:
     """The registered methods: name (precision; the formats it writes)."""
-    from edgekit.quantize.registry import formats_for, get_method, method_names
-
     listed = []
     for name in method_names():
         entry = get_method(name)
@@ -26,9 +28,6 @@ def methods() -> str:
 
 def formats(with_methods: bool = False) -> str:
     """The format table in order, with what this host lacks (and, for quantize, the methods each takes)."""
-    from edgekit import formats as table
-    from edgekit.quantize.registry import methods_for
-
     listed = []
     for name in table.names():
         entry = table.get(name)
@@ -75,7 +74,6 @@ def _builtin_formats() -> str:
     """The formats edgekit ships, in table order, no plug-in loaded."""
     import importlib
 
-    from edgekit import formats as table
 
     entries = [importlib.import_module(f"{table.__name__}.{name}").FORMAT for name in table._builtin_modules()]
     return ", ".join(entry.name for entry in sorted(entries, key=lambda entry: entry.host.table_order))
@@ -86,7 +84,6 @@ def _builtin_methods() -> str:
     import importlib
     import pkgutil
 
-    from edgekit.quantize import registry, routes
 
     for found in pkgutil.iter_modules(routes.__path__):
         importlib.import_module(f"{routes.__name__}.{found.name}")
@@ -95,14 +92,10 @@ def _builtin_methods() -> str:
 
 
 def _defaults() -> str:
-    from edgekit import formats as table
-
     return ", ".join(table.default_names()) or "none installed"
 
 
 def _available() -> str:
-    from edgekit import formats as table
-
     return ", ".join(table.available_names())
 
 

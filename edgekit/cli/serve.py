@@ -8,6 +8,15 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import handles_errors
+from edgekit.core.bounds import check_threads
+from edgekit.core.errors import EdgekitError
+from edgekit.core.errors import UsageError
+from edgekit.core.threads import resolve_threads, target_of
+from edgekit.serve.auth import bind_error
+from edgekit.serve.loader import load_served_model, probe_served_model
+from edgekit.serve.loader import served_entry
+from edgekit.serve.settings import ServeSettings
+from edgekit.serve.standalone import address as url_of, open_socket, serve_forever
 
 
 @handles_errors
@@ -37,15 +46,11 @@ def serve_command(
 
     Binds 127.0.0.1 unless told otherwise. SIGTERM stops accepting, finishes accepted requests, exits 0.
     """
-    from edgekit.core.errors import UsageError
-    from edgekit.serve.auth import bind_error
-
     why = bind_error(host, api_key)  # also a blank key, or one no client could send
     if why:
         raise UsageError(why)
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be within 0..65535, got {port}")
-    from edgekit.core.bounds import check_threads
 
     check_threads(threads, "--threads")
     if not 0 < max_body_mb <= 4096:
@@ -60,7 +65,6 @@ def serve_command(
 
     if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
         raise UsageError("serving needs FastAPI and uvicorn: pip install 'edgekit-ml[serve]'")
-    from edgekit.serve.settings import ServeSettings
     try:
         settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, queue_size=queue_size,
                                  max_body_bytes=int(max_body_mb * (1 << 20)), api_key=api_key,
@@ -72,7 +76,6 @@ def serve_command(
         from edgekit.serve.ray_app import Scaling
 
         scaling = Scaling(replicas, min_replicas, max_replicas, cpus_per_replica=cpus_per_replica)
-    from edgekit.serve.loader import load_served_model, probe_served_model
 
     probe_served_model(artifact, fmt)  # in a child first: a file that crashes its runtime must not take the server down
     threads = _threads(artifact, fmt, threads, say)
@@ -82,9 +85,7 @@ def serve_command(
         deploy(artifact, settings, fmt=fmt, threads=threads, scaling=scaling, address=address, host=host,
                port=port or 8000, announce=say)
         return
-    from edgekit.core.errors import EdgekitError
     from edgekit.serve.app import create_app
-    from edgekit.serve.standalone import address as url_of, open_socket, serve_forever
 
     model = load_served_model(artifact, fmt, threads)
     app = create_app(model, settings, warmup_feed=model.example_feed())
@@ -102,9 +103,6 @@ def register(app: typer.Typer) -> None:
 
 def _threads(artifact, fmt, threads, say) -> int:
     """The one thread rule bench and generate follow (edgekit.core.threads), for the artifact's target."""
-    from edgekit.serve.loader import served_entry
-    from edgekit.core.threads import resolve_threads, target_of
-
     _, manifest, _ = served_entry(artifact, fmt)
     chosen, notes = resolve_threads(threads, target_of(manifest))
     for note in notes:

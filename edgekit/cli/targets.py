@@ -6,6 +6,8 @@ import typer
 
 from edgekit.cli.common import console, echo_json, handles_errors
 from edgekit.cli.options import JsonFlag
+from edgekit.core.targets import available_targets, load_target
+from edgekit.models import get_spec, model_names
 
 
 @handles_errors
@@ -13,7 +15,6 @@ def targets_command(as_json: JsonFlag = False) -> None:
     """List the target device profiles."""
     from rich.table import Table
 
-    from edgekit.core.targets import available_targets, load_target
 
     targets = [load_target(name) for name in available_targets()]
     if as_json:
@@ -38,8 +39,6 @@ def targets_command(as_json: JsonFlag = False) -> None:
 @handles_errors
 def models_command(as_json: JsonFlag = False) -> None:
     """List the zoo models."""
-    from edgekit.models import get_spec, model_names
-
     specs = {name: get_spec(name) for name in model_names()}
     if as_json:
         echo_json({name: {"description": spec.description, "task": spec.task, "config": spec.default_config,

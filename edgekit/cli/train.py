@@ -15,6 +15,10 @@ from edgekit.cli.common import console, echo_json, handles_errors, progress_enab
 from edgekit.cli.options import JsonFlag, ModelOpt, SeedOpt
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.fileio import NotJSONError, loads_json
+from edgekit.train.artifact import partial_dir
+from edgekit.train.checkpoint import STATE_FILE
+from edgekit.train.config import TrainConfig
+from edgekit.train.distributed import is_main_process
 
 
 def parse_settings(items: list[str]) -> dict:
@@ -147,8 +151,6 @@ def train_command(
     as_json: JsonFlag = False,
 ) -> None:
     """Train a model on its dataset; keep the best checkpoint by validation metric."""
-    from edgekit.train.config import TrainConfig
-    from edgekit.train.distributed import is_main_process
     from edgekit.train.loop import train
 
     config = TrainConfig(
@@ -216,9 +218,6 @@ def train_command(
 
 def interrupted_hint(model: str, out: Path) -> str:
     """What an interrupted run left, and the command that continues it."""
-    from edgekit.train.artifact import partial_dir
-    from edgekit.train.checkpoint import STATE_FILE
-
     out = Path(out)
     for folder in (partial_dir(out), out):
         if (folder / STATE_FILE).is_file():

@@ -8,6 +8,9 @@ from pathlib import Path
 import typer
 
 from edgekit.cli.common import console, handles_errors
+from edgekit.core.errors import ParityError
+from edgekit.core.fileio import ensure_writable_dir, write_json
+from edgekit.emulate.verify import verify_emulated
 
 
 @handles_errors
@@ -41,9 +44,6 @@ def verify_command(
 
     Emulated timings are a functional check only, never device latency.
     """
-    from edgekit.core.errors import ParityError
-    from edgekit.core.fileio import ensure_writable_dir, write_json
-
     if json_out is not None:
         from edgekit.core.outputs import check_report_paths
 
@@ -58,7 +58,6 @@ def verify_command(
                        f"for {opened.target}); add --emulate to run it on an emulated {opened.arch} board")
         return
 
-    from edgekit.emulate.verify import verify_emulated
 
     options = {"mirror": mirror} if mirror else {}
     report = verify_emulated(

@@ -146,7 +146,6 @@ class Manifest:
             raise InputFileError(
                 f"{where} has schema version {version!r}; this edgekit reads version {MANIFEST_VERSION}"
             )
-        from edgekit import formats
 
         formats.names()  # the table (and its plug-ins) first: a plug-in that fails is not this file's fault
         try:

@@ -27,6 +27,10 @@ from typing import Callable
 
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.core.fileio import read_regular, tree_size
+from edgekit.core.fileio import make_dirs, write_text
+from edgekit.core.fileio import write_json
+from edgekit.core.outputs import safe_text
+from edgekit.emulate.venv_cache import list_venvs
 
 PARTS = {
     "calibration": "activation ranges from static calibration, reused when model, data and settings match",
@@ -85,8 +89,6 @@ def part_dir(name: str) -> Path:
     if name not in PARTS:
         raise ValueError(f"unknown cache part {name!r}")
     path = check_root() / name
-    from edgekit.core.fileio import make_dirs, write_text
-    from edgekit.core.outputs import safe_text
 
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise EdgekitError(f"{safe_text(path)} is not a folder edgekit made for its cache; move it, or set "
@@ -109,7 +111,6 @@ def entry_dir(part: str, name: str) -> Path:
     entries have no naming rule of their own (``native``)."""
     if not _ENTRY_NAME.fullmatch(name):
         raise ValueError(f"cache entry name {name!r} must be 1-128 of A-Z a-z 0-9 . _ + - (not starting with . _ + -)")
-    from edgekit.core.fileio import write_json
 
     path = part_dir(part) / name
     if path.is_symlink() or (path.exists() and not path.is_dir()):
@@ -205,8 +206,6 @@ class CachedVenv:
 def rootfs_venvs(root: Path | None = None) -> list[CachedVenv]:
     """The venvs in every edgekit rootfs of the cache's ``rootfs`` part, most recently used first;
     the emulation cache keeps a bounded number of them (``edgekit.emulate.venv_cache``)."""
-    from edgekit.emulate.venv_cache import list_venvs
-
     root = cache_root() if root is None else Path(root)
     part = root / "rootfs"
     if not is_part(part, "rootfs"):
@@ -232,7 +231,6 @@ def clear(names: list[str] | None = None, root: Path | None = None) -> list[Cach
     unknown = [n for n in names if n not in PARTS]
     if unknown:
         raise UsageError(f"unknown cache part {unknown[0]!r}; choose from: {', '.join(PARTS)}")
-    from edgekit.core.outputs import safe_text
 
     if explicit:
         for name in names:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from edgekit.core.errors import UsageError
 from edgekit.core.targets import Target
+from edgekit.core.errors import InputFileError
+from edgekit.models import build_model
 
 MIB = 1024 * 1024
 TORCH_FOOTPRINT_MB = 256.0  # a checkpoint runs in torch; model formats give their own (edgekit.formats)
@@ -83,8 +85,6 @@ def check_fits(ram_mb: int, target_name: str, model_bytes: int, fmt, what: str, 
 
 def float_parameter_bytes(model_name: str, config: dict | None = None) -> int:
     """Bytes of a zoo model's parameters and buffers in float32 (what an fp32 export carries)."""
-    from edgekit.models import build_model
-
     model = build_model(model_name, config)
     tensors = list(model.parameters()) + list(model.buffers())
     return sum(t.numel() * 4 for t in tensors if t.is_floating_point())
@@ -103,8 +103,6 @@ def calibration_bytes(path: str | os.PathLike) -> int:
 def calibration_files(folder: Path, suffixes: tuple[str, ...] = CALIB_SUFFIXES) -> tuple[Path, ...]:
     """The files of ``folder`` with one of ``suffixes``, sorted; refused once the folder is seen to
     hold more than ``MAX_CALIB_FILES`` entries (the scan stops there)."""
-    from edgekit.core.errors import InputFileError
-
     found: list[Path] = []
     seen = 0
     try:

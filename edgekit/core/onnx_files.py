@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, first_line
+from edgekit.core.fileio import signature_kind
 
 PROTOBUF_LIMIT = (1 << 31) - 1
 # Above this the graph plus weights no longer fit one protobuf message with room to spare.
@@ -103,7 +104,6 @@ def read(path: str | os.PathLike):
     reads the data later."""
     import onnx
 
-    from edgekit.core.fileio import signature_kind
 
     path = Path(path)
     try:

@@ -49,6 +49,8 @@ from edgekit.core.ownership import (  # noqa: F401  (the names callers know from
     read_sums,
     report_written_by_edgekit,
 )
+from edgekit.core.fileio import atomic_dir
+from edgekit.core.fileio import make_dirs, prune_empty
 
 
 class OutputBusyError(EdgekitError):
@@ -130,8 +132,6 @@ def claim_output(out: str | os.PathLike, kind: str, *, inputs: Iterable = (), fo
 def commit_dir(out: str | os.PathLike, kind: str, *, inputs: Iterable = (), force: bool = False,
                flag: str = "--out") -> Iterator[Path]:
     """``claim_output``, then build the folder under a temporary name and swap it in on success."""
-    from edgekit.core.fileio import atomic_dir
-
     with claim_output(out, kind, inputs=inputs, force=force, flag=flag) as path, atomic_dir(path) as work:
         yield work
 
@@ -142,8 +142,6 @@ def output_lock(path: Path, flag: str = "--out") -> Iterator[None]:
 
     A second edgekit run on the same output fails at once with a one-line error.
     """
-    from edgekit.core.fileio import make_dirs, prune_empty
-
     created = make_dirs(path.parent)
     lock = path.with_name(f".{path.name}.lock")
     while True:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.core.errors import InputFileError, first_line
+from edgekit.core.fileio import signature_kind
 
 _GLOBAL = re.compile(r"GLOBAL ([\w.<>]+)")
 _OPERAND = re.compile(r"Unsupported operand (\d+)")
@@ -33,8 +34,6 @@ def refused_content(message: str) -> str:
 def check_pytorch_file(path: Path, what: str = "checkpoint") -> None:
     """``path`` starts as a PyTorch file does (a zip archive, or a legacy pickle) before torch reads
     it; a GGUF, safetensors file, image or script is refused naming what its first bytes show."""
-    from edgekit.core.fileio import signature_kind
-
     try:
         with open(path, "rb") as fh:
             head = fh.read(4)

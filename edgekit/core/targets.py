@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.core.errors import InputFileError, unknown_name
+from edgekit.core.fileio import read_toml
 
 ARCHES = ("aarch64", "armv7l", "x86_64")
 ENGINES = ("qnnpack", "x86", "fbgemm", "onednn")
@@ -109,7 +110,6 @@ def load_target(name_or_path: str | os.PathLike) -> Target:
         if text not in known:
             raise unknown_name("target", text, known)
         path = known[text]
-    from edgekit.core.fileio import read_toml
 
     return parse_target(read_toml(path, "target file", max_bytes=MAX_TARGET_BYTES), str(path))
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgekit.board.facts import usable_cores
+from edgekit.core.errors import EdgekitError
+from edgekit.core.targets import available_targets, load_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.core.targets import Target
@@ -44,9 +46,6 @@ def resolve_threads(threads: int | None, target: "Target | None") -> tuple[int, 
 
 def target_of(manifest) -> "Target | None":
     """The target an artifact was made for (its manifest's ``target``), when it is one known here."""
-    from edgekit.core.errors import EdgekitError
-    from edgekit.core.targets import available_targets, load_target
-
     name = getattr(manifest, "target", None)
     if not isinstance(name, str) or name not in available_targets():  # a name, never a path from a file
         return None

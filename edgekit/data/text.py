@@ -29,6 +29,7 @@ import numpy as np
 from edgekit.data.digits import ArraySplit
 from edgekit.data.tokenizer import Tokenizer, TokenizerSettings
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
+from edgekit.core.cache import cache_root as root
 
 CACHE_VERSION = 1
 SPLIT_SEED = 20240607
@@ -44,8 +45,6 @@ IGNORE_INDEX = -100  # target value for padding; cross-entropy skips it
 
 def cache_root() -> Path:
     """``$EDGEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``."""
-    from edgekit.core.cache import cache_root as root
-
     return root()
 
 

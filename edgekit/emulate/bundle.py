@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError
+from edgekit import formats
+from edgekit.bundle import layout
+from edgekit.bundle.verify import verify_checksums
+from edgekit.core.artifacts import load_manifest
 
 # {name}-{version}(-{build})?-{python tags}-{abi tags}-{platform tags}.whl (PEP 427)
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl\Z")
@@ -34,10 +38,6 @@ class Bundle:
 
 def open_bundle(path: str | Path) -> Bundle:
     """Read a bundle folder after checking every file against its SHA256SUMS."""
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.bundle import layout
-    from edgekit.bundle.verify import verify_checksums
-
     folder = Path(path)
     if not folder.is_dir():
         raise InputFileError(f"bundle folder not found: {folder}")
@@ -58,7 +58,6 @@ def open_bundle(path: str | Path) -> Bundle:
         if not isinstance(name, str) or name not in sums or "/" in name:
             raise InputFileError(f"{folder / layout.BUNDLE_JSON}: model data file {name!r} is not a file the {layout.CHECKSUMS} covers")
         data_files.append(folder / name)
-    from edgekit import formats
 
     spec = formats.get(info["format"])  # a format this edgekit does not know is one line, before any work
     reference = folder / layout.REFERENCE

@@ -8,13 +8,15 @@ native int8 bundle: cosine and top-1 agreement against the float model's referen
 from __future__ import annotations
 
 from pathlib import Path
+from edgekit.board.check import judge
+from edgekit.board.errors import BoardUsageError
+from edgekit.board.inputs import output_key, read_reference
+from edgekit.bundle import native
 
 
 def own_limits(bundle) -> dict:
     """The limits the bundle's entry script passes to its check (none for a Python bundle's
     ``check_outputs.py``: its cosine floor alone)."""
-    from edgekit.bundle import native
-
     if not native.is_native(bundle.info):
         return {}
     args = native.check_limits(bundle.precision)
@@ -24,10 +26,6 @@ def own_limits(bundle) -> dict:
 def own_check(emulated: dict, reference: Path, limits: dict, command: str) -> dict:
     """The check's verdict on the emulated outputs (``b{N}/output``, ``b{N}/outputs/{k}`` arrays) against
     the reference file, judged by the board check's own code (every output, each with its rule)."""
-    from edgekit.board.check import judge
-    from edgekit.board.errors import BoardUsageError
-    from edgekit.board.inputs import output_key, read_reference
-
     try:
         cases = read_reference(reference, every_output=True)
     except BoardUsageError as exc:

@@ -36,6 +36,18 @@ from typing import Callable
 from edgekit.bench.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
 from edgekit.emulate import EmulationError
 from edgekit.core.errors import UsageError
+from edgekit.bundle import native
+from edgekit.emulate import rootfs
+from edgekit.emulate.host import checked_cpu
+from edgekit.emulate.host import qemu_cpus, qemu_version
+from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
+from edgekit.emulate.icount_root import add_host_program
+from edgekit.emulate.process import last_error, run_fenced
+from edgekit.emulate.sandbox import BUNDLE
+from edgekit.emulate.sandbox import bundle_sandbox
+from edgekit.native.build import RUNNER_NAME
+from edgekit.native.build import build_runner
+from edgekit.native.toolchain import CROSS
 
 CLASSES = ("simd_fp", "integer", "load", "store", "branch", "other")
 DEFAULT_RUNS = 20
@@ -54,8 +66,6 @@ def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: 
                   progress: Progress | None = None, timeout_s: float = TIMEOUT_S) -> dict:
     """Instructions per inference of a model file on ``cpu`` (a QEMU core name such as cortex-a72), run
     by edgekit's cached aarch64 ``edgekit-run`` for its format (``fmt``: a key of ``RUNNERS``)."""
-    from edgekit.native.build import RUNNER_NAME
-
     if fmt not in RUNNERS:
         raise UsageError(f"emulated instruction counts run {' and '.join(RUNNERS.values())} with edgekit-run; "
                          f"{Path(program).name} is {fmt}")
@@ -82,8 +92,6 @@ def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: 
 def count_bundle(bundle, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS, progress: Progress | None = None,
                  timeout_s: float = TIMEOUT_S) -> dict:
     """``count_per_run`` for a native bundle (``emulate.bundle.open_bundle``), with the bundle's own runner."""
-    from edgekit.bundle import native
-
     if not native.is_native(bundle.info) or not (bundle.path / native.RUNNER).is_file():
         raise UsageError(f"{bundle.path} is not a native bundle (edgekit-run beside the model); emulated "
                          "instruction counts need one")
@@ -97,11 +105,6 @@ def count_bundle(bundle, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS
 def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads: int, runs: int,
                     progress: Progress | None, timeout_s: float) -> dict:
     """Count ``folder/runner bench folder/model`` (paths relative to ``folder``) in a sandbox holding a copy of it."""
-    from edgekit.emulate.host import qemu_cpus, qemu_version
-    from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
-    from edgekit.emulate.icount_root import add_host_program
-    from edgekit.emulate.sandbox import bundle_sandbox
-
     progress = progress or (lambda message: None)
     qemu = plugin_qemu()
     version = qemu_version(qemu)
@@ -130,10 +133,6 @@ def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads:
 
 def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int, threads: int,
                  timeout_s: float) -> tuple[dict[str, int], dict]:
-    from edgekit.emulate.host import checked_cpu
-    from edgekit.emulate.process import last_error, run_fenced
-    from edgekit.emulate.sandbox import BUNDLE
-
     tag = secrets.token_hex(8)  # the program cannot know it, so it cannot forge the plugin's line
     log = f"/work/icount-{tag}.log"
     options = f"{INSIDE}/{plugin},tag={tag}" + (",atomic=on" if threads > 1 else "")
@@ -184,14 +183,11 @@ def _build_runner(fmt: str, cpu: str, progress: Progress | None):
         from edgekit.native.ort_build import build_ort_runner
 
         return build_ort_runner("aarch64", cpu, progress)
-    from edgekit.native.build import build_runner
 
     return build_runner("aarch64", cpu, progress)
 
 
 def _check_settings(cpu: str, threads: int, runs: int) -> None:
-    from edgekit.emulate.host import checked_cpu
-
     checked_cpu(cpu)
     if not re.fullmatch(r"[a-z0-9][a-z0-9.+_-]{0,39}", cpu):
         raise UsageError(f"{cpu!r} is not a QEMU CPU name such as cortex-a72")
@@ -204,9 +200,6 @@ def _check_settings(cpu: str, threads: int, runs: int) -> None:
 def _sysroot() -> Path:
     """The arm64 C library: the cross toolchain's (what CI has, so counts agree across machines), else
     edgekit's cached Debian rootfs."""
-    from edgekit.emulate import rootfs
-    from edgekit.native.toolchain import CROSS
-
     cross = Path(CROSS["aarch64"][2])
     if (cross / "lib" / "libc.so.6").is_file():
         return cross

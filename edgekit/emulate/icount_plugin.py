@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from edgekit.emulate import EmulationError
+from edgekit.core.cache import entry_dir
 
 SOURCE = Path(__file__).resolve().parent / "plugin" / "insn_count.c"
 FETCH_SCRIPT = Path(__file__).resolve().parent / "plugin" / "fetch_header.sh"
@@ -54,8 +55,6 @@ def find_header() -> Path:
 
 def plugin_library(qemu_version: str, progress=None) -> Path:
     """The compiled plugin for this qemu, built once and cached."""
-    from edgekit.core.cache import entry_dir
-
     header = find_header()
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:

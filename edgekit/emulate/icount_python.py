@@ -22,6 +22,16 @@ from pathlib import Path
 from edgekit.emulate import EmulationError
 from edgekit.emulate.icount import (CLASSES, DEFAULT_RUNS, INSIDE, LOG_BYTES, TIMEOUT_S, Progress, _check_settings,
                                     parse_log)
+from edgekit.board import entries as board_files
+from edgekit.emulate import host, rootfs, venv_cache
+from edgekit.emulate.bundle import check_wheels
+from edgekit.emulate.chroot import NOISE
+from edgekit.emulate.host import checked_cpu
+from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
+from edgekit.emulate.icount_root import add_host_program
+from edgekit.emulate.process import last_error, run_fenced
+from edgekit.emulate.sandbox import preexec_limits
+from edgekit.emulate.verify import _fence, _venv, _working_launcher
 
 COUNT_DIR = "count"  # the board package and its count_marks.py entry, in the work folder
 QEMU_IN_ROOTFS = f"/usr/libexec/edgekit{INSIDE}"  # the dynamic qemu-aarch64 and the plugin, inside the rootfs
@@ -33,12 +43,6 @@ NOTE = ("a Python bundle run by its own runtime's Python wheel: each inference's
 def count_python_bundle(bundle, cpu: str, *, runs: int = DEFAULT_RUNS, progress: Progress | None = None,
                         timeout_s: float = TIMEOUT_S) -> dict:
     """Instructions per inference of a Python bundle (``emulate.bundle.open_bundle``) on ``cpu``."""
-    from edgekit.board import entries as board_files
-    from edgekit.emulate import host, rootfs, venv_cache
-    from edgekit.emulate.bundle import check_wheels
-    from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
-    from edgekit.emulate.verify import _fence, _venv, _working_launcher
-
     progress = progress or (lambda message: None)
     _check_settings(cpu, 1, runs)
     host.require_root()
@@ -97,9 +101,6 @@ def _counted_run(launcher, python: str, inside: str, bundle, cpu: str, plugin: s
                  timeout_s: float) -> tuple[dict, dict]:
     import json
 
-    from edgekit.emulate.chroot import NOISE
-    from edgekit.emulate.host import checked_cpu
-    from edgekit.emulate.process import last_error, run_fenced
     tag = secrets.token_hex(8)  # the bundle cannot know it, so it cannot forge the plugin's line
     log = f"{inside}/icount-{tag}.log"
     argv = [f"{QEMU_IN_ROOTFS}/qemu-aarch64", "-cpu", checked_cpu(cpu), "-L", "/",
@@ -132,7 +133,6 @@ def _fixed_layout() -> None:  # runs in the child, before unshare execs
     addresses, and with them the allocators' and runtimes' paths, repeat from one count to the next)."""
     import ctypes
 
-    from edgekit.emulate.sandbox import preexec_limits
 
     preexec_limits()
     libc = ctypes.CDLL(None, use_errno=True)
@@ -143,8 +143,6 @@ def _fixed_layout() -> None:  # runs in the child, before unshare execs
 def _place(rootfs: Path, program: Path, name: str) -> None:
     """``program`` (with its x86-64 libraries) at QEMU_IN_ROOTFS/name in the cached rootfs, replaced whole
     when it differs (a copy another count is running is never written over)."""
-    from edgekit.emulate.icount_root import add_host_program
-
     dest = rootfs / QEMU_IN_ROOTFS.lstrip("/") / name
     if dest.is_file() and filecmp.cmp(program, dest, shallow=False):
         return

@@ -30,6 +30,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from edgekit.emulate import EmulationError
+from edgekit.bundle.requirements import NETWORK_SIGNS, family_text, platform_args
+from edgekit.bundle.requirements import parse_requirements
+from edgekit.core.children import popen_kwargs
 
 PYPI = "https://pypi.org/simple"
 PROBE_TIMEOUT_S = 20.0
@@ -56,8 +59,6 @@ class Indexes:
 def indexes_of(requirements: str, replaced_by: str | None = None, env: dict | None = None) -> Indexes:
     """The indexes ``requirements`` (already checked: ``parse_requirements``) send pip to, with
     the environment's ``PIP_INDEX_URL``/``PIP_EXTRA_INDEX_URL`` as the rootfs's pip sees them."""
-    from edgekit.bundle.requirements import parse_requirements
-
     env = os.environ if env is None else env
     checked = parse_requirements(requirements, "the requirements to install")
     from_env = [u for u in env.get("PIP_INDEX_URL", "").split() if u.startswith(("http://", "https://"))]
@@ -131,9 +132,6 @@ def cuda_builds(report: dict) -> list[tuple[str, str, list[str]]]:
 
 def _dry_run(requirements: str, platform: str, python: str, timeout_s: float) -> dict:
     """pip's resolution of the pins for the board (metadata only: PEP 658), as its ``--report``."""
-    from edgekit.bundle.requirements import NETWORK_SIGNS, family_text, platform_args
-    from edgekit.core.children import popen_kwargs
-
     with tempfile.TemporaryDirectory(prefix="edgekit-index-check-") as scratch:
         folder = Path(scratch)
         (folder / "requirements.txt").write_text(requirements, encoding="utf-8")

@@ -32,6 +32,26 @@ from edgekit.emulate.report import (
     check_batches,
 )
 from edgekit.core.errors import EdgekitError
+from edgekit.bench.result import from_document
+from edgekit.board import entries as board_files
+from edgekit.board.check import read_output
+from edgekit.board.inputs import output_of_key
+from edgekit.bundle import native
+from edgekit.emulate import host
+from edgekit.emulate import host, rootfs
+from edgekit.emulate.board_root import make_board_root
+from edgekit.emulate.bundle_check import own_check, own_limits
+from edgekit.emulate.chroot import make_launcher
+from edgekit.emulate.host import NEVER, checked_cpu
+from edgekit.emulate.host import checked_cpu
+from edgekit.emulate.process import last_error
+from edgekit.emulate.process import run_captured
+from edgekit.emulate.process import run_fenced
+from edgekit.emulate.sandbox import BUNDLE
+from edgekit.emulate.sandbox import BUNDLE, QEMU
+from edgekit.emulate.sandbox import bundle_sandbox
+from edgekit.emulate.sandbox import copy_bundle, check_available, preexec_limits
+from edgekit.native.toolchain import CROSS
 
 BENCH_RUNS = 10
 Progress = Callable[[str], None]
@@ -39,9 +59,6 @@ Progress = Callable[[str], None]
 
 def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, atol: float, bench: bool,
                   progress: Progress, notes: list[str]) -> EmulationReport:
-    from edgekit.bundle import native
-    from edgekit.emulate import host
-
     started = time.monotonic()
     seconds: dict[str, float] = {}
     runner, qemu, cpu, cached, sysroot, prefix, env = emulated_runner(bundle, cache_dir, release)
@@ -71,12 +88,10 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
             progress(f"running {native.RUNNER} bench under emulation (a functional check; not device latency)")
             bench_report, seconds["bench"] = _bench(fenced, bundle, cpu, timeout_s)
 
-    from edgekit.board.inputs import output_of_key
 
     reference = {key: value for key, value in _load(bundle.reference).items() if output_of_key(key) is not None}
     tolerance = Tolerance.for_precision(bundle.precision, atol)
     batches = check_batches(emulated, hosted, reference, tolerance, notes)
-    from edgekit.emulate.bundle_check import own_check, own_limits
 
     bundle_check = own_check(emulated, bundle.reference, own_limits(bundle), f"sh {native.RUN_SCRIPT} check")
     exact = all(b.emulated_vs_host.get("max_abs") == 0.0 for b in batches)
@@ -103,9 +118,6 @@ def verify_native(bundle, *, cache_dir: Path, release: str, timeout_s: float, at
 def emulated_runner(bundle, cache_dir: Path, release: str):
     """(the bundle's runner, qemu, its CPU, the cached rootfs or None, the sysroot, the command
     prefix that runs an aarch64 binary under qemu, the environment) for a native bundle."""
-    from edgekit.bundle import native
-    from edgekit.emulate import host, rootfs
-
     runner = bundle.path / native.RUNNER
     if not runner.is_file():
         raise EmulationError(f"{bundle.path} is a native bundle without {native.RUNNER}; rebuild it")
@@ -129,16 +141,9 @@ class FencedRunner:
 
     def inside(self, path: Path) -> str:
         """Where a file of the bundle lies inside the sandbox."""
-        from edgekit.emulate.sandbox import BUNDLE
-
         return f"{BUNDLE}/{Path(path).resolve().relative_to(self.bundle.path.resolve()).as_posix()}"
 
     def run(self, args: list[str], *, what: str, timeout_s: float):
-        from edgekit.bundle import native
-        from edgekit.emulate.host import checked_cpu
-        from edgekit.emulate.process import run_fenced
-        from edgekit.emulate.sandbox import BUNDLE, QEMU
-
         # the runner's own step timer, as long as edgekit's deadline (its 30 s default is a board's, not QEMU's)
         command = [QEMU, "-cpu", checked_cpu(self.cpu), "-L", "/", f"{BUNDLE}/{native.RUNNER}", *args,
                    "--timeout", f"{max(1, int(timeout_s))}"]
@@ -148,9 +153,6 @@ class FencedRunner:
 
 @contextlib.contextmanager
 def fenced_runner(bundle, qemu: Path, cpu: str, sysroot: Path):
-    from edgekit.bundle import native
-    from edgekit.emulate.sandbox import bundle_sandbox
-
     with bundle_sandbox(bundle.path, [native.RUNNER], arch="aarch64", libraries_from=sysroot, qemu=qemu) as box:
         yield FencedRunner(bundle, box, cpu)
 
@@ -158,8 +160,6 @@ def fenced_runner(bundle, qemu: Path, cpu: str, sysroot: Path):
 def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
     """The QEMU CPU for a runner compiled for ``cpu``: that core itself, never ``max`` (whose SME
     kernels gave wrong int8 outputs) and never a core older than the binary's instructions."""
-    from edgekit.emulate.host import NEVER, checked_cpu
-
     if not cpu:
         return "cortex-a72"  # the oldest core edgekit's aarch64 targets have but the A53 (ARMv8.0 either way)
     checked_cpu(cpu)  # a bundle.json naming max is refused, not emulated
@@ -170,8 +170,6 @@ def pinned_cpu(cpu: str | None, available: tuple[str, ...]) -> str:
 
 
 def _sysroot(cached) -> Path:
-    from edgekit.native.toolchain import CROSS
-
     if cached is not None:
         return cached.path
     cross = Path(CROSS["aarch64"][2])
@@ -183,9 +181,6 @@ def _sysroot(cached) -> Path:
 
 
 def _host_probe(bundle, here: Path, timeout_s: float):
-    from edgekit.board import entries as board_files
-    from edgekit.emulate.process import run_captured
-
     board_files.install(here / "probe", entries=("probe.py",))
     out = here / "host.npz"
     argv = [sys.executable, "-I", str(here / "probe" / "probe.py"), str(bundle.model), str(bundle.reference), str(out),
@@ -198,14 +193,6 @@ def _host_probe(bundle, here: Path, timeout_s: float):
 
 def _entry_point(bundle, cached, cpu: str, timeout_s: float, progress: Progress, notes: list[str]) -> dict | None:
     """``sh run.sh check`` in a Python-free root (root, binfmt_misc and the cached rootfs needed)."""
-    from edgekit.board.check import read_output
-    from edgekit.bundle import native
-    from edgekit.emulate import host
-    from edgekit.emulate.board_root import make_board_root
-    from edgekit.emulate.chroot import make_launcher
-    from edgekit.emulate.process import run_fenced
-    from edgekit.emulate.sandbox import copy_bundle, check_available, preexec_limits
-
     if os.geteuid() != 0:
         notes.append("not root: run.sh was not run in a Python-free root (it needs a chroot)")
         return None
@@ -240,7 +227,6 @@ def _entry_point(bundle, cached, cpu: str, timeout_s: float, progress: Progress,
 def _bench(fenced: FencedRunner, bundle, cpu: str, timeout_s: float) -> tuple[dict, float]:
     from dataclasses import replace
 
-    from edgekit.bench.result import from_document
 
     threads = str(bundle.info.get("threads") or 1)
     args = ["bench", fenced.inside(bundle.model), "--threads", threads, "--warmup", "2",
@@ -279,6 +265,4 @@ def _json_line(stdout: str, what: str) -> dict:
 
 
 def _last(done) -> str:
-    from edgekit.emulate.process import last_error
-
     return last_error(done.tail, ()) or f"exit status {done.returncode}"

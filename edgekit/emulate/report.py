@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from edgekit.board.inputs import output_of_key
 
 VERIFY_SCHEMA = "edgekit.verify"
 VERIFY_SCHEMA_VERSION = 1
@@ -154,7 +155,6 @@ def check_batches(emulated: dict, hosted: dict, reference: dict, tolerance: Tole
     output order; an output only one side produced is a note."""
     from dataclasses import replace
 
-    from edgekit.board.inputs import output_of_key
 
     keys = sorted((where, key) for key in hosted if (where := output_of_key(key)) is not None)
     batches = tuple(replace(check_batch(batch, emulated[key], hosted[key], reference[key], tolerance), output=index)

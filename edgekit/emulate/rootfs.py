@@ -30,6 +30,8 @@ from typing import Callable, Iterator
 from edgekit.emulate import EmulationError
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.fileio import ensure_writable_dir, read_json, write_json
+from edgekit.core.cache import cache_root
+from edgekit.emulate.process import last_error, run_streamed
 
 DEFAULT_RELEASE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -53,8 +55,6 @@ class Rootfs:
 
 
 def default_cache_dir() -> Path:
-    from edgekit.core.cache import cache_root
-
     return cache_root() / "rootfs"
 
 
@@ -113,8 +113,6 @@ def ensure_rootfs(
 
     ``debootstrap`` None means this host cannot build one (no binfmt): only a cached rootfs will do.
     """
-    from edgekit.emulate.process import last_error, run_streamed
-
     if Path(cache_dir).absolute() == default_cache_dir().absolute():
         from edgekit.core.cache import part_dir
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from edgekit.emulate import EmulationError
+from edgekit.emulate.board_root import USERLANDS, make_board_root
+from edgekit.emulate.chroot import write_cpu_list
 
 NOBODY = 65534
 WORK = "/work"
@@ -164,9 +166,6 @@ def bundle_sandbox(bundle: Path, programs: Sequence[str], *, arch: str, librarie
     relative to the bundle) need from ``libraries_from`` (an ``arch`` root: the arm64 userland, or
     ``/`` for this host's own), ``tools`` (programs of that root, e.g. ``sh`` for ``run.sh``) and,
     when emulating, ``qemu`` at /qemu."""
-    from edgekit.emulate.board_root import USERLANDS, make_board_root
-    from edgekit.emulate.chroot import write_cpu_list
-
     check_available()
     if arch not in USERLANDS:
         raise EmulationError(f"no sandbox userland for {arch} programs")

@@ -16,6 +16,11 @@ import io
 import shutil
 import time
 from pathlib import Path
+from edgekit.board.inputs import read_reference
+from edgekit.emulate import EmulationError
+from edgekit.emulate.report import check_batch
+from edgekit.emulate.venv import ensure_venv
+from edgekit.serve import process
 
 SERVE_REQUIREMENTS = "requirements-serve.txt"
 SERVE_SCRIPT = "serve.py"
@@ -31,14 +36,9 @@ def serve_check(run_in, bundle, python: str, work: Path, inside: str, emulated: 
     """({"ok", "error", "url", "batches", "exit_code", "venv"}, seconds) of serving under emulation."""
     import numpy as np
 
-    from edgekit.board.inputs import read_reference
-    from edgekit.emulate.report import check_batch
-    from edgekit.emulate.venv import ensure_venv
-    from edgekit.serve import process
 
     started = time.monotonic()
     report: dict = {"ok": False, "error": "", "url": None, "batches": [], "exit_code": None, "venv": None}
-    from edgekit.emulate import EmulationError
 
     requirements = (bundle.path / SERVE_REQUIREMENTS).read_text(encoding="utf-8")
     try:  # a bundle made with --wheels carries the serving stack's wheels too: offline then

@@ -34,6 +34,14 @@ from edgekit.emulate.chroot import NOISE, Launcher
 from edgekit.emulate.venv_cache import MARKER, VENVS_DIR  # re-exported: where the venvs live
 from edgekit.core.errors import UsageError
 from edgekit.core.fileio import write_json
+from edgekit.bundle.requirements import INDEX_URL, format_indexes, parse_requirements
+from edgekit.bundle.requirements import NETWORK_SIGNS
+from edgekit.bundle.requirements import parse_requirements
+from edgekit.emulate import venv_cache
+from edgekit.emulate.index_check import host_ca_bundle
+from edgekit.emulate.process import last_error
+from edgekit.emulate.process import run_streamed
+from edgekit.emulate.rootfs import locked
 
 HOST_CA = "/etc/edgekit/host-ca.crt"
 PIP_WHEELS = "usr/share/python-wheels"
@@ -90,10 +98,6 @@ def ensure_venv(
     distributions in ``with_deps``, installed first with theirs. ``index_flag``: the
     requirements' index is the user's ``--index-url`` (errors name it so). The venv is held in use
     until ``venv_cache.release_all()``; the cache bound may remove older ones (``Venv.evicted``)."""
-    from edgekit.bundle.requirements import parse_requirements
-    from edgekit.emulate import venv_cache
-    from edgekit.emulate.rootfs import locked
-
     # pip runs as root in the rootfs: only name==version pins and plain index lines reach it
     parse_requirements(requirements, "the requirements to install")
     venv_cache.limits()  # a bad EDGEKIT_EMULATE_MAX_VENVS* is a usage error before minutes of work
@@ -117,8 +121,6 @@ def ensure_venv(
 
 def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress, no_deps=False,
             with_deps=(), index_flag=False) -> Venv:
-    from edgekit.emulate.process import run_streamed
-
     source = "wheels" if wheels else "index"
     inside = f"{VENVS_DIR}/{key}"
     host_dir = launcher.host_path(inside)
@@ -189,9 +191,6 @@ def install_error(what: str, tail, returncode: int, offline: bool) -> EmulationE
     """One line for a failed pip step in the rootfs: its cause, not pip's last words. An index
     that did not answer makes pip end with "No matching distribution found for numpy==..." though
     nothing is wrong with numpy: say that the index was not reachable from the rootfs."""
-    from edgekit.bundle.requirements import NETWORK_SIGNS
-    from edgekit.emulate.process import last_error
-
     reason = last_error(tail, NOISE) or f"exit status {returncode}"
     text = "\n".join(tail)
     if not offline and any(sign in text for sign in NETWORK_SIGNS):
@@ -246,8 +245,6 @@ def with_index_url(requirements: str, index_url: str) -> tuple[str, str | None]:
     a pip option of the bundle's own in any spelling (``--index-url=X``, ``-i X``, ``-f``...)
     is an InputFileError, never carried over. What is kept (pins, comments, edgekit's
     ``--extra-index-url``) has passed that check."""
-    from edgekit.bundle.requirements import INDEX_URL, format_indexes, parse_requirements
-
     if not isinstance(index_url, str) or not INDEX_URL.fullmatch(index_url):
         raise UsageError(f"--index-url must be an http(s) URL of plain characters (no quotes, spaces, "
                          f"backslashes or ${{...}}), got {index_url!r}")
@@ -276,7 +273,6 @@ def _network_env(launcher: Launcher) -> dict[str, str]:
         urls = [u for u in os.environ.get(name, "").split() if u.startswith(("http://", "https://"))]
         if urls:
             env[name] = " ".join(urls)
-    from edgekit.emulate.index_check import host_ca_bundle
 
     ca = host_ca_bundle()
     if ca is not None:

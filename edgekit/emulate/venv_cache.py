@@ -24,6 +24,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import tree_size
+from edgekit.core.fileio import write_json
 
 VENVS_DIR = "/opt/edgekit/venvs"
 MARKER = "edgekit-venv.json"
@@ -100,8 +103,6 @@ def now() -> str:
 
 def mark_used(venv_dir: Path) -> None:
     """Record that a run uses this venv now (its place in the least-recently-used order)."""
-    from edgekit.core.fileio import write_json
-
     marker = read_marker(venv_dir / MARKER)
     if marker:
         size = marker["bytes"] if isinstance(marker.get("bytes"), int) else tree_bytes(venv_dir)  # older markers: once
@@ -128,8 +129,6 @@ def release_all() -> None:
 
 def limits() -> tuple[int, int]:
     """(most venvs, most bytes in all) from the environment, else the defaults; a bad value is a UsageError."""
-    from edgekit.core.errors import UsageError
-
     count_text = os.environ.get(MAX_VENVS_ENV, "").strip()
     gb_text = os.environ.get(MAX_GB_ENV, "").strip()
     try:
@@ -192,8 +191,6 @@ def _remove_if_free(rootfs: Path, victim: VenvEntry) -> bool:
 
 def tree_bytes(path: Path) -> int:
     """Bytes of the files under ``path`` (links not followed)."""
-    from edgekit.core.fileio import tree_size
-
     return tree_size(path)[0]
 
 

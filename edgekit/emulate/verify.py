@@ -37,6 +37,24 @@ from edgekit.emulate.report import (
 )
 from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
 from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.bench.result import from_document
+from edgekit.board.inputs import output_of_key
+from edgekit.bundle import native
+from edgekit.bundle.layout import CHECK_OUTPUTS
+from edgekit.core.bounds import check_timeout
+from edgekit.core.targets import load_target
+from edgekit.emulate import host, rootfs
+from edgekit.emulate import venv_cache
+from edgekit.emulate.bundle import check_wheels, open_bundle
+from edgekit.emulate.bundle_check import own_check, own_limits
+from edgekit.emulate.chroot import NOISE
+from edgekit.emulate.chroot import NOISE, make_launcher
+from edgekit.emulate.host import Binfmt
+from edgekit.emulate.process import last_error, run_captured
+from edgekit.emulate.process import last_error, run_fenced
+from edgekit.emulate.sandbox import NOBODY
+from edgekit.emulate.sandbox import preexec_limits
+from edgekit.emulate.venv import ensure_venv, with_index_url
 
 PROBE_DIR = "probe"  # the host's board package and its probe entry, in a folder of the work dir
 LAUNCHERS = ("auto", "binfmt", "interpreter")
@@ -73,9 +91,6 @@ def verify_emulated(
     this host cannot emulate or the board's requirements cannot be had, InputFileError for a broken
     bundle, UsageError for bad settings.
     """
-    from edgekit.emulate import host, rootfs
-    from edgekit.emulate.bundle import check_wheels, open_bundle
-
     progress = progress or (lambda message: None)
     _check_settings(timeout_s, atol, launcher)
     if index_url is not None:
@@ -96,7 +111,6 @@ def verify_emulated(
         raise UsageError("--index-url applies to bundles without wheels/; this one installs offline from its wheels")
     core, threads = _target_core(bundle, notes)
     cache = (Path(cache_dir) if cache_dir is not None else rootfs.default_cache_dir()).absolute()
-    from edgekit.bundle import native
 
     if native.is_native(bundle.info):  # edgekit-run under qemu-user: no venv, no Python, root optional
         from edgekit.emulate.native import verify_native
@@ -134,7 +148,6 @@ def verify_emulated(
     run_in = _working_launcher(fs.path, tools, binfmt, qemu_cpu, timeout_s, progress, notes,
                                fallback=launcher == "auto", cores=threads)
 
-    from edgekit.emulate import venv_cache
 
     mark = time.monotonic()
     try:
@@ -189,8 +202,6 @@ def verify_emulated(
     reference = _reference_outputs(bundle.reference)
     tolerance = Tolerance.for_precision(bundle.precision, atol)
     batches = check_batches(emulated, hosted, reference, tolerance, notes)
-    from edgekit.bundle.layout import CHECK_OUTPUTS
-    from edgekit.emulate.bundle_check import own_check, own_limits
 
     bundle_check = own_check(emulated, bundle.reference, own_limits(bundle), f"python3 {CHECK_OUTPUTS}")
     seconds["total"] = time.monotonic() - started
@@ -217,8 +228,6 @@ def verify_emulated(
 
 
 def _check_settings(timeout_s: float, atol: float, launcher: str) -> None:
-    from edgekit.core.bounds import check_timeout
-
     check_timeout(timeout_s)
     if not isinstance(atol, (int, float)) or not math.isfinite(atol) or atol < 0:
         raise UsageError(f"--atol must be a number >= 0, got {atol!r}")
@@ -228,8 +237,6 @@ def _check_settings(timeout_s: float, atol: float, launcher: str) -> None:
 
 def _target_core(bundle, notes: list[str]) -> tuple[str, int]:
     """(the target's CPU core, its thread count); a target unknown here leaves the core unnamed."""
-    from edgekit.core.targets import load_target
-
     threads = int(bundle.info.get("threads") or 1)
     try:
         target = load_target(bundle.target)
@@ -241,10 +248,6 @@ def _target_core(bundle, notes: list[str]) -> tuple[str, int]:
 
 def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, notes, fallback: bool = True, cores: int = 4):
     """The first launcher that really starts the rootfs's python3 as aarch64 (binfmt, then interpreter)."""
-    from edgekit.emulate.chroot import NOISE, make_launcher
-    from edgekit.emulate.host import Binfmt
-    from edgekit.emulate.process import last_error, run_captured
-
     tried = []
     candidates = [binfmt] if binfmt.usable else []
     if fallback or not binfmt.usable:
@@ -263,8 +266,6 @@ def _working_launcher(rootfs, tools, binfmt, qemu_cpu, timeout_s, progress, note
 
 
 def _venv(run_in, bundle, python, timeout_s, progress, notes, index_url=None):
-    from edgekit.emulate.venv import ensure_venv, with_index_url
-
     entry = bundle.spec
     if bundle.requirements is not None:
         text = bundle.requirements.read_text(encoding="utf-8")
@@ -293,7 +294,6 @@ def _fence(run_in, work: Path):
     that user) and cannot change the cached rootfs."""
     from dataclasses import replace
 
-    from edgekit.emulate.sandbox import NOBODY
 
     for folder, dirs, files in os.walk(work):
         for name in (*dirs, *files):
@@ -304,9 +304,6 @@ def _fence(run_in, work: Path):
 
 def _probe(prefix, model_dir: str, out_file: Path, out_arg: str, bundle, timeout_s, run_in=None):
     """Run probe.py (emulated when ``run_in`` is given) -> ({output key: array}, its JSON, seconds)."""
-    from edgekit.emulate.chroot import NOISE
-    from edgekit.emulate.process import last_error, run_captured
-
     argv = [*prefix, f"{model_dir}/{bundle.model.name}", f"{model_dir}/{bundle.reference.name}", out_arg,
             "--format", bundle.format, "--threads", "1", "--inputs", ",".join(bundle.input_names)]
     if bundle.engine:
@@ -338,18 +335,11 @@ def _load_outputs(path: Path) -> dict:
 
 
 def _reference_outputs(path: Path) -> dict:
-    from edgekit.board.inputs import output_of_key
-
     return {key: value for key, value in _load_outputs(path).items() if output_of_key(key) is not None}
 
 
 def _bench(run_in, venv, inside, bundle, threads: int, timeout_s) -> tuple[dict, float]:
     """The bundle's runner.py under emulation: did it run, and its (emulated) result."""
-    from edgekit.bench.result import from_document
-    from edgekit.emulate.chroot import NOISE
-    from edgekit.emulate.process import last_error, run_fenced
-    from edgekit.emulate.sandbox import preexec_limits
-
     argv = [venv.python, "-I", f"{inside}/runner.py", f"{inside}/{bundle.model.name}", "--format", bundle.format,
             "--threads", str(threads), "--warmup", "2", "--min-runs", str(BENCH_RUNS), "--max-runs", str(BENCH_RUNS),
             "--min-time", "0", "--emulated", "--mode", "emulated", "--target", bundle.target]

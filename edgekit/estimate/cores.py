@@ -11,6 +11,7 @@ from typing import Mapping
 
 from edgekit.core.errors import InputFileError
 from edgekit.estimate.costmodel import CLASSES, CoreModel, Estimate
+from edgekit.core.fileio import write_text
 
 
 def default_path() -> Path:
@@ -63,8 +64,6 @@ def for_target(target, classes: Mapping[str, float], threads: int | None = None,
 
 
 def write_cores(path: Path, models: Mapping[str, CoreModel], header: str) -> None:
-    from edgekit.core.fileio import write_text
-
     groups = next(iter(models.values())).groups
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     lines += ["", "[groups]"]

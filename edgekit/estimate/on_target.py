@@ -8,6 +8,14 @@ import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+from edgekit.core.errors import EdgekitError
+from edgekit.emulate import EmulationError
+from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
+from edgekit.emulate.icount import RUNNERS
+from edgekit.emulate.icount import count_per_run
+from edgekit.emulate.icount_plugin import plugin_qemu
+from edgekit.estimate.cores import for_target
+from edgekit.estimate.cores import load_cores
 
 EMULATED_RUNS = 4  # instruction counts are deterministic: a few inferences give the per-inference count exactly
 MEASURED, ESTIMATED, COUNTED, HOST = "measured", "estimated", "counted", "host"
@@ -49,8 +57,6 @@ class TargetCost:
 
 def counted_formats() -> tuple[str, ...]:
     """The formats the emulated counter runs (``edgekit.emulate.icount.RUNNERS``)."""
-    from edgekit.emulate.icount import RUNNERS
-
     return tuple(RUNNERS)
 
 
@@ -73,8 +79,6 @@ class Counter:
     caller keeps that row on host timings and goes on with the next."""
 
     def __init__(self, target, threads: int | None, progress: Progress):
-        from edgekit.estimate.cores import load_cores
-
         self.target, self.threads, self.progress = target, threads, progress
         self.cores = load_cores()  # read once: every file of a run is priced by the same model
         self.counted: dict[str, dict] = {}
@@ -83,12 +87,6 @@ class Counter:
         return priced(self._counts(Path(path), fmt), self.target, self.threads, self.cores)
 
     def _counts(self, path: Path, fmt: str) -> dict:
-        from edgekit.emulate import EmulationError
-        from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
-        from edgekit.emulate.icount import count_per_run
-        from edgekit.emulate.icount_plugin import plugin_qemu
-        from edgekit.core.errors import EdgekitError
-
         try:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             if digest not in self.counted:
@@ -105,8 +103,6 @@ class Counter:
 def priced(counts: dict, target, threads: int | None, cores=None) -> TargetCost:
     """``count_per_run``'s counts as the target's cost: estimated where its core has a fitted model
     (``cores``: the fitted models, default the shipped ones)."""
-    from edgekit.estimate.cores import for_target
-
     core = target.core or target.arch
     estimate = for_target(target, counts["classes"], threads, cores)
     if estimate is None:

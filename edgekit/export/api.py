@@ -10,6 +10,15 @@ from edgekit.core.errors import InputFileError, UsageError
 from edgekit.formats import onnx_export
 from edgekit.core.outputs import commit_dir
 from edgekit.core.targets import Target, load_target
+from edgekit import formats as table
+from edgekit._version import __version__
+from edgekit.core.errors import ParityError
+from edgekit.formats.request import FloatExport
+from edgekit.formats.request import QuantizedCopy
+from edgekit.quantize.each_format import Attempts
+from edgekit.sources.model_source import resolve_source
+from edgekit.sources.onnx_exporter import preferred_exporter
+from edgekit.sources.torchscript_source import is_torchscript_path
 
 TORCHSCRIPT_MODES = ("trace", "script")
 
@@ -41,8 +50,6 @@ def export(
     ``input_dtypes``, ``dynamic_axes``, ``input_ranges``, ``state_dict``) as ``edgekit quantize``
     takes them. ``out`` is replaced only when it is an export edgekit wrote (else ``force``).
     """
-    from edgekit import formats as table
-
     if torchscript_mode not in TORCHSCRIPT_MODES:
         raise UsageError(f"unknown TorchScript mode {torchscript_mode!r}; choose from: {', '.join(TORCHSCRIPT_MODES)}")
     onnx_export.check_route(onnx_route)  # a bad option value is refused before any format is tried
@@ -93,8 +100,6 @@ def export(
 
 
 def _provenance(manifest: Manifest, target: Target, **extra) -> dict:
-    from edgekit._version import __version__
-
     return {
         "edgekit_version": __version__,
         "model": manifest.model["name"],
@@ -109,7 +114,6 @@ def _outside_zoo(source) -> bool:
     import re
 
     text = str(source)
-    from edgekit.sources.torchscript_source import is_torchscript_path
 
     return text.startswith("hf:") or is_torchscript_path(Path(text)) or (not Path(text).exists() and re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z", text) is not None)
 
@@ -122,9 +126,6 @@ def _target_path(name) -> str | None:
 def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, optimize, external_data, source_options,
                         force=False):
     """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
-    from edgekit.sources.model_source import resolve_source
-
-    from edgekit import formats as table
 
     src = resolve_source(source, **source_options)
     formats = formats or table.default_names()
@@ -164,7 +165,6 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     examples = example_tensors(manifest.inputs)
     float_accuracy = manifest.metrics.get("accuracy")
     family = manifest.model.get("name", "")
-    from edgekit.quantize.each_format import Attempts
 
     files = []
     attempts = Attempts(work)
@@ -182,11 +182,8 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
 
 def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
                 float_accuracy, family) -> ModelFile:
-    from edgekit import formats as table
     from edgekit.fidelity.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
-    from edgekit.formats.request import FloatExport
-    from edgekit.sources.onnx_exporter import preferred_exporter
 
     entry = table.get(fmt)
     path = work / entry.files.file_name
@@ -216,7 +213,6 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
         raise InputFileError(f"{folder / REFERENCE_FILE} is missing; quantize the model again to create it")
     shutil.copyfile(folder / REFERENCE_FILE, work / REFERENCE_FILE)
     cases = read_reference(work / REFERENCE_FILE, every_output=True)
-    from edgekit.quantize.each_format import Attempts
 
     files = []
     attempts = Attempts(work)
@@ -232,11 +228,8 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
 
 
 def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data, cases) -> ModelFile:
-    from edgekit import formats as table
-    from edgekit.core.errors import ParityError
     from edgekit.fidelity.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
-    from edgekit.formats.request import QuantizedCopy
 
     entry = manifest.file(fmt)
     path = work / table.get(fmt).files.file_name

@@ -12,20 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.artifacts import Manifest
+from edgekit._version import __version__
+from edgekit.core import onnx_files
+from edgekit.core.artifacts import describe_file, finalize
+from edgekit.core.outputs import commit_dir
+from edgekit.formats import onnx_export
+from edgekit.formats.onnx import FORMAT
 
 
 def export_onnx_file(src, out: str | Path, target, force: bool = False) -> tuple[Path, Manifest]:
     """Write ``out``: ``model.onnx`` (the ONNX source ``src``, a ``ModelSource``), its reference and
     manifest. Raises ParityError when the copy does not compute what the original does."""
-    from edgekit.core import onnx_files
-    from edgekit._version import __version__
-    from edgekit.core.artifacts import describe_file, finalize
     from edgekit.fidelity.evaluation import onnx_predictor
-    from edgekit.formats import onnx_export
-    from edgekit.formats.onnx import FORMAT
     from edgekit.formats.parity import check_parity, every_output
     from edgekit.formats.reference import REFERENCE_FILE, read_reference, write_predicted_reference
-    from edgekit.core.outputs import commit_dir
 
     original = Path(src.onnx_path)
     with commit_dir(out, "export", inputs=[original, target.source], force=force) as work:

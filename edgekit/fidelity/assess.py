@@ -17,6 +17,13 @@ from edgekit.core.errors import EdgekitError, InputFileError, ParityError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.compare import compare_batches, compare_streams
 from edgekit.fidelity.metrics import headline
+from edgekit import formats
+from edgekit.board.errors import BoardError
+from edgekit.board.runtimes import open_model
+from edgekit.core.limits import calibration_files
+from edgekit.quantize.calibration.data import SUFFIXES, CalibrationSet
+from edgekit.quantize.toolkits.onnx_graphs import float_onnx
+from edgekit.sources.state_pairs import StatePair, stream_layout
 
 SETTINGS_KEY = ("fidelity", "settings")  # where a job keeps its EvalSettings (job.memo)
 SYNTHETIC_STREAMS = 4
@@ -33,10 +40,6 @@ def settings_of(job) -> ev.EvalSettings:
 
 def runtime_runner(fmt: str, path: Path, names: list[str], engine: str | None = None):
     """``run(feed) -> every output`` of the model file at ``path`` in the board's runtime for ``fmt``."""
-    from edgekit.board.errors import BoardError
-    from edgekit.board.runtimes import open_model
-    from edgekit.core.errors import InputFileError, first_line
-
     try:
         runtime = open_model(fmt, path, None, engine)  # threads as this process has them (torch trains here too)
     except BoardError as exc:
@@ -65,8 +68,6 @@ def float_runner(job):
             return [o.float().numpy() for o in _tensors(out)]
 
         return run
-    from edgekit import formats
-    from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
     return runtime_runner(formats.by_suffix(".onnx").name, float_onnx(job), names)
 
@@ -104,8 +105,6 @@ def _tensors(out) -> list:
 
 def assess(job, path: Path, fmt: str, details: dict | None, cases: dict, label: str) -> dict:
     """The fidelity record of the file at ``path`` (for the manifest's ``metrics.fidelity``)."""
-    from edgekit.sources.state_pairs import StatePair, stream_layout
-
     started = time.monotonic()
     settings = settings_of(job)
     names = [spec.name for spec in job.source.inputs]
@@ -231,8 +230,6 @@ def _streams(job, settings: ev.EvalSettings, pairs, axes: dict | None = None):
         for index in range(SYNTHETIC_STREAMS):
             yield _synthetic_stream(specs, np.random.default_rng(1000 + index))
         return
-    from edgekit.core.limits import calibration_files
-    from edgekit.quantize.calibration.data import SUFFIXES, CalibrationSet
 
     path = Path(settings.data)
     files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from edgekit.fidelity.metrics import OutputFidelity, output_kind
+from edgekit.quantize.search.accuracy import real_positions
 
 Run = Callable[[dict], list]
 
@@ -71,8 +72,6 @@ class Comparison:
 
 
 def _real_positions(feed: Mapping[str, np.ndarray], shape: tuple):
-    from edgekit.quantize.search.accuracy import real_positions
-
     return real_positions(dict(feed), shape)
 
 

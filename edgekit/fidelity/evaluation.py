@@ -7,6 +7,11 @@ from typing import Callable
 import numpy as np
 
 from edgekit.core.errors import first_line
+from edgekit import formats
+from edgekit.board.errors import BoardError, BoardUsageError
+from edgekit.board.runtimes import open_model
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.data.datasets import load_split
 
 # A batch of inputs (one array, or arrays by input name) -> a batch of outputs (e.g. logits).
 Predict = Callable[[np.ndarray | dict[str, np.ndarray]], np.ndarray]
@@ -39,10 +44,6 @@ def torch_predictor(module) -> Predict:
 def board_predictor(fmt: str, path, threads: int | None = 1, engine: str | None = None) -> Predict:
     """The model file at ``path`` run by the board's runtime for ``fmt`` (the code a board runs);
     ``threads`` None leaves the runtime's thread settings as this process has them."""
-    from edgekit.board.errors import BoardError, BoardUsageError
-    from edgekit.board.runtimes import open_model
-    from edgekit.core.errors import InputFileError, UsageError
-
     try:
         runtime = open_model(fmt, path, threads, engine)
     except BoardError as exc:
@@ -60,15 +61,11 @@ def board_predictor(fmt: str, path, threads: int | None = 1, engine: str | None 
 
 
 def onnx_predictor(path, threads: int = 1) -> Predict:
-    from edgekit import formats
-
     return board_predictor(formats.by_suffix(".onnx").name, path, threads)
 
 
 def task_accuracy(task: dict, predict: Predict, split: str = "test") -> float | None:
     """Accuracy on the task's held-out split, or None when the task has no labelled dataset."""
-    from edgekit.data.datasets import load_split
-
     if task.get("type") != "classification" or not task.get("dataset"):
         return None
     data = load_split(task["dataset"], split)

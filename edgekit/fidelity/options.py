@@ -14,13 +14,14 @@ from pathlib import Path
 from edgekit.core.errors import UsageError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.metrics import KINDS
+from edgekit.sources.state_pairs import parse_sample_axes, parse_state_pairs
+from edgekit.sources.state_pairs import stream_layout
 
 def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
     """The evaluation settings among ``options`` (removed from it; CLI-style values)."""
     data = options.pop("eval_data", None)
     require = bool(options.pop("require_eval_data", False))
     kinds = parse_output_kinds(options.pop("output_kinds", None))
-    from edgekit.sources.state_pairs import parse_sample_axes, parse_state_pairs
 
     state = parse_state_pairs(options.pop("state_pairs", None))
     axes = parse_sample_axes(options.pop("sample_axes", None))
@@ -57,7 +58,6 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
     data is required and there is none, InputFileError for evaluation data the model cannot take."""
     settings = settings or ev.EvalSettings()
     warning = None
-    from edgekit.sources.state_pairs import stream_layout
 
     # a --state or --sample-axis that names nothing, or an axis the input lacks: refused now
     streams = stream_layout(src, settings.axes or None, settings.state or None)[1]

@@ -15,6 +15,12 @@ from pathlib import Path
 
 from edgekit.core.errors import first_line
 from edgekit.formats import Board, Files, Format, Host, Quantization, register
+from edgekit.core.errors import EdgekitError
+from edgekit.core.errors import InputFileError
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import atomic_path
+from edgekit.core.fileio import loads_json
+from edgekit.formats.onnx_export import native_output_silenced
 
 FORMAT = register(Format(
     name="executorch",
@@ -97,8 +103,6 @@ def _load_program(path: Path):
 def _load_forward(path: Path) -> Method:
     """The program's ``forward``; loading the first method prints XNNPACK's CPU-probe lines from
     C++ (``cpuinfo_utils.cpp: Reading file ...``), silenced here."""
-    from edgekit.formats.onnx_export import native_output_silenced
-
     with native_output_silenced():  # a damaged program's verification errors print there too
         return Method(_load_program(Path(path)), "forward")
 
@@ -174,7 +178,6 @@ def export_program(model, examples: tuple, inputs):
     """``torch.export`` with the inputs' dynamic axes; a model that cannot be exported is a one-line error."""
     import torch
 
-    from edgekit.core.errors import UsageError
 
     if not isinstance(model, torch.fx.GraphModule):  # a PT2E graph is already in eval form, and refuses eval()
         model = model.eval()
@@ -201,8 +204,6 @@ def lower(program, path: Path, provenance: dict, in_place_buffers: bool = False)
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
-    from edgekit.core.errors import EdgekitError
-    from edgekit.core.fileio import atomic_path
 
     try:
         edge = to_edge_transform_and_lower(
@@ -256,8 +257,6 @@ def copy_quantized(request) -> dict:
 
 
 def check_file(path: Path) -> None:
-    from edgekit.core.errors import InputFileError
-
     with open(path, "rb") as fh:
         head = fh.read(8)
     if len(head) < 8 or head[4:6] != FILE_IDENTIFIER:
@@ -265,8 +264,6 @@ def check_file(path: Path) -> None:
 
 
 def load_method(path: Path):
-    from edgekit.core.errors import InputFileError
-
     check_file(path)
     try:
         return _load_forward(path)
@@ -279,7 +276,6 @@ def read_provenance(path: Path) -> dict:
     program = _load_program(Path(path))
     if PROVENANCE_METHOD not in {program.get_method_name(i) for i in range(program.num_methods())}:
         return {}
-    from edgekit.core.fileio import loads_json
 
     return loads_json(Method(program, PROVENANCE_METHOD).execute([])[0], f"provenance of {path}")
 

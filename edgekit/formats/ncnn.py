@@ -13,6 +13,13 @@ import shutil
 from pathlib import Path
 
 from edgekit.formats import Board, Files, Format, Host, register
+from edgekit.board.errors import BoardError
+from edgekit.board.runtimes.ncnn_runtime import NcnnRuntime
+from edgekit.board.runtimes.ncnn_runtime import check_param
+from edgekit.core.errors import EdgekitError, UsageError, first_line
+from edgekit.core.errors import InputFileError
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import atomic_path
 
 FORMAT = register(Format(
     name="ncnn",
@@ -36,8 +43,6 @@ def data_files(path: Path) -> list[str]:
 
 
 def _check_inputs(inputs) -> None:
-    from edgekit.core.errors import UsageError
-
     for spec in inputs:
         if spec.dtype != "float32" or not 2 <= len(spec.shape) <= 5:
             raise UsageError(f"--format ncnn takes float32 inputs of 1 to 4 dimensions besides the batch; input "
@@ -52,8 +57,6 @@ def convert(model, examples: tuple, inputs, path: Path) -> dict:
     import pnnx
     import torch
 
-    from edgekit.core.errors import EdgekitError, UsageError, first_line
-    from edgekit.core.fileio import atomic_path
 
     _check_inputs(inputs)
     single = tuple(example[:1].contiguous() for example in examples)  # ncnn blobs carry one sample
@@ -108,7 +111,6 @@ def _fix_output_shapes(param: Path, expected: list[tuple], single: tuple) -> Non
     itself: every ncnn runtime (a board's too) then answers in the float model's shape."""
     import numpy as np
 
-    from edgekit.board.runtimes.ncnn_runtime import NcnnRuntime
 
     runtime = NcnnRuntime(param, 1)
     got = [out.shape[1:] for out in runtime.run([np.asarray(t.numpy(), dtype=np.float32) for t in single])]
@@ -144,8 +146,6 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit.core.fileio import atomic_path
-
     check_file(request.source)
     with atomic_path(data_file(request.path)) as tmp:
         shutil.copyfile(data_file(request.source), tmp)
@@ -162,10 +162,6 @@ def predictor(path, details: dict | None = None, threads: int = 1):
 
 
 def check_file(path) -> None:
-    from edgekit.board.errors import BoardError
-    from edgekit.board.runtimes.ncnn_runtime import check_param
-    from edgekit.core.errors import InputFileError
-
     try:
         check_param(Path(path))
     except BoardError as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from edgekit.formats import Board, Files, Format, Host, Quantization, register
+from edgekit.core import onnx_files
+from edgekit.formats import onnx_export
 
 FORMAT = register(Format(
     name="onnx",
@@ -15,8 +17,6 @@ FORMAT = register(Format(
 
 
 def export_float(model, request) -> dict:
-    from edgekit.formats import onnx_export
-
     details = {"variant": "fp32-onnx", "opset": request.opset}
     done = onnx_export.export_onnx(model, request.examples, request.inputs, request.outputs, request.path,
                                    request.opset, request.onnx_route, {**request.provenance, **details},
@@ -31,9 +31,6 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit.core import onnx_files
-    from edgekit.formats import onnx_export
-
     details = dict(request.details)
     onnx_files.copy(request.source, request.path)
     written = onnx_export.add_metadata(request.path, request.provenance, request.external_data)
@@ -54,12 +51,8 @@ def predictor(path, details: dict | None = None, threads: int = 1):
 
 def data_files(path) -> list[str]:
     """The external data files the graph names (beside it)."""
-    from edgekit.core import onnx_files
-
     return onnx_files.data_files(path)
 
 
 def check_file(path) -> None:
-    from edgekit.formats import onnx_export
-
     onnx_export.check_model(path)

@@ -25,6 +25,8 @@ from typing import Iterator
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import EdgekitError, UsageError, first_line
+from edgekit.core import onnx_files
+from edgekit.core.errors import InputFileError
 
 ROUTES = ("torchscript", "dynamo")
 CHOICES = ("auto", *ROUTES)
@@ -134,7 +136,6 @@ def check_route(route: str) -> str:
 def _export_checked(model, example_inputs, inputs, outputs, path, opset, route, provenance, external_data) -> list[str]:
     import tempfile
 
-    from edgekit.core import onnx_files
 
     try:
         with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=path.parent) as scratch:
@@ -216,8 +217,6 @@ def _export(model, example_inputs, inputs, outputs, path, opset, route) -> None:
 def add_metadata(path: Path, provenance: dict, external_data: bool | None = None) -> list[str]:
     """Embed provenance in the model's metadata_props (rewrites the file in place); returns the
     external data file names. ``external_data`` None keeps the model's current layout."""
-    from edgekit.core import onnx_files
-
     model, had = onnx_files.read(path)
     onnx_files.attach_data(model, path)
     stamp_metadata(model, provenance)
@@ -243,8 +242,6 @@ def check_model(path: Path) -> None:
     """onnx.checker and shape inference must pass on every exported model."""
     import onnx
 
-    from edgekit.core import onnx_files
-    from edgekit.core.errors import InputFileError
 
     onnx_files.data_files(path)  # external data outside the model's folder: refused by edgekit's rule first
     try:
@@ -268,8 +265,6 @@ def optimize_offline(path: Path, level: str = "extended") -> str:
 
     import onnxruntime as ort
 
-    from edgekit.core import onnx_files
-    from edgekit.core.errors import EdgekitError
 
     levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}
     had = onnx_files.data_files(path)

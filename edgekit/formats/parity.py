@@ -9,6 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.errors import ParityError
+from edgekit import formats
+from edgekit.board.check import case_samples
+from edgekit.fidelity.evaluation import as_arrays
+from edgekit.fidelity.metrics import OutputFidelity, output_kind
 
 FLOAT_ATOL = 1e-4
 FLOAT_RTOL = 1e-3
@@ -18,8 +22,6 @@ INT8_MIN_TOP1 = 0.8
 
 def predictor_for(path: Path, fmt: str, details: dict | None = None, threads: int = 1):
     """A numpy-in/numpy-out callable running the artifact with its own runtime."""
-    from edgekit import formats
-
     return formats.get(fmt).ops().predictor(path, details, threads)
 
 
@@ -40,8 +42,6 @@ def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:
 
 def every_output(predict):
     """The board predictor ``predict`` (``predictor_for``'s) returning every output, in the model's order."""
-    from edgekit.fidelity.evaluation import as_arrays
-
     runtime = predict.runtime
 
     def run(inputs) -> list:
@@ -68,9 +68,6 @@ def check_parity(predict, cases: dict, precision: str, label: str, decisions: bo
     hidden states, random inputs near a tie) is held to the cosine alone, as ``edgekit quantize``
     holds it. ``names``: the outputs' names, for the error (else the runtime's, where it has them).
     """
-    from edgekit.board.check import case_samples
-    from edgekit.fidelity.metrics import OutputFidelity, output_kind
-
     names = list(names or getattr(predict, "output_names", None) or [])
     worst: dict = {}
     per_output: list[dict] = []

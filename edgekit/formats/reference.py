@@ -16,6 +16,8 @@ import numpy as np
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.fileio import atomic_path
+from edgekit.core.errors import InputFileError
+from edgekit.core.fileio import read_npz
 
 REFERENCE_FILE = "reference.npz"
 # An input name is everything after "input/": ONNX names are arbitrary strings ("gpu_0/data_0"),
@@ -135,9 +137,6 @@ def output_arrays(batch: int, outputs) -> dict[str, np.ndarray]:
 def read_reference(path: Path, every_output: bool = False) -> dict[int, tuple[dict[str, np.ndarray], object]]:
     """{batch: (inputs by name, float outputs)}: the first output as an array, or with
     ``every_output`` the list of every output the file holds (one, in files written before)."""
-    from edgekit.core.errors import InputFileError
-    from edgekit.core.fileio import read_npz
-
     items = read_npz(path, "reference data")  # strict: no pickles, no zip bombs, headers match their bytes
     cases: dict[int, tuple[dict, dict]] = {}
     for key, value in items.items():

@@ -17,6 +17,11 @@ import shutil
 from pathlib import Path
 
 from edgekit.formats import Board, Files, Format, Host, register
+from edgekit.core.errors import EdgekitError, first_line
+from edgekit.core.errors import InputFileError
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import atomic_path
+from edgekit.formats.onnx_export import native_output_silenced
 
 FORMAT = register(Format(
     name="tflite",
@@ -32,8 +37,6 @@ FILE_IDENTIFIER = b"TFL3"  # flatbuffer file identifier at bytes 4..8
 @contextlib.contextmanager
 def quiet():
     """litert-torch's progress lines, absl/JAX logging and the converter's C++ output stay out of the terminal."""
-    from edgekit.formats.onnx_export import native_output_silenced
-
     levels = {name: logging.getLogger(name).level for name in ("absl", "jax", "litert_torch", "torch._export")}
     for name in levels:
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -48,8 +51,6 @@ def quiet():
 
 
 def _check_inputs(inputs) -> None:
-    from edgekit.core.errors import UsageError
-
     for spec in inputs:
         if spec.dtype != "float32":
             raise UsageError(f"--format tflite takes float32 inputs; input {spec.name!r} is {spec.dtype}")
@@ -64,8 +65,6 @@ def convert(program_or_model, examples: tuple, inputs, path: Path, quant_config=
     """``program_or_model`` converted at batch 1 and written as ``path``; the converter's facts."""
     import tempfile
 
-    from edgekit.core.errors import EdgekitError, first_line
-    from edgekit.core.fileio import atomic_path
 
     _check_inputs(inputs)
     with quiet():
@@ -94,8 +93,6 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit.core.fileio import atomic_path
-
     check_file(request.source)
     with atomic_path(request.path) as tmp:
         shutil.copyfile(request.source, tmp)
@@ -110,8 +107,6 @@ def predictor(path, details: dict | None = None, threads: int = 1):
 
 
 def check_file(path) -> None:
-    from edgekit.core.errors import InputFileError
-
     with open(path, "rb") as fh:
         head = fh.read(8)
     if len(head) < 8 or head[4:8] != FILE_IDENTIFIER:

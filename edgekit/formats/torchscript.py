@@ -7,6 +7,9 @@ torch.jit is deprecated in favour of torch.export; everything that touches it is
 from __future__ import annotations
 
 from edgekit.formats import Board, Files, Format, Host, Quantization, register
+from edgekit.core.errors import InputFileError
+from edgekit.core.errors import UsageError
+from edgekit.formats import torchscript_backend
 
 FORMAT = register(Format(
     name="torchscript",
@@ -27,9 +30,6 @@ MODES = ("trace", "script")
 
 
 def export_float(model, request) -> dict:
-    from edgekit.core.errors import UsageError
-    from edgekit.formats import torchscript_backend
-
     mode = request.torchscript_mode
     if mode not in MODES:
         raise UsageError(f"unknown TorchScript mode {mode!r}; choose from: {', '.join(MODES)}")
@@ -41,8 +41,6 @@ def export_float(model, request) -> dict:
 
 
 def copy_quantized(request) -> dict:
-    from edgekit.formats import torchscript_backend
-
     module = torchscript_backend.load_torchscript(request.source, request.details.get("quantized_engine"))
     torchscript_backend.save(module, request.path, request.provenance)
     return dict(request.details)
@@ -58,7 +56,6 @@ def predictor(path, details: dict | None = None, threads: int = 1):
 def check_file(path) -> None:
     import zipfile
 
-    from edgekit.core.errors import InputFileError
 
     if not zipfile.is_zipfile(path):
         raise InputFileError(f"{path} is not a TorchScript model (not a zip archive)")

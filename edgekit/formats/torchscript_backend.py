@@ -10,6 +10,10 @@ import json
 import warnings
 from pathlib import Path
 from typing import Iterator
+from edgekit.core.errors import InputFileError
+from edgekit.core.errors import UsageError
+from edgekit.core.fileio import loads_json
+from edgekit.core.fileio import signature_kind
 
 PROVENANCE_KEY = "edgekit.json"
 
@@ -40,7 +44,6 @@ def script(model, freeze: bool = True, label: str = "model"):
     """``torch.jit.script`` (keeps data-dependent control flow that tracing would bake in)."""
     import torch
 
-    from edgekit.core.errors import UsageError
 
     try:
         with quiet():
@@ -70,7 +73,6 @@ def load_torchscript(path, engine: str | None = None):
     """Load a TorchScript file on CPU; ``engine`` must be set before int8 weights are unpacked."""
     import torch
 
-    from edgekit.core.errors import InputFileError
 
     check_file(path)
     if engine:
@@ -87,9 +89,6 @@ def load_torchscript(path, engine: str | None = None):
 def check_file(path) -> None:
     """A TorchScript file is a zip archive: anything else (a GGUF, a pickle, an image named .pt) is
     refused naming what it is before torch's reader is handed it."""
-    from edgekit.core.errors import InputFileError
-    from edgekit.core.fileio import signature_kind
-
     try:
         with open(path, "rb") as fh:
             head = fh.read(4)
@@ -108,6 +107,5 @@ def read_provenance(path) -> dict:
     extra = {PROVENANCE_KEY: ""}
     with quiet():
         torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    from edgekit.core.fileio import loads_json
 
     return loads_json(extra[PROVENANCE_KEY] or "{}", f"provenance of {path}")

@@ -53,6 +53,8 @@ from edgekit.core.errors import InputFileError, UsageError
 from edgekit.gates.device import Device
 from edgekit.gates.units import METRIC_BY_KEY, METRICS, Metric, get_metric, parse_limit, parse_regression
 from edgekit.core.targets import BUDGET_KEYS
+from edgekit.core.fileio import read_toml
+from edgekit.core.targets import Target, load_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.core.targets import Target
@@ -210,8 +212,6 @@ class Budgets:
 
     @classmethod
     def from_target(cls, target: "str | os.PathLike | Target") -> "Budgets":
-        from edgekit.core.targets import Target, load_target
-
         if not isinstance(target, Target):
             target = load_target(target)
         source = f"target {target.name}"
@@ -227,8 +227,6 @@ MAX_PROJECT_FILE_BYTES = 4 << 20
 
 
 def _read_toml(path: Path) -> dict:
-    from edgekit.core.fileio import read_toml
-
     return read_toml(path, "budget config file", max_bytes=MAX_PROJECT_FILE_BYTES)
 
 

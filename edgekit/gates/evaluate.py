@@ -66,6 +66,8 @@ from edgekit.gates.results import (
     ModelRef,
     fmt_value,
 )
+from edgekit.core.errors import GateFailed
+from edgekit.gates.report import verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     import os
@@ -386,9 +388,6 @@ def gate_results(
 
 def raise_for_status(report: GateReport) -> GateReport:
     """Raise GateFailed (exit code 3) when a check failed; return the report otherwise."""
-    from edgekit.core.errors import GateFailed
-    from edgekit.gates.report import verdict
-
     if not report.passed:
         raise GateFailed(verdict(report))
     return report

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from edgekit.gates.regression import count_change
 from edgekit.gates.results import FAIL, PASS, SKIP, Check, fmt_value
+from edgekit.bench.instructions import CALL_NOISE
+from edgekit.bench.instructions import millions
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.bench.result import BenchResult
@@ -22,9 +24,6 @@ LABEL = "instructions regression"
 
 def check_instructions(name: str, result: "BenchResult", base: "BenchResult | None", max_regression: float,
                        source: str = "baseline") -> Check:
-    from edgekit.bench.instructions import millions
-    from edgekit.bench.instructions import CALL_NOISE
-
     limit = max_regression * 100.0
 
     def make(status: str, message: str, detail: str = "", measured: float | None = None) -> Check:

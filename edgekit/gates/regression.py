@@ -28,6 +28,10 @@ from __future__ import annotations
 import math
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Iterable
+from edgekit.bench.instructions import CALL_NOISE
+from edgekit.bench.instructions import differences
+from edgekit.bench.stats import ratio_interval
+from edgekit.bench.stats import spread_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.bench.result import BenchResult, Timing
@@ -107,8 +111,6 @@ def noise_band(new: "Timing", base: "Timing", k: float = NOISE_K) -> float:
 
 def _normalised(result: "BenchResult") -> "Spread | None":
     """Per-round model/reference medians as a spread (None without a usable reference)."""
-    from edgekit.bench.stats import spread_of
-
     ref, spread = result.reference, result.spread
     if not ref or spread is None or len(ref["process_p50"]) != spread.processes:
         return None
@@ -118,8 +120,6 @@ def _normalised(result: "BenchResult") -> "Spread | None":
 def compared_interval(result: "BenchResult", base: "BenchResult") -> tuple[float, float, float, str] | None:
     """(ratio new/base, 95 % CI low, high, basis) across worker processes, or None when either side
     has fewer than two processes. Normalised by the reference workload when both carry the same one."""
-    from edgekit.bench.stats import ratio_interval
-
     a, b = result.spread, base.spread
     if a is None or b is None or a.processes < 2 or b.processes < 2 or a.center <= 0 or b.center <= 0:
         return None
@@ -144,8 +144,6 @@ def compared_interval(result: "BenchResult", base: "BenchResult") -> tuple[float
 
 def match_counted(result: "BenchResult", baseline: Iterable["BenchResult"]) -> "BenchResult | None":
     """The baseline result with instruction counts for ``result``'s model: a comparable one first."""
-    from edgekit.bench.instructions import differences
-
     same = [base for base in baseline if base.emulated is not None and _same_model(result, base)]
     for base in same:
         if not differences(result.emulated, base.emulated):
@@ -155,12 +153,9 @@ def match_counted(result: "BenchResult", baseline: Iterable["BenchResult"]) -> "
 
 def count_change(new: dict, base: dict) -> tuple[float, list[str]]:
     """(per-run change in %, why incomparable) of two ``emulated`` sections."""
-    from edgekit.bench.instructions import differences
-
     why = differences(new, base)
     a, b = new["instructions"]["per_run"], base["instructions"]["per_run"]
     if b <= 0:
         return (0.0 if a == 0 else math.inf), why
-    from edgekit.bench.instructions import CALL_NOISE
 
     return (0.0 if abs(a - b) <= CALL_NOISE else (a - b) / b * 100.0), why

@@ -21,6 +21,8 @@ from edgekit.gates.results import (
     fmt_measured,
     fmt_value,
 )
+from edgekit.core.outputs import generator_mark
+from edgekit.core.outputs import safe_text
 
 GATE_SCHEMA = "edgekit.gate"
 GATE_SCHEMA_VERSION = 1
@@ -42,8 +44,6 @@ def status_text(check: Check, emoji: bool = False) -> str:
 def verdict(report: GateReport) -> str:
     """One line: ``gate passed: 9 of 10 checks passed, 1 skipped for 2 models`` or
     ``gate failed: 2 of 10 checks failed for 2 models (a: size 4.20 MB > 4.00 MB; ...)``."""
-    from edgekit.core.outputs import safe_text
-
     counts = report.counts
     skipped = f", {counts['skipped']} skipped" if counts["skipped"] else ""
     models = len(report.models)
@@ -76,8 +76,6 @@ class Row:
 def table_rows(report: GateReport) -> list[Row]:
     """Cells as text a terminal shows and never obeys: names and sources come from result and
     budget files, so control characters (ESC, OSC) in them are escaped."""
-    from edgekit.core.outputs import safe_text
-
     return [
         Row(tuple(safe_text(cell) for cell in (c.model, c.label, fmt_measured(c), fmt_limit(c), c.source, status_text(c))),
             c.status)
@@ -89,8 +87,6 @@ def table_rows(report: GateReport) -> list[Row]:
 
 
 def _md_cell(text: str) -> str:
-    from edgekit.core.outputs import safe_text
-
     text = safe_text(" ".join(str(text).split()))  # no newlines inside a row; ESC/OSC shown, never sent
     for char, escaped in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("`", "\\`")):
         text = text.replace(char, escaped)
@@ -123,8 +119,6 @@ def to_markdown(report: GateReport, title: str = "edgekit gate") -> str:
 
 
 def _mark(fmt: str) -> str:
-    from edgekit.core.outputs import generator_mark
-
     return generator_mark(fmt)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from edgekit.gates.units import METRICS
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
@@ -115,8 +116,6 @@ def fmt_value(value: float | None, unit: str, signed: bool = False) -> str:
 
 def is_floor(metric: str) -> bool:
     """Whether a budget on ``metric`` is a floor (a rate, a fidelity: ``gates.units.Metric.minimum``)."""
-    from edgekit.gates.units import METRICS
-
     return metric in METRICS and METRICS[metric].minimum
 
 

@@ -14,6 +14,16 @@ import shutil
 from pathlib import Path
 
 from edgekit.core.errors import UsageError
+from edgekit.core.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.outputs import commit_dir
+from edgekit.llm import program, quality
+from edgekit.llm import quality
+from edgekit.llm.cached import is_cached_family
+from edgekit.llm.cached import open_cached, program_cached
+from edgekit.llm.cached import program_format
+from edgekit.llm.lm_runtime import load_llm_text
+from edgekit.sources.checkpoint import load_model_from_artifact
 
 METHODS = {"int8": "int8", "int4": "int4"}  # --method -> program precision
 CARRIED = ("tokenizer.json", "chat_template.jinja")
@@ -25,9 +35,6 @@ def is_llm_method(method: str) -> bool:
 
 
 def _source(source) -> tuple[Path, object]:
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.llm.cached import is_cached_family
-
     folder, manifest = load_manifest(source)
     if not is_cached_family(manifest):
         raise UsageError(f"{folder} holds {manifest.model.get('name')}; --method {'/'.join(METHODS)} is for language "
@@ -47,12 +54,6 @@ def write_program(source, out, precision: str, *, kind: str, group_size: int = 3
                   eval_text: Path | None = None, threads: int | None = None, force: bool = False, progress=None,
                   target: str | None = None, kernels: str | None = None):
     """Write the artifact; returns ``(folder, manifest)``."""
-    from edgekit.core.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
-    from edgekit.sources.checkpoint import load_model_from_artifact
-    from edgekit.llm import program, quality
-    from edgekit.llm.cached import program_format
-    from edgekit.core.outputs import commit_dir
-
     eval_tokens = quality.DEFAULT_EVAL_TOKENS if eval_tokens is None else eval_tokens
     check_eval_tokens(eval_tokens)
     folder, manifest = _source(source)
@@ -105,10 +106,6 @@ def _method_name(precision: str) -> str:
 def _quality(folder, manifest, pte: Path, details: dict, text: tuple[str, str], eval_tokens: int, threads) -> dict:
     """Perplexity of the program and of the float checkpoint on the same held-out tokens, and the
     share of positions where their greedy tokens agree."""
-    from edgekit.llm import quality
-    from edgekit.llm.cached import open_cached, program_cached
-    from edgekit.llm.lm_runtime import load_llm_text
-
     body, where = text
     tokenizer = load_llm_text(folder, manifest).tokenizer
     ids = tokenizer.encode(body, add_special_tokens=False).ids[:eval_tokens]

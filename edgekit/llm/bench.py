@@ -23,6 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.bench.stats import spread_of
+from edgekit.board.facts import host_facts
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.children import popen_kwargs
+from edgekit.llm.cached import is_cached_family
+from edgekit.llm.cached import is_llm_artifact, program_format
+from edgekit.llm.cached import open_cached
+from edgekit.llm.lm_runtime import load_llm_text
+from edgekit.llm.quality import heldout_text
 
 PROMPT_TOKENS = 128
 NEW_TOKENS = 128
@@ -55,10 +65,6 @@ def check_settings(prompt_tokens: int, new_tokens: int, processes: int) -> None:
 
 def llm_models(paths, fmt: str | None = None) -> list[LLMModel]:
     """The language-model artifacts among ``paths`` (folders or their model files); [] when none is one."""
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.llm.cached import is_cached_family
-
-    from edgekit.llm.cached import is_llm_artifact, program_format
 
     found = []
     for path in paths:
@@ -98,8 +104,6 @@ def bench_llms(models: list[LLMModel], threads: int, prompt_tokens: int = PROMPT
 
 
 def _run_worker(model: LLMModel, threads: int, prompt_tokens: int, new_tokens: int) -> dict:
-    from edgekit.core.children import popen_kwargs
-
     request = {"folder": str(model.folder), "format": model.format, "threads": threads,
                "prompt_tokens": prompt_tokens, "new_tokens": new_tokens}
     try:
@@ -117,9 +121,6 @@ def _run_worker(model: LLMModel, threads: int, prompt_tokens: int, new_tokens: i
 def _result(model: LLMModel, runs: list[dict], threads: int, prompt_tokens: int, new_tokens: int, target):
     import datetime as dt
 
-    from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
-    from edgekit.bench.stats import spread_of
-    from edgekit.board.facts import host_facts
 
     def med(key):
         return statistics.median(run[key] for run in runs)
@@ -203,10 +204,6 @@ def _request(lm, prompt: list[int], new_tokens: int) -> dict:
 def worker(request: dict) -> dict:
     import time
 
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.llm.cached import open_cached
-    from edgekit.llm.quality import heldout_text
-    from edgekit.llm.lm_runtime import load_llm_text
 
     before = _vm("VmRSS")
     folder, manifest = load_manifest(request["folder"])

@@ -15,6 +15,16 @@ import json
 from pathlib import Path
 
 from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.bundle.native import entry_script
+from edgekit.bundle.native import run_on_host
+from edgekit.core.errors import InputFileError
+from edgekit.core.fileio import atomic_path
+from edgekit.llm.cached import program_cached
+from edgekit.llm.generation import encode_prompt, generate_cached
+from edgekit.llm.lm_runtime import load_llm_text
+from edgekit.llm.program import DEFAULT_KERNELS
+from edgekit.native.build import build_runner
+from edgekit.native.toolchain import host_arch
 
 CHECK_PROMPT = "What is the capital of France?"
 CHECK_TOKENS = 16
@@ -23,8 +33,6 @@ BENCH_TOKENS = 128
 
 def check_program(folder: Path, entry) -> None:
     """A one-line UsageError unless the artifact's program runs on the native runner."""
-    from edgekit.llm.program import DEFAULT_KERNELS
-
     kernels = (entry.details or {}).get("kernels", "llm")  # programs from before the choice used the fused kernels
     if kernels != DEFAULT_KERNELS:
         raise UsageError(f"{folder}'s program uses ExecuTorch's fused LLM kernels (--kernels {kernels}), which only "
@@ -34,10 +42,6 @@ def check_program(folder: Path, entry) -> None:
 
 def check_data(folder: Path, manifest, entry, progress) -> dict:
     """The check prompt's ids and the first greedy ids of the program on this host's runtime."""
-    from edgekit.llm.cached import program_cached
-    from edgekit.llm.generation import encode_prompt, generate_cached
-    from edgekit.llm.lm_runtime import load_llm_text
-
     text = load_llm_text(folder, manifest)
     prompt_ids = encode_prompt(text, CHECK_PROMPT, None, None, str(folder))
     details = entry.details or {}
@@ -57,7 +61,6 @@ def check_data(folder: Path, manifest, entry, progress) -> dict:
 def write_reference(path: Path, llm: dict) -> None:
     import numpy as np
 
-    from edgekit.core.fileio import atomic_path
 
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
@@ -78,8 +81,6 @@ def generate_argv(model: str, llm: dict, threads: int | str, max_new: int | None
 
 
 def run_script(model_name: str, target, llm: dict) -> str:
-    from edgekit.bundle.native import entry_script
-
     def args(argv):
         return " ".join(f'"$here/{a}"' if a == model_name else a for a in argv)
 
@@ -102,10 +103,6 @@ def run_script(model_name: str, target, llm: dict) -> str:
 
 def host_run(work: Path, model_name: str, llm: dict, progress) -> dict:
     """The same program and check through ``edgekit-run`` built for this host: its ids and peak RSS."""
-    from edgekit.bundle.native import run_on_host
-    from edgekit.native.build import build_runner
-    from edgekit.native.toolchain import host_arch
-
     runner = build_runner(host_arch(), None, progress)
     progress("running the check with edgekit-run on this host")
     argv = [str(runner.binary), *generate_argv(str(work / model_name), llm, 1, expect=False)]
@@ -160,8 +157,6 @@ def readme_text(info: dict, bundle_name: str, description: str = "") -> str:
 def read_check(info: dict, where: str) -> dict:
     """bundle.json's "llm" record, checked: token ids and counts are plain non-negative integers
     (they become edgekit-run's arguments)."""
-    from edgekit.core.errors import InputFileError
-
     llm = info.get("llm")
 
     def ids(key, most):

@@ -14,14 +14,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgekit.core.errors import UsageError
+from edgekit.core.artifacts import CHECKPOINT
+from edgekit.core.artifacts import MANIFEST_NAME
+from edgekit.core.device import select_device
+from edgekit.core.fileio import read_json
+from edgekit.formats import executorch
+from edgekit.formats.executorch import FORMAT
+from edgekit.llm.program import load_runtime_kernels
+from edgekit.sources.checkpoint import load_model_from_artifact
 
 LLAMA = "llama"  # the zoo name of the model family that runs with a cache
 
 
 def program_format() -> str:
     """The format table's name for the programs that carry a KV cache (ExecuTorch's)."""
-    from edgekit.formats.executorch import FORMAT
-
     return FORMAT.name
 
 
@@ -72,9 +78,6 @@ def is_llm_artifact(source) -> bool:
     """``source`` is an artifact folder (or its manifest) of a model that runs with a KV cache.
 
     Read without verifying anything: a broken or hostile manifest is the normal route's to report."""
-    from edgekit.core.artifacts import MANIFEST_NAME
-    from edgekit.core.fileio import read_json
-
     path = Path(str(source))
     manifest = path if path.name == MANIFEST_NAME else path / MANIFEST_NAME
     try:
@@ -107,15 +110,12 @@ def program_cached(path: Path, details: dict, threads: int | None = None) -> Cac
     is ``(tokens (1, T), input_pos (T,)) -> logits (1, T, vocab)`` and its cache is program state."""
     import torch
 
-    from edgekit.formats import executorch
 
     context = int(details["context"])
     max_feed = int(details.get("max_prefill", context))
     loaded: dict = {}
 
     def load():
-        from edgekit.llm.program import load_runtime_kernels
-
         if threads:
             torch.set_num_threads(threads)
         load_runtime_kernels()  # the program calls ExecuTorch's LLM kernels besides XNNPACK
@@ -139,8 +139,6 @@ def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | N
                 device: str = "cpu") -> CachedLM:
     """The artifact's cached language model: its ``.pte`` program or, by default when the artifact
     has one, its checkpoint."""
-    from edgekit.core.artifacts import CHECKPOINT
-
     if not is_cached_family(manifest):
         raise UsageError(f"{folder} holds {manifest.model.get('name')}, not a model that runs with a KV cache")
     have = manifest.formats()
@@ -157,8 +155,6 @@ def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | N
         return program_cached(path, entry.details, threads)
     import torch
 
-    from edgekit.sources.checkpoint import load_model_from_artifact
-    from edgekit.core.device import select_device
 
     if threads:
         torch.set_num_threads(threads)

@@ -15,6 +15,8 @@ from pathlib import Path
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.llm.template_sandbox import RenderLimit, render_bounded
 from edgekit.core.outputs import safe_text
+from edgekit.core.artifacts import check_carried
+from edgekit.llm.template_sandbox import environment
 
 MAX_TEMPLATE_BYTES = 256 << 10  # real ones are a few KB
 MAX_RENDERED_CHARS = 4 << 20
@@ -34,8 +36,6 @@ class _Refused(InputFileError):
 
 
 def _environment():
-    from edgekit.llm.template_sandbox import environment
-
     def raise_exception(message):
         raise _TemplateError(str(message))
 
@@ -122,8 +122,6 @@ def render_chat(template: str, messages: list[dict], *, bos_token: str = "", eos
 
 def load_template(folder: Path, manifest) -> str | None:
     """The artifact's chat template (checked against its manifest checksum), or None."""
-    from edgekit.core.artifacts import check_carried
-
     path = Path(folder) / TEMPLATE_FILE
     if not path.is_file():
         return None

@@ -14,6 +14,11 @@ from typing import Callable
 
 from edgekit.emulate.report import BatchCheck, EmulationReport, Tolerance, bundle_fields
 from edgekit.core.errors import EdgekitError
+from edgekit.bundle import native
+from edgekit.bundle.layout import BUNDLE_JSON
+from edgekit.emulate import host
+from edgekit.emulate.native import _entry_point, _last, emulated_runner, fenced_runner
+from edgekit.llm import bundle as llm
 
 Progress = Callable[[str], None]
 RULE = ("the emulated board's greedy ids equal the host's; where they part, the host's ids fed one by one: every "
@@ -22,12 +27,6 @@ RULE = ("the emulated board's greedy ids equal the host's; where they part, the 
 
 def verify_llm(bundle, *, cache_dir: Path, release: str, timeout_s: float, progress: Progress,
                notes: list[str]) -> EmulationReport:
-    from edgekit.bundle import native
-    from edgekit.llm import bundle as llm
-    from edgekit.bundle.layout import BUNDLE_JSON
-    from edgekit.emulate import host
-    from edgekit.emulate.native import _entry_point, _last, emulated_runner, fenced_runner
-
     started = time.monotonic()
     check = llm.read_check(bundle.info, str(bundle.path / BUNDLE_JSON))
     runner, qemu, cpu, cached, sysroot, prefix, env = emulated_runner(bundle, cache_dir, release)

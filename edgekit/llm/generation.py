@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.bounds import check_sampling as check
+from edgekit.core.bounds import check_seed, check_text, check_threads
+from edgekit.core.bounds import check_text
+from edgekit.core.threads import resolve_threads, target_of
+from edgekit.llm.cached import is_cached_family
+from edgekit.llm.chat import build_messages, render_chat
+from edgekit.llm.gguf.importer import is_gguf_source
+from edgekit.llm.lm_runtime import check_language_model, load_language_model, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,6 @@ def pick_token(logits, temperature: float, top_k: int = 0, top_p: float = 1.0, g
 def check_sampling(max_tokens: int, temperature: float, top_k: int, top_p: float = 1.0) -> None:
     import math
 
-    from edgekit.core.bounds import check_sampling as check
 
     check(max_tokens, temperature, top_k)
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not math.isfinite(top_p) or not 0 < top_p <= 1:
@@ -137,10 +145,6 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
     (``context``: its cache length)."""
     import time
 
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.core.bounds import check_seed, check_text, check_threads
-    from edgekit.llm.lm_runtime import check_language_model, load_language_model, load_tokenizer
-    from edgekit.core.threads import resolve_threads, target_of
 
     check_sampling(max_tokens, temperature, top_k, 1.0 if top_p is None else top_p)  # before anything is loaded
     check_threads(threads, "--threads")
@@ -148,7 +152,6 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
     check_text(prompt, "the prompt")
     check_text(system, "--system", optional=True)
     stop = check_stops(stop)
-    from edgekit.llm.gguf.importer import is_gguf_source
 
     if is_gguf_source(artifact):
         from edgekit.llm.gguf.importer import generate_from_gguf
@@ -164,7 +167,6 @@ def generate_text(artifact: str | Path, prompt: str, max_tokens: int = 100, temp
         raise UsageError("--context applies to gguf: sources (an artifact's cache length was set when it was imported)")
     folder, manifest = load_manifest(artifact)
     check_language_model(folder, manifest)
-    from edgekit.llm.cached import is_cached_family
 
     if is_cached_family(manifest):
         from edgekit.llm.cached import open_cached
@@ -200,8 +202,6 @@ MAX_STOP_CHARS = 256
 
 
 def check_stops(stop) -> tuple[str, ...]:
-    from edgekit.core.bounds import check_text
-
     stops = tuple(stop or ())
     if len(stops) > MAX_STOPS or any(not isinstance(s, str) or not s or len(s) > MAX_STOP_CHARS for s in stops):
         raise UsageError(f"--stop takes up to {MAX_STOPS} non-empty strings of at most {MAX_STOP_CHARS} characters")
@@ -320,8 +320,6 @@ def _stream(tokens, decode, stop_strings, on_text):
 def encode_prompt(text_side, prompt: str, chat: bool | None, system: str | None, where: str) -> list[int]:
     """The ids a pretrained model is fed for ``prompt``: through its chat template (the default when
     it has one; ``chat`` False: the text as it is, after BOS where the model adds one)."""
-    from edgekit.llm.chat import build_messages, render_chat
-
     use_chat = text_side.template is not None if chat is None else chat
     if use_chat and text_side.template is None:
         raise UsageError(f"{where} has no chat template; generate with --raw (the prompt as it is)")

@@ -13,6 +13,14 @@ from typing import Any, Callable
 
 from edgekit.core.artifacts import CHECKPOINT
 from edgekit.core.errors import InputFileError, UsageError
+from edgekit import formats
+from edgekit.core.artifacts import MANIFEST_NAME, Manifest, check_carried
+from edgekit.core.device import select_device
+from edgekit.core.errors import EdgekitError, first_line
+from edgekit.core.fileio import read_json, sha256_file
+from edgekit.core.fileio import read_regular, sha256_file
+from edgekit.llm.chat import load_template
+from edgekit.sources.checkpoint import load_model_from_artifact
 
 TOKENIZER_FILE = "tokenizer.json"
 _MAX_PARENT_HOPS = 4
@@ -40,8 +48,6 @@ def check_language_model(folder: Path, manifest) -> None:
 def format_order() -> tuple[str, ...]:
     """The file a language model is read from when none is asked for: the float module where there
     is one, else the model formats in the table's preference (ONNX Runtime's int8 kernels first)."""
-    from edgekit import formats
-
     return (CHECKPOINT, *sorted(formats.names(), key=lambda name: formats.get(name).board.preference))
 
 
@@ -74,8 +80,6 @@ def load_language_model(folder: Path, manifest, fmt: str | None = None, device: 
 def _torch_step(folder, manifest, entry, device, threads):
     import torch
 
-    from edgekit.sources.checkpoint import load_model_from_artifact
-    from edgekit.core.device import select_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -94,8 +98,6 @@ def _file_step(folder, manifest, entry, device, threads):
     import numpy as np
     import torch
 
-    from edgekit import formats
-    from edgekit.core.errors import EdgekitError, first_line
 
     if device not in ("cpu", "auto"):
         raise UsageError(f"{entry.format} language models run on the CPU here, not {device!r}")
@@ -122,9 +124,7 @@ def load_tokenizer(folder: Path, manifest):
 
     A parent is trusted only while its manifest still has the checksum the child recorded.
     """
-    from edgekit.core.artifacts import MANIFEST_NAME, Manifest, check_carried
     from edgekit.data.tokenizer import Tokenizer
-    from edgekit.core.fileio import read_json, sha256_file
 
     for _ in range(_MAX_PARENT_HOPS + 1):
         if (folder / TOKENIZER_FILE).is_file():
@@ -209,10 +209,6 @@ def llm_text(tokenizer, template: str | None, info: dict) -> LLMText:
 def load_llm_text(folder: Path, manifest) -> LLMText:
     """The tokenizer and chat template of a pretrained model's artifact: in the artifact, or in the
     parent it was made from (trusted while the parent's manifest has the checksum the child recorded)."""
-    from edgekit.core.artifacts import MANIFEST_NAME, Manifest, check_carried
-    from edgekit.core.fileio import read_regular, sha256_file
-    from edgekit.llm.chat import load_template
-
     info = manifest.model.get("tokenizer") if isinstance(manifest.model.get("tokenizer"), dict) else {}
     for _ in range(_MAX_PARENT_HOPS + 1):
         path = folder / TOKENIZER_FILE

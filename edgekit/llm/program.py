@@ -27,6 +27,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.errors import UsageError
+from edgekit.core.errors import EdgekitError
+from edgekit.core.errors import EdgekitError, first_line
+from edgekit.formats import executorch
+from edgekit.formats.executorch import native
+from edgekit.formats.executorch import quiet_imports
+from edgekit.llm.grid_int4 import MARK, replace_grid_linears
 
 PRECISIONS = ("fp32", "int8", "int4")
 DEFAULT_GROUP_SIZE = 32
@@ -55,8 +61,6 @@ def load_runtime_kernels() -> None:
 
     import torch
 
-    from edgekit.core.errors import EdgekitError
-    from edgekit.formats.executorch import native
 
     native()  # the runtime first: the libraries register into it
     for package, stem in KERNEL_LIBRARIES:
@@ -71,8 +75,6 @@ def load_runtime_kernels() -> None:
 
 def load_kernels() -> None:
     """``load_runtime_kernels`` plus the export-time ops (``quantized_decomposed`` meta kernels)."""
-    from edgekit.formats.executorch import quiet_imports
-
     quiet_imports()
     load_runtime_kernels()
     import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401 - quantized_decomposed ops
@@ -124,7 +126,6 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
 
     if model.output.weight is model.tok_embeddings.weight:  # tied: the head gets its own quantized copy
         model.output.weight = torch.nn.Parameter(model.tok_embeddings.weight.detach().clone())
-    from edgekit.llm.grid_int4 import MARK, replace_grid_linears
 
     int8 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
     body = lambda module, fqn: isinstance(module, torch.nn.Linear) and fqn != "output" and not getattr(module, MARK, False)
@@ -165,8 +166,6 @@ def export_program(model, precision: str, path: Path, provenance: dict, group_si
     """Quantize (in place), export and lower ``model`` to ``path``; the file's details for the manifest."""
     import torch
 
-    from edgekit.core.errors import EdgekitError, first_line
-    from edgekit.formats import executorch
     from edgekit.llm.models.llama import CachedStep
 
     say = progress or (lambda message: None)

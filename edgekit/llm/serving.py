@@ -18,6 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.errors import EdgekitError
+from edgekit.llm.cached import open_cached
+from edgekit.llm.chat import render_chat
+from edgekit.llm.generation import TextStream, generate_cached
+from edgekit.llm.generation import check_fits, check_sampling
+from edgekit.llm.lm_runtime import load_llm_text
 
 class LLMRequestError(ValueError):
     """A request this model cannot take (the client's: a 422), one line; ``param`` the field at fault."""
@@ -34,8 +39,6 @@ class Completion:
 
     def __init__(self, engine: ServedLLM, prompt_ids: list[int], max_tokens: int, temperature: float, top_k: int,
                  top_p: float, seed: int | None, stops: tuple[str, ...]):
-        from edgekit.llm.generation import TextStream, generate_cached
-
         self.prompt_tokens = len(prompt_ids)
         self.completion_tokens = 0
         self.finish_reason: str | None = None
@@ -83,9 +86,6 @@ class ServedLLM:
     predicts = False
 
     def __init__(self, folder: Path, manifest, entry, threads: int | None):
-        from edgekit.llm.cached import open_cached
-        from edgekit.llm.lm_runtime import load_llm_text
-
         self.text = load_llm_text(folder, manifest)
         import dataclasses
 
@@ -123,8 +123,6 @@ class ServedLLM:
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         """The ids of ``messages`` rendered by the model's chat template (with the assistant's turn opened)."""
-        from edgekit.llm.chat import render_chat
-
         if not self.has_template:
             raise LLMRequestError("this model has no chat template; use /v1/generate with a raw prompt")
         try:
@@ -137,8 +135,6 @@ class ServedLLM:
     def check(self, prompt_tokens: int, max_tokens: int | None, temperature, top_k, top_p, limit: int) -> int:
         """The request's ``max_tokens`` (by default all the context leaves, at most ``limit``),
         checked with the sampling values against the context; LLMRequestError names what is wrong."""
-        from edgekit.llm.generation import check_fits, check_sampling
-
         if prompt_tokens < 1:
             raise LLMRequestError("the prompt encodes to no tokens")
         if prompt_tokens >= self.context:

@@ -13,6 +13,9 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import replace
+from edgekit import formats
+from edgekit.core.artifacts import load_manifest
+from edgekit.llm.lm_runtime import load_language_model
 
 GEN_TOKENS = 32
 PROMPT_TOKENS = 16
@@ -45,12 +48,8 @@ def with_generation_rates(models, results: list, threads: int, tokens: int = GEN
 
 def _language_model(model, threads: int):
     """(step, context) of a benchmarked model that is a language model in an artifact, else None."""
-    from edgekit import formats
-
     if model.entry is None or model.format not in formats.names():
         return None
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.llm.lm_runtime import load_language_model
 
     folder, manifest = load_manifest(model.path.parent, verify=False)
     if manifest.task.get("type") != "language-modeling":

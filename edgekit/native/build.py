@@ -25,6 +25,7 @@ from edgekit._version import __version__
 from edgekit.core.errors import EdgekitError
 from edgekit.native.toolchain import Toolchain, find_toolchain
 from edgekit.native.wheel import ExecutorchDist, executorch_dist
+from edgekit.core.cache import entry_dir
 
 RUNNER_NAME = "edgekit-run"
 SOURCES = Path(__file__).resolve().parent / "runner"
@@ -123,7 +124,6 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
     toolchain = find_toolchain(arch)  # a missing compiler is one line naming its package, before any download
     dist = executorch_dist(arch, progress)
     key = _key(toolchain, dist, cpu)
-    from edgekit.core.cache import entry_dir
 
     entry = entry_dir("native", f"runner-{arch}-{key}")
     runner = NativeRunner(entry, arch, cpu, key, toolchain, dist)

@@ -26,6 +26,7 @@ from edgekit.native.build import BUILT, RUNNER_NAME, _built, _locked, _remove_ki
 from edgekit.native.ort_headers import api_version, ort_include
 from edgekit.native.ort_wheel import LIBRARY, OrtDist, onnxruntime_dist
 from edgekit.native.toolchain import Toolchain, find_toolchain
+from edgekit.core.cache import entry_dir
 
 BACKEND = "onnxruntime"
 ENTRY_PREFIX = "ort-runner"
@@ -70,7 +71,6 @@ def build_ort_runner(arch: str, cpu: str | None = None, progress: Progress | Non
     include = ort_include(progress)
     api = api_version(include) or 0
     key = _key(toolchain, dist, include, cpu)
-    from edgekit.core.cache import entry_dir
 
     entry = entry_dir("native", f"{ENTRY_PREFIX}-{arch}-{key}")
     runner = OrtRunner(entry, arch, cpu, key, toolchain, dist, api)

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.core.errors import EdgekitError
+from edgekit.core.cache import entry_dir
+from edgekit.native.build import _locked
 
 HEADER = "onnxruntime_c_api.h"
 API_VERSION = 21  # what ort_library.cpp asks GetApi for
@@ -48,13 +50,11 @@ def ort_include(progress: Progress | None = None) -> Path:
     progress = progress or (lambda message: None)
     if (api_version(SYSTEM_INCLUDE) or 0) >= API_VERSION:
         return SYSTEM_INCLUDE
-    from edgekit.core.cache import entry_dir
 
     entry = entry_dir("native", f"onnxruntime-headers-{SUITE}")
     include = entry / "include"
     if _ready(entry) and (api_version(include) or 0) >= API_VERSION:
         return include
-    from edgekit.native.build import _locked
 
     with _locked(entry / ".fetch.lock"):
         if _ready(entry) and (api_version(include) or 0) >= API_VERSION:

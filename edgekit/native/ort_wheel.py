@@ -22,6 +22,8 @@ from typing import Callable
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.native.toolchain import host_arch
 from edgekit.native.wheel import PLATFORMS, PYTHON_TAG, download, unpack_pinned
+from edgekit.core.cache import entry_dir
+from edgekit.core.fileio import write_json
 
 DIST = "onnxruntime"
 LIBRARY = "libonnxruntime.so"  # its name in a bundle's lib/ (ort_library.cpp opens this name)
@@ -81,8 +83,6 @@ def _installed(version: str, arch: str) -> OrtDist | None:
 
 
 def _unpacked(version: str, arch: str, progress: Progress) -> OrtDist:
-    from edgekit.core.cache import entry_dir
-
     platform = PLATFORMS[arch]
     entry = entry_dir("native", f"{DIST}-{version}-{PYTHON_TAG}-{platform}")
     ready = _read_ready(entry / READY)
@@ -92,7 +92,6 @@ def _unpacked(version: str, arch: str, progress: Progress) -> OrtDist:
     known = KNOWN_SHA256.get((version, platform))
     digest = unpack_pinned(wheel, entry, known, lambda dest: _extract(wheel, version, dest),
                            f"ONNX Runtime's library from {wheel.name}", progress)
-    from edgekit.core.fileio import write_json
 
     write_json(entry / READY, {"schema": "edgekit.native-onnxruntime", "version": version, "platform": platform,
                                "wheel": wheel.name, "sha256": digest, "pinned": known is not None})

@@ -26,6 +26,8 @@ from typing import Callable
 
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.native.toolchain import host_arch
+from edgekit.core.cache import entry_dir
+from edgekit.core.fileio import write_json
 
 DIST = "executorch"
 PYTHON_TAG = "cp311"
@@ -102,8 +104,6 @@ def _installed_license() -> Path | None:
 
 
 def _unpacked(version: str, arch: str, progress: Progress) -> ExecutorchDist:
-    from edgekit.core.cache import entry_dir
-
     platform = PLATFORMS[arch]
     entry = entry_dir("native", f"executorch-{version}-{PYTHON_TAG}-{platform}")
     ready = _read_ready(entry / READY)
@@ -112,7 +112,6 @@ def _unpacked(version: str, arch: str, progress: Progress) -> ExecutorchDist:
     wheel = download(version, platform, entry, progress)
     known = KNOWN_SHA256.get((version, platform))
     digest = unpack_pinned(wheel, entry, known, lambda dest: _extract(wheel, dest), wheel.name, progress)
-    from edgekit.core.fileio import write_json
 
     write_json(entry / READY, {"schema": "edgekit.native-wheel", "version": version, "platform": platform,
                                "wheel": wheel.name, "sha256": digest, "pinned": known is not None})

@@ -27,6 +27,14 @@ from pathlib import Path
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import UsageError
+from edgekit import formats
+from edgekit import formats as table
+from edgekit.core.artifacts import load_manifest
+from edgekit.data.calibsets import default_calibration
+from edgekit.quantize.registry import formats_for, get_method, make_config, methods_for
+from edgekit.quantize.registry import get_method, method_for_config
+from edgekit.sources.model_source import resolve_source
+from edgekit.sources.model_source import source_warnings
 
 DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
 
@@ -85,7 +93,6 @@ class Plan:
         """What the user must be told about the model's weights (random ones, a dropped head)."""
         if self.source is None:
             return []
-        from edgekit.sources.model_source import source_warnings
 
         return source_warnings(self.source.model_info)
 
@@ -115,8 +122,6 @@ def make_plan(config) -> Plan:
 def method_entry(entry) -> tuple[str, type, object | None]:
     """(name, config type, the config given or None) of one ``methods`` entry: a registered
     method's name, or a config object of one."""
-    from edgekit.quantize.registry import get_method, method_for_config
-
     found = get_method(entry) if isinstance(entry, str) else method_for_config(entry)
     return found.name, found.config_type, None if isinstance(entry, str) else entry
 
@@ -129,8 +134,6 @@ def _quant_runs(entries, formats: tuple[str, ...], calib: Path | None,
     (``calib_preprocess``, ``tokenizer``), given to the methods whose configs take it."""
     import dataclasses
 
-    from edgekit import formats as table
-    from edgekit.quantize.registry import formats_for, get_method, make_config, methods_for
 
     runs, skipped = [], []
     for name, config_type, given in entries:
@@ -164,8 +167,6 @@ def _takes_plan_calib(config_type: type, given) -> bool:
 
 
 def _model(config):
-    from edgekit.core.artifacts import load_manifest
-
     if config.source is not None and config.checkpoint is not None:
         raise UsageError("--source and --checkpoint both name the model; give one")
     if (config.source is not None or config.checkpoint is not None) and config.model != DEFAULT_MODEL:
@@ -193,7 +194,6 @@ def _model(config):
                              "(from `edgekit train`), an .onnx file, package.module:factory or hf:CONFIG")
         extra = {"checkpoint": folder, "model_config": manifest.model.get("config")}
         return "checkpoint", manifest.model["name"], manifest.inputs, dict(manifest.task), extra
-    from edgekit.sources.model_source import resolve_source
 
     src = resolve_source(text, **config.source_options)
     name = src.model_info.get("name") or src.label
@@ -202,8 +202,6 @@ def _model(config):
 
 def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[str]]:
     """(the formats to run, the asked-for formats an ONNX file cannot feed)."""
-    from edgekit import formats
-
     asked = tuple(config.formats) if config.formats is not None else formats.available_names()
     if not torchless:
         return asked, []
@@ -218,8 +216,6 @@ def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[
 
 def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str, ...]):
     """(the methods that run, as (name, config type, given config) entries; the calibration data; skips)."""
-    from edgekit.data.calibsets import default_calibration
-
     explicit = config.methods is not None
     entries = [method_entry(entry) for entry in (config.methods if explicit else DEFAULT_METHODS)]
     labelled = task.get("type") == "classification" and bool(task.get("dataset"))

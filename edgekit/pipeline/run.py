@@ -28,6 +28,36 @@ from edgekit.pipeline.plan import DEFAULT_MODEL, Skipped, make_plan
 from edgekit.pipeline.summary import ratio, summary_markdown  # noqa: F401 - re-exported
 from edgekit.pipeline.verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 from edgekit.quantize.registry import QuantConfig
+from edgekit import formats
+from edgekit.bench.result import to_document
+from edgekit.bundle.build import build_bundle
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.bounds import check_field_types
+from edgekit.core.bounds import check_runs, check_seed, check_threads
+from edgekit.core.errors import BenchError
+from edgekit.core.errors import EdgekitError
+from edgekit.core.fileio import read_json
+from edgekit.core.limits import check_calibration_size, check_model_fits
+from edgekit.core.targets import load_target
+from edgekit.export.api import export
+from edgekit.gates.budgets import resolve_budgets
+from edgekit.gates.evaluate import gate_results
+from edgekit.gates.report import to_json, to_junit_xml, to_markdown
+from edgekit.native.toolchain import host_arch
+from edgekit.pipeline.plan import DEFAULT_METHODS, method_entry
+from edgekit.pipeline.summary import write_report, write_summary
+from edgekit.pipeline.target import apply_to_gate
+from edgekit.pipeline.target import target_costs
+from edgekit.pipeline.target import target_ratios
+from edgekit.pipeline.verdict import p50_ratio
+from edgekit.pipeline.verdict import slower_than_fp32, slower_warning
+from edgekit.quantize.api import SOURCE_OPTIONS
+from edgekit.quantize.api import quantize_config
+from edgekit.quantize.each_format import failed_rows
+from edgekit.quantize.each_format import reason
+from edgekit.quantize.registry import method_names
+from edgekit.sources.model_source import hf_config_file
+from edgekit.sources.state_pairs import sample_axes
 
 Progress = Callable[[str], None]
 DEFAULT_PROCESSES = 4  # worker processes per variant in the bench (edgekit.bench.workers)
@@ -74,7 +104,6 @@ class PipelineConfig:
         """Every setting is checked here, before anything is trained or written."""
         import math
 
-        from edgekit.core.bounds import check_field_types
 
         check_field_types(self)
 
@@ -87,15 +116,12 @@ class PipelineConfig:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise UsageError(f"threads must be an integer of at least 1, got {self.threads!r}")
-        from edgekit.core.bounds import check_runs, check_seed, check_threads
 
         check_threads(self.threads)
         check_seed(self.seed)
         check_runs(self.min_runs, "min-runs")
         if not (isinstance(self.min_time_s, (int, float)) and math.isfinite(self.min_time_s) and self.min_time_s >= 0):
             raise UsageError(f"min-time must be a number of seconds, 0 or more, got {self.min_time_s!r}")
-        from edgekit.pipeline.plan import DEFAULT_METHODS, method_entry
-        from edgekit.quantize.registry import method_names
 
         for method in self.methods or ():
             if isinstance(method, str) and method not in method_names():
@@ -107,12 +133,10 @@ class PipelineConfig:
         if twice:
             raise UsageError(f"methods names {', '.join(twice)} more than once; each method runs once "
                              f"(its files go to quantized/{twice[0]})")
-        from edgekit.quantize.api import SOURCE_OPTIONS
 
         unknown = sorted(set(self.source_options) - set(SOURCE_OPTIONS))
         if unknown:
             raise UsageError(f"unknown source option(s) {', '.join(unknown)}; choose from: {', '.join(SOURCE_OPTIONS)}")
-        from edgekit import formats
 
         if self.formats is None:
             object.__setattr__(self, "formats", formats.available_names())
@@ -168,14 +192,10 @@ class PipelineResult:
     def warnings(self) -> tuple[str, ...]:
         """int8 variants that are slower than their fp32 counterpart (decided on the ratio's confidence
         interval, edgekit.pipeline.verdict): the problem users hit most."""
-        from edgekit.pipeline.verdict import slower_than_fp32, slower_warning
-
         return tuple(slower_warning(row, self.target_name) for row in self.rows if slower_than_fp32(row))
 
 
 def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> PipelineResult:
-    from edgekit.core.targets import load_target
-
 
     say = progress or (lambda message: None)
     target = load_target(config.target)
@@ -202,8 +222,6 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None) -> Pi
 
 
 def _incomplete(marker: Path) -> bool:
-    from edgekit.core.fileio import read_json
-
     try:
         return read_json(marker, "pipeline marker", max_bytes=1 << 20).get("status") == "incomplete"
     except InputFileError:
@@ -214,7 +232,6 @@ def _source_paths(config: PipelineConfig) -> list:
     """The files a --source model is read from: the pipeline's output may be none of them, nor hold one."""
     if config.source is None:
         return [config.source_options.get("state_dict")]
-    from edgekit.sources.model_source import hf_config_file
 
     text = str(config.source)
     return [hf_config_file(text) if text.startswith("hf:") else text, config.source_options.get("state_dict")]
@@ -244,12 +261,8 @@ def _evaluation(config: PipelineConfig, plan, method_config):
 
 
 def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None) -> None:
-    from edgekit.gates.budgets import resolve_budgets
-    from edgekit.core.limits import check_calibration_size, check_model_fits
-
     if plan is None:
         plan = make_plan(config)
-    from edgekit.sources.state_pairs import sample_axes
 
     axes = sample_axes(plan.inputs, config.sample_axes)  # a --sample-axis the inputs do not have: refused now
     for run in plan.quant_runs:  # --require-eval-data without data is refused now, not as a row after training
@@ -291,9 +304,6 @@ def _float_bytes(plan) -> int | None:
 
 def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     from edgekit.bench.api import bench
-    from edgekit.bench.result import to_document
-    from edgekit.export.api import export
-    from edgekit.quantize.api import quantize_config
 
     out = Path(config.out)
     plan, float_accuracy = _float_model(config, plan, out, say)
@@ -343,7 +353,6 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         exports = _without_files(exports, {path for path, _ in unbenched})
         failed += [Skipped((names[path],), f"failed: {why}") for path, why in unbenched]
     write_json(out / "bench.json", to_document(results))
-    from edgekit.pipeline.target import target_costs
 
     models = [(folder / entry.path, entry.format) for folder, manifest in exports for entry in manifest.files]
     costs = target_costs(models, results, target, emulate=config.emulate, threads=config.threads, progress=say)
@@ -354,7 +363,6 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     result = PipelineResult(out, tuple(rows), report, float_accuracy, model=plan.name, metric=plan.metric,
                             skipped=(*plan.skipped, *failed), failed=tuple(failed), target_name=target.name)
     result = replace(result, recommended=recommend(rows, result.float_accuracy, _drop_budget(report)))
-    from edgekit.pipeline.summary import write_report, write_summary
 
     write_summary(result, config, target, plan)
     write_report(result, results, target)
@@ -363,9 +371,6 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
 
 def _failed_variants(manifest, prefix: str) -> list:
     """The formats a quantize or export run could not write (``quantize/each_format``), as rows."""
-    from edgekit.pipeline.plan import Skipped
-    from edgekit.quantize.each_format import failed_rows
-
     return [Skipped((f"{prefix}-{row['format']}",), f"failed: {row['reason']}") for row in failed_rows(manifest)]
 
 
@@ -400,11 +405,6 @@ def _native_row(exports, out: Path, target, say: Progress):
     manifest) for the bench, or None when there is no such export or no compiler."""
     from dataclasses import replace as replace_fields
 
-    from edgekit import formats
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.bundle.build import build_bundle
-    from edgekit.core.errors import EdgekitError
-    from edgekit.native.toolchain import host_arch
 
     for folder, manifest in exports:
         for entry in manifest.files:
@@ -442,10 +442,6 @@ def _drop_budget(report) -> float | None:
 
 
 def _gate(results, target, config: PipelineConfig, costs=()):
-    from edgekit.gates.evaluate import gate_results
-    from edgekit.gates.report import to_json, to_junit_xml, to_markdown
-    from edgekit.pipeline.target import apply_to_gate
-
     report = apply_to_gate(gate_results(results, target, config.budget_overrides, config.config_path), costs, target)
     write_json(config.out / "gate.json", to_json(report))
     write_text(config.out / "gate.md", to_markdown(report))
@@ -478,8 +474,6 @@ def _rows(exports, results, report, metric: str = "accuracy") -> list[VariantRow
 
 
 def _with_target(rows: list[VariantRow], costs) -> list[VariantRow]:
-    from edgekit.pipeline.target import target_ratios
-
     ratios = target_ratios([r.format for r in rows], [r.variant for r in rows], costs)
     return [replace(row, target=cost.to_dict(), target_ratio=ratio) for row, cost, ratio in zip(rows, costs, ratios)]
 
@@ -496,8 +490,6 @@ def _fidelity(metrics: dict) -> dict | None:
 def _with_ratios(rows: list[VariantRow], results) -> list[VariantRow]:
     """Size and p50 of each variant relative to the fp32 variant of the same format (p50 with its
     95 % interval across worker processes when the bench had several)."""
-    from edgekit.pipeline.verdict import p50_ratio
-
     fp32 = {row.format: (row, res) for row, res in zip(rows, results) if row.variant.startswith("fp32")}
     out = []
     for row, res in zip(rows, results):
@@ -520,9 +512,6 @@ def _with_ratios(rows: list[VariantRow], results) -> list[VariantRow]:
 def _bench_each_standing_alone(bench, model_paths: list[Path], settings: dict, say: Progress):
     """(results, [(path, reason)]): every variant benched together, interleaved; when that fails
     (a variant that times out, a runner that dies), each one alone, so one variant's failure is its row."""
-    from edgekit.core.errors import BenchError
-    from edgekit.quantize.each_format import reason
-
     try:
         return list(bench(model_paths, **settings)), []
     except BenchError as exc:

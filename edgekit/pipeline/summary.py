@@ -8,6 +8,12 @@ marked "skipped", its reason printed under the table.
 """
 
 from __future__ import annotations
+from edgekit.bench.html_report import Ratio, write_html
+from edgekit.core.fileio import write_json, write_text
+from edgekit.core.outputs import generator_mark
+from edgekit.pipeline.target import TargetCost
+from edgekit.pipeline.target import basis_line
+from edgekit.pipeline.verdict import recommendation_line
 
 HEADERS = ("variant", "format", "size", "accuracy", "p50 ms", "p99 ms", "peak RSS", "gate")
 
@@ -31,8 +37,6 @@ def _has_target(result) -> bool:
 
 
 def target_cell(row) -> str:
-    from edgekit.pipeline.target import TargetCost
-
     if not getattr(row, "target", None):
         return "-"
     cell = TargetCost(**row.target).cell()
@@ -42,7 +46,6 @@ def target_cell(row) -> str:
 def target_line(result) -> str | None:
     if not _has_target(result):
         return None
-    from edgekit.pipeline.target import basis_line
 
     return basis_line([row.target for row in result.rows], result.target_name)
 
@@ -101,8 +104,6 @@ def float_line(result) -> str:
 
 
 def summary_markdown(result, target_name: str) -> str:
-    from edgekit.pipeline.verdict import recommendation_line
-
     lines = [
         f"# {title(result, target_name)}",
         "",
@@ -118,7 +119,6 @@ def summary_markdown(result, target_name: str) -> str:
     lines += [f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
     lines += [f"- Warning: {warning}" for warning in result.warnings]
     lines += [f"- {line}" for line in skipped_lines(result)]
-    from edgekit.core.outputs import generator_mark
 
     lines += ["", generator_mark("markdown")]  # proves the file is edgekit's to a rerun (edgekit.core.outputs)
     return "\n".join(lines) + "\n"
@@ -133,8 +133,6 @@ def pct(value: float | None) -> str:
 
 
 def write_summary(result, config, target, plan) -> None:
-    from edgekit.core.fileio import write_json, write_text
-
     doc = {
         "schema": "edgekit.pipeline.run",
         "schema_version": 1,
@@ -163,9 +161,6 @@ def _source_path(config, plan) -> str | None:
 def write_report(result, results, target) -> None:
     """report.html: each variant's latency distribution and the size-quality-latency trade-off, with
     the table's ratios (fp32 of the same format, 95 % interval), recommendation, warnings and skips."""
-    from edgekit.bench.html_report import Ratio, write_html
-    from edgekit.pipeline.verdict import recommendation_line
-
     verdict = "all budgets met" if result.passed else f"{len(result.gate_report.failures)} budget check(s) failed"
     judged = (f"float test accuracy {pct(result.float_accuracy)}" if result.metric == "accuracy"
               else "no labelled data: judged by fidelity to the float model")

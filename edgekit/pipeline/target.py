@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 from edgekit.estimate.on_target import (
     ESTIMATED, HOST, MEASURED, Counter, TargetCost, Unavailable, counted_formats, no_emulation,
 )
+from edgekit.gates.device import Device, is_emulated, measured_on, on_device
+from edgekit.gates.results import FAIL, PASS, GateReport, fmt_value
 
 __all__ = ["ESTIMATED", "HOST", "MEASURED", "TargetCost", "apply_to_gate", "basis_line", "target_costs", "target_ratios"]
 Progress = Callable[[str], None]
@@ -32,8 +34,6 @@ Progress = Callable[[str], None]
 def target_costs(models: Sequence[tuple[Path, str]], results, target, *, emulate: bool, threads: int | None,
                  progress: Progress) -> list[TargetCost]:
     """One ``TargetCost`` per ``(model file, format)`` with its bench result (same order)."""
-    from edgekit.gates.device import Device, is_emulated, measured_on, on_device
-
     device = Device.of(target)
     off = no_emulation(target, emulate)
     counter = Counter(target, threads, progress)  # the native row runs the static .pte again: counted once
@@ -67,8 +67,6 @@ def target_ratios(formats: Sequence[str], variants: Sequence[str], costs: Sequen
 def apply_to_gate(report, costs: Sequence[TargetCost], target):
     """The gate with each target latency budget that was skipped off the board held to the variant's
     estimate instead (pass/fail on the estimate, its band in the message)."""
-    from edgekit.gates.results import FAIL, PASS, GateReport, fmt_value
-
     by_model = {ref.name: cost for ref, cost in zip(report.models, costs)}
     checks = []
     for check in report.checks:

@@ -26,6 +26,7 @@ itself keeps the interval rules above, labelled as measured there.
 from __future__ import annotations
 
 from typing import Any, Sequence
+from edgekit.bench.ratios import p50_ratio as ratio_of
 
 SLOWER_THAN_FP32 = 1.10  # a ratio interval wholly above this flags an int8 variant as slower than fp32
 DEFAULT_MAX_DROP_POINTS = 1.0
@@ -33,8 +34,6 @@ DEFAULT_MAX_DROP_POINTS = 1.0
 
 def p50_ratio(result, base) -> tuple[float, float | None, float | None]:
     """(ratio, CI low, CI high) of ``result``'s p50 against ``base``'s (``edgekit.bench.ratios``)."""
-    from edgekit.bench.ratios import p50_ratio as ratio_of
-
     return ratio_of(result, base)
 
 

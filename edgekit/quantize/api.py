@@ -12,6 +12,14 @@ from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, write_reference,
 )
 from edgekit.core.targets import Target, load_target
+from edgekit import formats
+from edgekit import formats as table
+from edgekit.data.calibsets import default_calibration
+from edgekit.quantize.registry import formats_for
+from edgekit.quantize.registry import get_method, make_config
+from edgekit.quantize.registry import method_for_config, route_for
+from edgekit.quantize.registry import route_for
+from edgekit.sources.model_source import ModelSource
 
 # what --calib may name (quantize/calibration/data.py)
 CALIB_KINDS = "FOLDER (.npy/.npz arrays, or images with --calib-preprocess) or FILE.txt (one text per line)"
@@ -44,8 +52,6 @@ def quantize(
     is listed with its reason in the manifest's ``quantization["failed"]``; only a run where every
     format failed raises (the first failure).
     """
-    from edgekit.quantize.registry import get_method, make_config
-
     source_options = {k: options.pop(k) for k in SOURCE_OPTIONS if k in options}
     from edgekit.fidelity.options import pop_evaluation
 
@@ -76,9 +82,6 @@ def quantize_config(
     ``src``: a ``ModelSource``, or what ``quantize`` takes as ``source``."""
     import dataclasses
 
-    from edgekit import formats as table
-    from edgekit.quantize.registry import method_for_config, route_for
-    from edgekit.sources.model_source import ModelSource
 
     source_options = dict(source_options or {})
     if not isinstance(src, ModelSource):
@@ -191,7 +194,6 @@ def _run_each_format(job, config, method_spec, attempts) -> list:
     method with one handler for every format runs as one step."""
     if method_spec.handler is not None:
         return method_spec.run(job, config)
-    from edgekit.quantize.registry import route_for
 
     produced = []
     for fmt in config.formats:
@@ -204,7 +206,6 @@ def _default_calibration(src, method_spec, options: dict) -> dict:
     ships for the model's dataset (a UsageError when there is none)."""
     if not method_spec.config_type.calibrated or options.get("calib") is not None:
         return options
-    from edgekit.data.calibsets import default_calibration
 
     calib = default_calibration(src.task.get("dataset"))  # shipped in the package
     if calib is None:
@@ -218,8 +219,6 @@ def _default_formats(src, options: dict, method_spec=None) -> dict:
     method has no route to (a method that writes only some formats is not refused for the others)."""
     import dataclasses
 
-    from edgekit import formats
-    from edgekit.quantize.registry import formats_for
 
     if options.get("formats") is None:
         options = dict(options)

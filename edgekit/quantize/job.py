@@ -13,6 +13,9 @@ from typing import Callable, Iterator
 from edgekit.quantize.calibration.cache import files_fingerprint
 from edgekit.sources.model_source import ModelSource
 from edgekit.core.targets import Target
+from edgekit.formats.reference import example_tensors
+from edgekit.quantize.calibration.data import open_calibration
+from edgekit.sources.state_pairs import stream_layout
 
 
 @dataclass
@@ -65,8 +68,6 @@ class QuantJob:
         return copy.deepcopy(self._model)
 
     def example_inputs(self, batch: int = 2) -> tuple:
-        from edgekit.formats.reference import example_tensors
-
         return example_tensors(self.source.inputs, batch)
 
     # -- calibration ----------------------------------------------------------------------------
@@ -109,11 +110,8 @@ def open_source_calibration(source: ModelSource, calib, batch_size: int = 32, ma
                             declared_axes: dict | None = None):
     """``calib`` opened for ``source``'s inputs, read as ``reading`` says (``calibration_reading``); an
     hf: model brings its tokenizer and its longest sequence. The first batch is checked now."""
-    from edgekit.quantize.calibration.data import open_calibration
-
     reading = reading or {}
     positions = (source.model_info.get("config") or {}).get("max_position_embeddings") if source.kind == "hf" else None
-    from edgekit.sources.state_pairs import stream_layout
 
     # each input's sample axis (--sample-axis, else detected); outputs fed back between calls (by name, or --state)
     axes, streams = stream_layout(source, declared_axes, declared_states)

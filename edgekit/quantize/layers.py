@@ -1,6 +1,9 @@
 """``--exclude``: which layers a user keeps in float, named the way each format's quantizer names them."""
 
 from __future__ import annotations
+from edgekit import formats
+from edgekit.core.errors import UsageError
+from edgekit.quantize.toolkits import torch_backend
 
 
 def excluded(job, config, kind: str) -> tuple[str, ...]:
@@ -8,9 +11,6 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
 
     Every name must be a layer of some requested format's kind; one that is none is a UsageError.
     """
-    from edgekit import formats
-    from edgekit.core.errors import UsageError
-
     if not config.exclude:
         return ()
     kinds = {formats.get(fmt).quantization.layer_names for fmt in config.formats}
@@ -31,6 +31,4 @@ def excluded(job, config, kind: str) -> tuple[str, ...]:
 def torch_module_layers(job, config) -> list[tuple[str, str]]:
     """The weighted torch modules, by module name (linear and recurrent ones when activations are
     quantized as it runs): the layer list of every route that quantizes the torch module itself."""
-    from edgekit.quantize.toolkits import torch_backend
-
     return torch_backend.weighted_layers(job.float_model(), dynamic=config.run_time_activations)

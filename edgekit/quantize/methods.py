@@ -14,17 +14,17 @@ from edgekit.core.bounds import check_field_types
 from edgekit.core.errors import UsageError, unknown_name
 from edgekit.quantize.registry import QuantConfig, method
 from edgekit.core.targets import QUANT_TYPES
+from edgekit import formats
+from edgekit.core.bounds import check_seed
+from edgekit.data.calibsets import default_calibration
+from edgekit.quantize.toolkits.fusion import check_fusion
 
 
 def _default_formats() -> tuple[str, ...]:
-    from edgekit import formats
-
     return formats.default_names()
 
 
 def _check_formats(names: tuple[str, ...]) -> None:
-    from edgekit import formats
-
     formats.check(names)
 
 
@@ -56,8 +56,6 @@ class DynamicConfig(QuantConfig):
     fusion: str = "no-skip-ln"  # ONNX: graph layout before quantization (see quantize/toolkits/fusion.py)
 
     def __post_init__(self) -> None:
-        from edgekit.quantize.toolkits.fusion import check_fusion
-
         check_field_types(self)
         _check_formats(self.formats)
         _check_quant_type("weight type", self.weight_type)
@@ -68,8 +66,6 @@ CALIBRATE_METHODS = ("minmax", "percentile", "entropy", "mse")
 
 
 def _packaged_calibration(dataset: str) -> Path:
-    from edgekit.data.calibsets import default_calibration
-
     return default_calibration(dataset)
 
 
@@ -150,14 +146,12 @@ class QatConfig(QuantConfig):
     def __post_init__(self) -> None:
         check_field_types(self)
         _check_formats(self.formats)
-        from edgekit import formats
 
         formats.check_one_qat_api(self.formats)
         _check_positive("QAT epochs", self.epochs, allow_none=False)
         _check_positive("QAT batch size", self.batch_size, allow_none=False)
         if not isinstance(self.lr, (int, float)) or not 0 < self.lr < float("inf"):
             raise UsageError(f"QAT learning rate must be positive, got {self.lr!r}")
-        from edgekit.core.bounds import check_seed
 
         check_seed(self.seed, "QAT seed")
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 from edgekit.core.errors import UsageError, unknown_name
+from edgekit.core.plugins import load_plugins
+from edgekit.quantize import routes
 
 
 class QuantConfig:
@@ -159,11 +161,9 @@ def _load_builtin() -> None:
     # always before a lookup: a method or route a user registered first must not keep the built-in ones out
     if _LOADED:
         return
-    from edgekit.quantize import routes  # each route module imports the configs it serves: the built-in methods
 
     for found in pkgutil.iter_modules(routes.__path__):
         importlib.import_module(f"{routes.__name__}.{found.name}")
-    from edgekit.core.plugins import load_plugins
 
     load_plugins(ENTRY_POINTS, "quantize")
     _LOADED.append(True)

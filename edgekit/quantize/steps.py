@@ -11,6 +11,9 @@ from edgekit.core.artifacts import Manifest, describe_file, finalize
 from edgekit.core.errors import ParityError
 from edgekit.sources.model_source import hf_config_file
 from edgekit.core.targets import Target
+from edgekit.quantize.registry import precision as method_precision
+from edgekit.sources.model_source import resolve_source
+from edgekit.sources.model_source import source_warnings
 
 
 def input_paths(source, options: dict, source_options: dict, target) -> list:
@@ -27,8 +30,6 @@ def input_paths(source, options: dict, source_options: dict, target) -> list:
 
 def resolve(source, source_options: dict):
     """The float model ``source`` names (``sources/model_source.py``), with the options for one from outside the zoo."""
-    from edgekit.sources.model_source import resolve_source
-
     return resolve_source(source, **source_options)
 
 
@@ -118,7 +119,6 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
     from edgekit.quantize.search import accuracy
 
     predict = accuracy.predictor(job.dest / item.path, item.format, item.details)
-    from edgekit.quantize.registry import precision as method_precision
 
     precision = method_precision(method)  # what the method's files hold: the label everywhere they go
     label = f"{precision} {method} {item.format}"
@@ -153,7 +153,6 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
 def finish(job, files: list, quantization: dict) -> Manifest:
     src = job.source
     shutil.rmtree(job.work / ".scratch", ignore_errors=True)
-    from edgekit.sources.model_source import source_warnings
 
     for line in source_warnings(src.model_info):  # random weights, a task head left out
         if line not in job.warnings:

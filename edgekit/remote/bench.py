@@ -26,6 +26,13 @@ from edgekit.bundle.layout import WHEELS_DIR, is_bundle, read_bundle_json
 from edgekit.core.errors import InputFileError, RemoteError, UsageError
 from edgekit.remote import scripts, ssh, transfer
 from edgekit.remote.hosts import check_remote_path
+from edgekit.bundle.build import build_bundle
+from edgekit.bundle.verify import verify_checksums
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.bounds import check_timeout
+from edgekit.core.errors import EdgekitError
+from edgekit.core.limits import check_fits
+from edgekit.core.targets import available_targets, load_target
 
 DEFAULT_REMOTE_DIR = "~/.cache/edgekit"
 DEFAULT_REMOTE_PYTHON = "python3"
@@ -86,7 +93,6 @@ def run_remote_bench(
     python = check_remote_path(remote_python, "--remote-python")
     runner_args = _runner_args(threads=threads, warmup=warmup, min_runs=min_runs, min_time_s=min_time_s,
                                max_runs=max_runs, batch=batch, shapes=shapes)
-    from edgekit.core.bounds import check_timeout
 
     check_timeout(timeout_s)
     say = on_line or (lambda line: None)
@@ -116,10 +122,6 @@ def run_remote_bench(
 
 def _check_fits(bundle: Path, info: dict, force: bool) -> str | None:
     """The model against the RAM of the board the bundle was made for (edgekit.core.limits)."""
-    from edgekit.core.errors import EdgekitError
-    from edgekit.core.limits import check_fits
-    from edgekit.core.targets import available_targets, load_target
-
     ram_mb = info.get("ram_mb")
     if not (isinstance(ram_mb, int) and not isinstance(ram_mb, bool) and ram_mb > 0):
         if info["target"] not in available_targets():
@@ -137,10 +139,6 @@ def _check_fits(bundle: Path, info: dict, force: bool) -> str | None:
 def resolve_bundle(source: str | os.PathLike, target: str | None, fmt: str | None, scratch: Path,
                    force: bool = False) -> tuple[Path, dict]:
     """A verified bundle folder for ``source`` and its bundle.json (an export is bundled in ``scratch``)."""
-    from edgekit.core.artifacts import load_manifest
-    from edgekit.bundle.build import build_bundle
-    from edgekit.bundle.verify import verify_checksums
-
     path = Path(source)
     if not path.exists():
         raise InputFileError(f"not found: {path}")

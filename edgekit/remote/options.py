@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from edgekit.core.errors import UsageError
+from edgekit.remote.bench import DEFAULT_REMOTE_DIR, DEFAULT_REMOTE_PYTHON, DEFAULT_TIMEOUT_S, remote_bench
 
 MAX_RUNS = 100_000  # the runner's default cap on timed runs
 
@@ -41,8 +42,6 @@ class RemoteOptions:
               shapes: Mapping[str, Sequence[int]] | None, input_file=None,
               on_line: Callable[[str], None] | None = None) -> list:
         """Benchmark the one artifact on the board; a list of one BenchResult (mode "remote")."""
-        from edgekit.remote.bench import DEFAULT_REMOTE_DIR, DEFAULT_REMOTE_PYTHON, DEFAULT_TIMEOUT_S, remote_bench
-
         if len(artifacts) != 1:
             raise UsageError(f"--host benchmarks one bundle or export folder at a time, got {len(artifacts)}")
         if input_file is not None:

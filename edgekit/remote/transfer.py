@@ -27,6 +27,7 @@ from edgekit.bundle.layout import CHECKSUMS
 from edgekit.core.errors import InputFileError, RemoteError
 from edgekit.core.fileio import sha256_file
 from edgekit.remote import scripts, ssh
+from edgekit.bundle.verify import plain_files, read_checksums
 
 PROBE_TIMEOUT_S = 60.0
 TRANSFER_TIMEOUT_S = 1800.0
@@ -122,8 +123,6 @@ def place(target: ssh.SshTarget, bundle: Path, info: dict, base: str, python: st
     The bundle is checked first (no link or special file anywhere, every file SHA256SUMS lists
     present: InputFileError) so that nothing is started on the board for a bundle that cannot be
     sent whole; the board checks the hashes (``sha256sum -c``) of what arrives."""
-    from edgekit.bundle.verify import plain_files, read_checksums
-
     present = set(plain_files(bundle))
     files = [*read_checksums(bundle), CHECKSUMS]
     missing = next((rel for rel in files if rel not in present), None)

@@ -10,6 +10,17 @@ from pathlib import Path
 
 from edgekit.core.artifacts import CHECKPOINT
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
+from edgekit import formats
+from edgekit.board.errors import BoardError, first_line
+from edgekit.board.served import ServedModel
+from edgekit.core.artifacts import load_manifest, model_file_for
+from edgekit.core.children import popen_kwargs
+from edgekit.llm.cached import is_cached_family
+from edgekit.llm.generation import check_sampling
+from edgekit.llm.generation import iter_tokens
+from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
+from edgekit.serve import startup_probe
+from edgekit.sources.checkpoint import load_model_from_artifact
 
 
 def load_served_model(path: str | Path, fmt: str | None = None, threads: int | None = None):
@@ -19,7 +30,6 @@ def load_served_model(path: str | Path, fmt: str | None = None, threads: int | N
     file that crashes its runtime takes down a child process, not the server."""
 
     folder, manifest, entry = served_entry(path, fmt)
-    from edgekit.llm.cached import is_cached_family
 
     if is_cached_family(manifest):  # a pretrained LLM (edgekit import gguf:...): text through its KV cache
         from edgekit.llm.serving import ServedLLM
@@ -54,9 +64,6 @@ def _bound_axes(specs: list[dict], manifest, entry) -> None:
 def probe_served_model(path: str | Path, fmt: str | None = None, timeout_s: float | None = None) -> dict:
     """Load and run the model once in a child process (``startup_probe``), before this process does:
     a file that crashes the runtime is a one-line InputFileError (exit 2); the child's report otherwise."""
-    from edgekit.core.children import popen_kwargs
-    from edgekit.serve import startup_probe
-
     folder, _, entry = served_entry(path, fmt)
     what = str(folder / entry.path)
     try:
@@ -75,8 +82,6 @@ def open_for_probe(path: str, fmt: str):
 def _import_runtime(fmt: str) -> None:
     """Import what the in-process load will need while the probe's child works (best effort: a
     missing module is the load's to report)."""
-    from edgekit import formats
-
     if fmt in formats.names():
         table = formats.get(fmt)
         names = [table.board.runtime, *(n for n in table.board.requirements if n == "torch")]
@@ -92,9 +97,6 @@ def _import_runtime(fmt: str) -> None:
 def served_entry(path: str | Path, fmt: str | None = None):
     """(folder, manifest, file entry) of the model ``path`` names: an artifact folder (``fmt`` picks a
     file when it holds several), a model file in one, or a bundle folder."""
-    from edgekit import formats
-    from edgekit.core.artifacts import load_manifest, model_file_for
-
     path = Path(path)
     if path.is_dir() and (path / "bundle.json").is_file():
         from edgekit.bundle.layout import read_bundle_json
@@ -120,9 +122,6 @@ def served_entry(path: str | Path, fmt: str | None = None):
 def open_table_format(folder: Path, manifest, entry, threads: int | None):
     """A model file of the format table, through the board's runtime for its format (the code a
     bundle's serve.py runs too), with edgekit's one-line errors."""
-    from edgekit import formats
-    from edgekit.board.errors import BoardError, first_line
-    from edgekit.board.served import ServedModel
     from edgekit.serve.inputs import spec_from_dict
 
     spec = formats.get(entry.format)
@@ -146,7 +145,6 @@ class CheckpointModel:
     def __init__(self, folder: Path, manifest, entry, threads: int | None):
         import torch
 
-        from edgekit.sources.checkpoint import load_model_from_artifact
         from edgekit.serve.inputs import spec_from_dict
 
         if threads:
@@ -180,22 +178,16 @@ class Generator:
     """Token-by-token text from the artifact's language model (``lm_runtime``), for /v1/generate."""
 
     def __init__(self, folder: Path, manifest, fmt: str, threads: int | None):
-        from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
-
         self.tokenizer = load_tokenizer(folder, manifest)
         self.lm = load_language_model(folder, manifest, fmt, "cpu", threads)
 
     def check(self, max_tokens: int, temperature: float, top_k: int) -> None:
-        from edgekit.llm.generation import check_sampling
-
         try:
             check_sampling(max_tokens, temperature, top_k)
         except EdgekitError as exc:
             raise ValueError(str(exc)) from None
 
     def stream(self, prompt: str, max_tokens: int, temperature: float, top_k: int, seed: int | None):
-        from edgekit.llm.generation import iter_tokens
-
         ids = self.tokenizer.encode(prompt).tolist()
         if not ids:
             raise ValueError("the prompt encodes to no tokens")

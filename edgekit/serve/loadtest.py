@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import BenchError, InputFileError, UsageError
+from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.board.facts import host_facts
+from edgekit.board.stats import summarize_ns
+from edgekit.serve.auth import key_error
+from edgekit.serve.httpload import LoadClient
 
 MAX_DURATION_S = 3600.0
 MAX_DESCRIPTION_BYTES = 1 << 20  # /v1/model and /metrics answers
@@ -63,8 +68,6 @@ class LoadSettings:
 def loadtest(url: str, settings: LoadSettings = LoadSettings(), *, input_file: str | Path | None = None,
              api_key: str | None = None):
     """Drive the server at ``url`` (its /v1/predict) and measure; returns a BenchResult."""
-    from edgekit.serve.auth import key_error
-
     base = url.rstrip("/")
     if not base.startswith(("http://", "https://")):
         raise UsageError(f"URL must start with http:// or https://, got {url!r}")
@@ -195,8 +198,6 @@ class _Stats:
 
 
 async def _drive(url: str, body: bytes, headers: dict, settings: LoadSettings) -> _Stats:
-    from edgekit.serve.httpload import LoadClient
-
     statuses: collections.Counter = collections.Counter()
     latencies = array.array("q")  # 8 bytes a request: an hour at 10k req/s stays under 300 MB
     client = LoadClient(url, body, headers, settings.timeout_s, settings.concurrency)
@@ -277,9 +278,6 @@ def _server_peak_rss_mb(base: str, headers: dict, timeout_s: float) -> float:
 def _result(base: str, info: dict, shapes: dict, settings: LoadSettings, stats: _Stats, peak_rss_mb: float):
     import datetime
 
-    from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
-    from edgekit.board.facts import host_facts
-    from edgekit.board.stats import summarize_ns
 
     total = sum(stats.statuses.values())
     ok = len(stats.latencies_ns)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from edgekit.core.errors import BenchError
+from edgekit.core.children import popen_kwargs
 
 _ADDRESS = re.compile(r" on (http://\S+)")
 
@@ -43,8 +44,6 @@ def start(artifact, extra=(), *, host: str = "127.0.0.1", api_key: str | None = 
 
 def spawn(argv: list[str], env: dict | None = None) -> subprocess.Popen:
     """Start a server command line that announces "... on http://HOST:PORT" on stderr."""
-    from edgekit.core.children import popen_kwargs
-
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=False, **popen_kwargs())  # dies with this process
     proc.lines = []  # stderr lines, collected by a reader thread

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.core.errors import UsageError
+from edgekit.serve.loader import load_served_model
 
 APP_NAME = "edgekit"
 
@@ -55,7 +56,6 @@ def _deployment():
     class EdgekitModel:
         def __init__(self, artifact: str, settings: dict, fmt: str | None, threads: int | None):
             from edgekit.serve.app import ServeSettings, create_app
-            from edgekit.serve.loader import load_served_model
 
             model = load_served_model(artifact, fmt, threads)
             self._app = create_app(model, ServeSettings(**settings), warmup_feed=model.example_feed())

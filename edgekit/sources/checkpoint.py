@@ -16,6 +16,10 @@ from typing import Any
 
 from edgekit.core.errors import EdgekitError, InputFileError
 from edgekit.core.fileio import atomic_path
+from edgekit.core.artifacts import CHECKPOINT
+from edgekit.core.fileio import loads_json
+from edgekit.core.safeload import load_plain
+from edgekit.models import build_model
 
 CHECKPOINT_FILE = "checkpoint.pt"  # the model: best weights by validation metric + config
 
@@ -42,13 +46,10 @@ def save_payload(payload: dict, path: Path) -> None:
 
 def load_payload(path: Path) -> dict:
     """``torch.load(weights_only=True)`` with edgekit's errors for missing, hostile or cut files."""
-    from edgekit.core.safeload import load_plain
-
     path = Path(path)
     payload = load_plain(path, "checkpoint")
     if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
         raise InputFileError(f"checkpoint {path} does not hold an edgekit model state")
-    from edgekit.core.fileio import loads_json
 
     meta = payload.get("meta", "{}")
     if not isinstance(meta, (str, bytes)) or len(meta) > 64 << 20:
@@ -70,9 +71,6 @@ def load_checkpoint(path: Path) -> tuple[dict, dict[str, Any]]:
 
 def load_model_from_artifact(folder: Path, manifest) -> Any:
     """Rebuild a zoo model from a checkpoint artifact and load its weights (eval mode)."""
-    from edgekit.core.artifacts import CHECKPOINT
-    from edgekit.models import build_model
-
     state, _ = load_checkpoint(folder / manifest.file(CHECKPOINT).path)
     model = build_model(manifest.model["name"], manifest.model.get("config"))
     try:

@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError, first_line
+from edgekit.core.fileio import read_json
+from edgekit.core.fileio import sha256_file
+from edgekit.core.fileio import signature_kind
+from edgekit.core.safeload import load_plain
 
 # In the order from_pretrained prefers them.
 WEIGHT_FILES = (
@@ -48,8 +52,6 @@ class Weights:
         return str(self.index if self.index is not None else self.files[0])
 
     def describe(self) -> dict:
-        from edgekit.core.fileio import sha256_file
-
         about = {"kind": "pretrained", "format": self.format, "files": [p.name for p in self.files],
                  "sha256": [sha256_file(p) for p in self.files], "bytes": sum(p.stat().st_size for p in self.files)}
         if self.index is not None:
@@ -81,7 +83,6 @@ def _check_safetensors_name(path: Path) -> None:
     safetensors library is handed it."""
     if path.suffix != ".safetensors":
         return
-    from edgekit.core.fileio import signature_kind
 
     try:
         other = signature_kind(path)
@@ -105,8 +106,6 @@ def _is_safetensors(path: Path) -> bool:
 
 
 def _sharded(index: Path) -> Weights:
-    from edgekit.core.fileio import read_json
-
     doc = read_json(index, "shard index")
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
@@ -170,7 +169,6 @@ def _read_safetensors(path: Path) -> dict:
 def _read_pytorch(path: Path) -> dict:
     import torch
 
-    from edgekit.core.safeload import load_plain
 
     state = load_plain(path, "weights file")
     if isinstance(state, dict) and isinstance(state.get("model"), dict):

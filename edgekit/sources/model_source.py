@@ -18,6 +18,17 @@ from typing import Any, Callable
 from edgekit.core.artifacts import InputSpec, Manifest, load_manifest, parent_ref
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError, first_line
 from edgekit.core.fileio import sha256_file
+from edgekit.core.bounds import model_size_problem
+from edgekit.core.fileio import read_json
+from edgekit.core.onnx_files import model_inputs
+from edgekit.core.safeload import load_plain
+from edgekit.formats.onnx_export import check_model
+from edgekit.sources import hf_weights
+from edgekit.sources import torchscript_source
+from edgekit.sources.checkpoint import load_model_from_artifact
+from edgekit.sources.hf_weights import strict_mismatch
+from edgekit.sources.token_inputs import lookup_sizes, token_feed
+from edgekit.sources.torchscript_source import is_torchscript_path
 
 DTYPES = ("float32", "float16", "int64", "int32", "bool")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
@@ -85,7 +96,6 @@ def resolve_source(
         if state_dict is not None:
             raise UsageError("--state-dict applies to nn.Module sources, not to an ONNX file")
         return _onnx_source(path, spec_args)
-    from edgekit.sources.torchscript_source import is_torchscript_path
 
     if is_torchscript_path(path):  # a .pt/.ts file: TorchScript (its code runs when loaded; the user is told)
         return _torchscript_source(path, state_dict, spec_args)
@@ -99,8 +109,6 @@ def resolve_source(
         raise UsageError(f"{folder} is a {manifest.kind} artifact; quantize takes a float checkpoint")
 
     def load():
-        from edgekit.sources.checkpoint import load_model_from_artifact
-
         return load_model_from_artifact(folder, manifest)
 
     return ModelSource(
@@ -235,14 +243,12 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
 
     if not path.is_file():
         raise InputFileError(f"ONNX model not found: {path}")
-    from edgekit.formats.onnx_export import check_model
 
     check_model(path)  # a broken graph is the user's input error, not an internal one
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError / ValueError on junk
         raise InputFileError(f"{path} is not a readable ONNX model ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    from edgekit.core.onnx_files import model_inputs
 
     defaults = {}
     for vi in model_inputs(model):  # an initializer listed among the inputs (IR 3) is a weight, not an input
@@ -256,7 +262,6 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
                 dims.append(None)
                 dyn[index] = dim.dim_param or ("batch" if index == 0 else "sequence" if index == 1 else f"dim{index}")
         defaults[vi.name] = InputSpec(vi.name, tuple(dims), dtype, dyn)
-    from edgekit.sources.token_inputs import lookup_sizes, token_feed
 
     vocab = lookup_sizes(model)
     for name, rows in vocab.items():  # token ids index an embedding table: that is their range
@@ -275,7 +280,6 @@ def _onnx_source(path: Path, spec_args) -> ModelSource:
 def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
     if state_dict is None:
         return
-    from edgekit.core.safeload import load_plain
 
     path = Path(state_dict)
     state = load_plain(path, "state dict")
@@ -283,7 +287,6 @@ def _load_state_dict(model, state_dict: str | Path | None, label: str) -> None:
         state = state["model"]  # an edgekit checkpoint payload
     if not isinstance(state, dict):
         raise InputFileError(f"{path} does not hold a state dict")
-    from edgekit.sources.hf_weights import strict_mismatch
 
     problem = strict_mismatch(model, state)  # the whole story in one line (torch's first line is a header)
     if problem is not None:
@@ -399,8 +402,6 @@ def _resolve_factory(text: str) -> Callable[[], Any]:
 
 
 def _torchscript_source(path: Path, state_dict, spec_args) -> ModelSource:
-    from edgekit.sources import torchscript_source
-
     if state_dict is not None:
         raise UsageError("--state-dict applies to package.module:factory sources; a TorchScript file holds its weights")
     torchscript_source.check_torchscript_archive(path)
@@ -481,7 +482,6 @@ def _check_hf_sizes(config: dict, where) -> None:
         )
     # What fits in memory can still take minutes to build: millions of width-1 layers, heads or
     # experts. Every size in the config (nested ones too: text_config, vision_config) has a bound.
-    from edgekit.core.bounds import model_size_problem
 
     tables = [("", config)]
     while tables:
@@ -501,8 +501,6 @@ def _hf_source(path_text: str, state_dict, spec_args, random_init: bool = False)
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise InputFileError(f"Hugging Face config not found: {config_file} (give hf:CONFIG.json or hf:FOLDER)")
-    from edgekit.core.fileio import read_json
-    from edgekit.sources import hf_weights
 
     config = read_json(config_file, "Hugging Face config", finite=True)
     if not isinstance(config.get("model_type"), str) or not re.match(r"^[A-Za-z0-9_-]{1,64}\Z", config["model_type"]):

@@ -8,6 +8,7 @@ the stages that know the model (export, quantize) resolve it here and hand it do
 from __future__ import annotations
 
 from edgekit.formats.onnx_export import DEFAULT_PREFERENCE, OTHER_WHY
+from edgekit.models.registry import get_spec, model_names
 
 HF_WHY = "transformers encoders: torch.export's graph ran 1.14-1.19x slower in fp32 and int8 (batch 1, one thread)"
 
@@ -17,7 +18,6 @@ def preferred_exporter(model_name: str) -> tuple[str, str]:
     default, _ = DEFAULT_PREFERENCE
     if model_name.startswith("hf:"):
         return default, HF_WHY
-    from edgekit.models.registry import get_spec, model_names
 
     if model_name in model_names():
         spec = get_spec(model_name)

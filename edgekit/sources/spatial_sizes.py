@@ -12,6 +12,10 @@ says anything (PP-OCRv4's detector runs at 1x1 in float, its int8 file does not)
 from __future__ import annotations
 
 from edgekit.core.errors import UsageError
+from edgekit import formats
+from edgekit.board.runtimes import open_model
+from edgekit.core import onnx_files
+from edgekit.formats.onnx_export import native_output_silenced
 
 KNOWN_AXES = ("batch", "sequence")  # the free axes edgekit sizes itself (formats/reference.py)
 
@@ -59,8 +63,6 @@ def check_made_up_sizes(src, data_helps: bool = True) -> None:
 
 def _declared_free_axes(path) -> dict[str, dict[int, str]]:
     """Input name -> {axis: name} of the axes after the first that the ONNX file leaves free."""
-    from edgekit.core import onnx_files
-
     model = onnx_files.load(path, load_data=False)
     out = {}
     for vi in onnx_files.model_inputs(model):
@@ -75,10 +77,6 @@ def _run_once(path, feed) -> str | None:
     """None when the model runs on ``feed``, else the first line of ONNX Runtime's complaint. The
     model is loaded by the board's ONNX runtime (``edgekit.board.runtimes``); what ONNX Runtime logs
     natively is silenced: the failure is reported in one line by the caller."""
-    from edgekit import formats
-    from edgekit.board.runtimes import open_model
-    from edgekit.formats.onnx_export import native_output_silenced
-
     try:
         with native_output_silenced():
             runtime = open_model(formats.by_suffix(".onnx").name, path, 1)

@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import UsageError
+from edgekit.core import onnx_files
 
 Shape = Sequence[int | str | None]
 
@@ -169,8 +170,6 @@ def parse_state_pairs(texts: Sequence[str] | None) -> dict[str, str]:
 
 def output_shapes(onnx_path) -> dict[str, tuple]:
     """Output name -> shape (ints, dim names or None) as an ONNX file declares them."""
-    from edgekit.core import onnx_files
-
     model = onnx_files.load(onnx_path, load_data=False)
     shapes = {}
     for out in model.graph.output:

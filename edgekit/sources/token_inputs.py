@@ -4,12 +4,11 @@ measured on right-padded token rows like a tokenizer's, not on random ids with a
 """
 
 from __future__ import annotations
+from edgekit.core.onnx_files import model_inputs
 
 
 def lookup_sizes(model) -> dict[str, int]:
     """Graph inputs used as indices into a constant table (Gather): input name -> table rows."""
-    from edgekit.core.onnx_files import model_inputs
-
     inputs = {vi.name for vi in model_inputs(model)}  # not the initializers IR 3 also lists as inputs
     tables = {i.name: (i.dims[0] if i.dims else 0) for i in model.graph.initializer}
     out = {}

@@ -12,6 +12,9 @@ import zipfile
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.fileio import sha256_file
+from edgekit.formats.torchscript_backend import check_file
+from edgekit.formats.torchscript_backend import load_torchscript
 
 SUFFIXES = (".pt", ".ts", ".pth", ".jit", ".torchscript")
 RUNS_CODE = ("loading a TorchScript file runs the TorchScript code inside it: use only files from a source you "
@@ -25,8 +28,6 @@ def is_torchscript_path(path: Path) -> bool:
 
 def check_torchscript_archive(path: Path) -> None:
     """``path`` is a zip archive holding TorchScript code, else one line saying what it is."""
-    from edgekit.formats.torchscript_backend import check_file
-
     check_file(path)
     try:
         with zipfile.ZipFile(path) as archive:
@@ -44,8 +45,6 @@ def check_torchscript_archive(path: Path) -> None:
 def torchscript_model_info(path: Path) -> tuple[dict, dict]:
     """(the manifest's "model", the parent reference) of a TorchScript file, with the warning that
     loading it runs its code."""
-    from edgekit.core.fileio import sha256_file
-
     digest = sha256_file(path)
     about = {"name": f"torchscript:{path.name[:120]}", "source": str(path.resolve()),
              "weights": {"from": "torchscript", "sha256": digest, "warnings": [RUNS_CODE]}}
@@ -53,6 +52,4 @@ def torchscript_model_info(path: Path) -> tuple[dict, dict]:
 
 
 def load(path: Path):
-    from edgekit.formats.torchscript_backend import load_torchscript
-
     return load_torchscript(path)

@@ -27,6 +27,10 @@ from edgekit.train.batches import eval_batches
 from edgekit.sources.checkpoint import CHECKPOINT_FILE
 from edgekit.train.checkpoint import STATE_FILE
 from edgekit.train.tasks import evaluate
+from edgekit.core.outputs import foreign_entries
+from edgekit.core.outputs import read_proof
+from edgekit.models import build_model
+from edgekit.sources.checkpoint import load_checkpoint
 
 OWNED_FILES = (MANIFEST_NAME, CHECKPOINT_FILE, STATE_FILE, "metrics.jsonl", "tokenizer.json", "profile")
 PARTIAL_SUFFIX = ".partial"
@@ -56,8 +60,6 @@ def _finished(folder: Path) -> bool:
 def _foreign(folder: Path) -> list[str]:
     """What in a run folder edgekit train did not write, at every depth (``profile/`` holds only
     its traces), its temporaries aside: ``edgekit.core.outputs`` decides, as for every output."""
-    from edgekit.core.outputs import foreign_entries
-
     return foreign_entries(folder, "run") if folder.is_dir() and not folder.is_symlink() else []
 
 
@@ -93,8 +95,6 @@ def plan_folders(out: Path, resume: bool) -> RunFolders:
 
 
 def _manifest_kind(folder: Path) -> str:
-    from edgekit.core.outputs import read_proof
-
     doc = read_proof(folder / MANIFEST_NAME) or {}
     return doc.get("kind") if isinstance(doc.get("kind"), str) else "unknown"
 
@@ -152,9 +152,6 @@ def finish(out, spec, model_config, task, task_info, data, device, best, step, s
            limits=()):
     """Measure the best weights on the test split (fp32, one process) and write the manifest;
     ``limits``: the settings the run did not reach as written (``edgekit.train.limits``)."""
-    from edgekit.models import build_model
-    from edgekit.sources.checkpoint import load_checkpoint
-
     state, _ = load_checkpoint(out / CHECKPOINT_FILE)
     model = build_model(spec.name, model_config)
     model.load_state_dict(state)

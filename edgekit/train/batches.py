@@ -10,6 +10,7 @@ import itertools
 import os
 
 from edgekit.train.config import TrainConfig
+from edgekit.train.tasks import to_device as move
 
 
 class EpochBatches:
@@ -69,6 +70,5 @@ def eval_batches(dataset, size: int):
 def to_device(batch: dict, device) -> dict:
     if device.type == "cpu":
         return batch  # already there
-    from edgekit.train.tasks import to_device as move
 
     return move(batch, device, non_blocking=device.type == "cuda")

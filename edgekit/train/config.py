@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgekit.core.errors import UsageError
+from edgekit.core.bounds import MAX_RUNS, check_field_types
+from edgekit.core.bounds import check_seed, check_threads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -71,8 +73,6 @@ class TrainConfig:
     cpu_offload: bool = False  # FSDP only: keep parameters and optimizer state in host memory
 
     def __post_init__(self) -> None:
-        from edgekit.core.bounds import MAX_RUNS, check_field_types
-
         check_field_types(self)  # the Python API takes anything: a wrong type is named here, not deep in training
         for name in ("batch_size", "grad_accum", "log_every", "max_nonfinite"):
             value = getattr(self, name)
@@ -87,7 +87,6 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RUNS):
                 raise UsageError(f"{name} must be an integer >= 0 (at most {MAX_RUNS}), got {value!r}")
-        from edgekit.core.bounds import check_seed, check_threads
 
         check_threads(self.threads)
         check_seed(self.seed)

@@ -36,6 +36,10 @@ from edgekit.train.reporting import Meter, Progress, RunLog, profiler
 from edgekit.train.schedule import WarmupCosine, default_warmup
 from edgekit.train.state import RunState, restore, save_best, save_last
 from edgekit.train.tasks import evaluate
+from edgekit.models import build_model
+from edgekit.models import get_spec
+from edgekit.models.registry import check_model_memory
+from edgekit.train.tasks import task_for
 
 def train(config: TrainConfig, out: str | Path, progress: Progress | None = None) -> tuple[Path, Manifest]:
     """Train ``config.model`` on its task's data and leave a checkpoint artifact in ``out``.
@@ -60,10 +64,6 @@ def train(config: TrainConfig, out: str | Path, progress: Progress | None = None
 
 
 def _train(config: TrainConfig, out: Path, progress: Progress | None, rt) -> tuple[Path, Manifest]:
-    from edgekit.models import get_spec
-    from edgekit.train.tasks import task_for
-
-    from edgekit.models.registry import check_model_memory
 
     spec = get_spec(config.model)
     task = task_for(spec)
@@ -123,7 +123,6 @@ def _build_model(run: RunState) -> None:
     """Model (same initial weights on every rank), precision, distributed wrapper, optimizer."""
     import torch
 
-    from edgekit.models import build_model
 
     config, rt = run.config, run.rt
     torch.manual_seed(config.seed)  # same initial weights on every rank

@@ -21,6 +21,9 @@ import time
 import warnings
 from pathlib import Path
 from typing import Callable
+from edgekit.core.errors import InputFileError
+from edgekit.core.fileio import loads_json
+from edgekit.core.fileio import write_text
 
 Progress = Callable[[dict], None]
 METRICS_FILE = "metrics.jsonl"
@@ -54,10 +57,7 @@ class RunLog:
         """On resume: drop records the interrupted run wrote after the state being resumed."""
         if not (self.enabled and self.path.is_file()):
             return
-        from edgekit.core.fileio import write_text
 
-        from edgekit.core.errors import InputFileError
-        from edgekit.core.fileio import loads_json
 
         kept = []
         for line in self.path.read_text(encoding="utf-8").splitlines():

@@ -21,6 +21,7 @@ from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
 from edgekit.train.checkpoint import STATE_FILE, save_train_state
 from edgekit.train.config import RESUME_LOCKED, TrainConfig
 from edgekit.train.reporting import RunLog
+from edgekit.train.limits import DEFAULT_EPOCHS
 
 
 @dataclass
@@ -101,8 +102,6 @@ def save_last(run: RunState) -> None:
 
 def _length(train_config: dict) -> tuple:
     """(epochs, max_steps) as the run uses them: no epochs means 20 unless max_steps sets the length."""
-    from edgekit.train.limits import DEFAULT_EPOCHS
-
     epochs, max_steps = train_config.get("epochs"), train_config.get("max_steps")
     return (epochs if epochs is not None else (None if max_steps is not None else DEFAULT_EPOCHS), max_steps)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgekit.core.errors import UsageError, unknown_name
+from edgekit.data.datasets import load_split
 
 
 @dataclass
@@ -72,7 +73,6 @@ class ClassificationTask:
     def prepare(self, config, model_config: dict) -> TaskData:
         import torch
 
-        from edgekit.data.datasets import load_split
 
         if config.data is not None:
             raise UsageError(

@@ -21,6 +21,7 @@ import math
 
 from edgekit.core.errors import InputFileError
 from edgekit.core.outputs import safe_text
+from edgekit.core.bounds import model_size_problem
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 TOKENIZERS = ("gpt2", "llama")  # byte-level BPE; SentencePiece
@@ -84,8 +85,6 @@ def _float(meta: dict, key: str, where: str, default: float) -> float:
 
 def model_config(gguf) -> tuple[dict, int]:
     """The decoder config (without ``max_len``) and the GGUF's own context length."""
-    from edgekit.core.bounds import model_size_problem
-
     check_supported(gguf)
     where, meta, arch = safe_text(str(gguf.path)), gguf.metadata, gguf.architecture
     p = f"{arch}."

@@ -20,6 +20,7 @@ from typing import Any
 
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.outputs import safe_text
+from edgekit.llm.gguf.arch import model_config
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and is long gone
@@ -263,8 +264,6 @@ def _type_name(type_id: int) -> str:
 def llama_config(gguf: GGUFFile) -> tuple[dict, int]:
     """The decoder config (without ``max_len``) and the GGUF's own context length
     (``edgekit.llm.gguf.arch``: every blocker in one refusal)."""
-    from edgekit.llm.gguf.arch import model_config
-
     return model_config(gguf)
 
 

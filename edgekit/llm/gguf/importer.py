@@ -21,6 +21,17 @@ from edgekit.core.outputs import safe_text
 from edgekit.llm.gguf.arch import model_config, state_key
 from edgekit.llm.gguf.file import GGUFFile, check_context, read_gguf
 from edgekit.llm.gguf.packages import PACKAGED  # gguf:NAME (the ``llm-models`` extra)
+from edgekit.core.artifacts import Manifest, describe_file, finalize
+from edgekit.core.artifacts import load_manifest
+from edgekit.core.device import select_device
+from edgekit.core.fileio import sha256_file, write_text
+from edgekit.core.outputs import commit_dir
+from edgekit.llm.cached import torch_cached
+from edgekit.llm.gguf.tokenizer import build_tokenizer, special_ids
+from edgekit.llm.lm_runtime import llm_text
+from edgekit.models.registry import check_model_memory
+from edgekit.models.registry import get_spec
+from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
 
 PREFIX = "gguf:"
 DEFAULT_CONTEXT = 1024  # the cache an import plans for (the GGUF's own may be 8k+: that much cache costs memory)
@@ -103,8 +114,6 @@ def _short(value) -> str | None:
 def open_gguf(source: str | Path, context: int | None = None) -> OpenedGGUF:
     """Read, validate and size-check a GGUF source; nothing is dequantized yet."""
     from edgekit.llm.models.families import build_decoder
-    from edgekit.models.registry import check_model_memory
-    from edgekit.llm.gguf.tokenizer import build_tokenizer, special_ids
 
     if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
         raise UsageError(f"--context must be a positive number of tokens, got {context!r}")
@@ -166,12 +175,6 @@ def import_gguf(source: str | Path, out: str | Path, context: int | None = None,
     Returns ``(folder, manifest)``. ``out`` is replaced only when it is a checkpoint artifact
     edgekit wrote (else ``force``); it is built under a temporary name and swapped in whole.
     """
-    from edgekit.core.artifacts import Manifest, describe_file, finalize
-    from edgekit.core.fileio import sha256_file, write_text
-    from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
-    from edgekit.models.registry import get_spec
-    from edgekit.core.outputs import commit_dir
-
     opened = open_gguf(source, context)
     try:
         spec = get_spec("llama")
@@ -206,7 +209,6 @@ def import_gguf(source: str | Path, out: str | Path, context: int | None = None,
             manifest = finalize(manifest, work)
     finally:
         opened.gguf.close()
-    from edgekit.core.artifacts import load_manifest
 
     return load_manifest(out, verify=False)
 
@@ -215,8 +217,6 @@ def generate_from_gguf(source: str, context: int | None, device: str, threads: i
     """What ``generate_text`` needs to run a ``gguf:`` source without writing anything: the text
     side (``lm_runtime.LLMText``), a loader of the float model with its cache (built in memory
     from the file), the cache length and the name to show."""
-    from edgekit.llm.lm_runtime import llm_text
-
     opened = open_gguf(source, context)
     where = f"gguf:{opened.gguf.path.name}"
     text_side = llm_text(opened.tokenizer, opened.chat_template, opened.tokenizer_info())
@@ -224,8 +224,6 @@ def generate_from_gguf(source: str, context: int | None, device: str, threads: i
     def open_lm():
         import torch
 
-        from edgekit.llm.cached import torch_cached
-        from edgekit.core.device import select_device
 
         if threads:
             torch.set_num_threads(threads)

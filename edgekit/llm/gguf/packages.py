@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.cache import entry_dir
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,6 @@ def _sha256(path: Path) -> str:
 
 
 def _joined(name: str, entry: Packaged, chunks: list[Path]) -> Path:
-    from edgekit.core.cache import entry_dir
-
     folder = entry_dir("models", name)
     target = folder / entry.file
     if target.is_file() and not target.is_symlink() and _sha256(target) == entry.sha256:

@@ -18,14 +18,13 @@ from pathlib import Path
 from edgekit.core.errors import EdgekitError
 from edgekit.core.fileio import sha256_file, write_json
 from edgekit.quantize.calibration.calibrators import TensorRange
+from edgekit.core.cache import cache_root
 
 CACHE_SCHEMA = "edgekit.calibration-cache"
 CACHE_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    from edgekit.core.cache import cache_root
-
     return cache_root() / "calibration"
 
 

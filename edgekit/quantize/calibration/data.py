@@ -39,6 +39,9 @@ import numpy as np
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.limits import calibration_files
+from edgekit.quantize.calibration.images import IMAGE_SUFFIXES, image_files, is_image, scan_images
+from edgekit.quantize.calibration.text import is_text
 
 SUFFIXES = (".npy", ".npz")
 
@@ -145,9 +148,6 @@ def _initial_state(block, spec: InputSpec, axis: int, batch: int, path: Path) ->
 
 def calibration_kind(path: Path) -> str:
     """``arrays`` | ``images`` | ``text``: what ``path`` holds (nothing is decoded)."""
-    from edgekit.quantize.calibration.images import IMAGE_SUFFIXES, image_files, is_image, scan_images
-    from edgekit.quantize.calibration.text import is_text
-
     if path.is_file():
         if path.suffix in SUFFIXES:
             return "arrays"
@@ -159,7 +159,6 @@ def calibration_kind(path: Path) -> str:
                              f"or an image ({', '.join(IMAGE_SUFFIXES)})")
     if not path.is_dir():
         raise InputFileError(f"calibration data not found: {path}")
-    from edgekit.core.limits import calibration_files
 
     if calibration_files(path, SUFFIXES):
         return "arrays"

@@ -37,6 +37,7 @@ import numpy as np
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import InputFileError, UsageError, first_line
+from edgekit.core.limits import MAX_CALIB_FILES
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 MAX_PIXELS = 64_000_000  # per image, before it is decoded (a decompression bomb is refused)
@@ -407,7 +408,6 @@ def scan_images(root: Path) -> tuple[tuple[Path, ...], Path | None]:
     """(every image under ``root`` in sorted order, the first other file) (hidden entries skipped)."""
     if root.is_file():
         return ((root,), None) if is_image(root) else ((), root)
-    from edgekit.core.limits import MAX_CALIB_FILES
 
     found: list[Path] = []
     foreign = None

@@ -17,6 +17,9 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from edgekit.quantize.calibration.calibrators import Calibrator, TensorRange
+from edgekit.core import onnx_files
+from edgekit.core.errors import InputFileError
+from edgekit.core.errors import InputFileError, UsageError
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,6 @@ def unoptimised_session(model, threads: int | None = None):
     tensor it names (the extra outputs a calibration or error report adds) is still there."""
     import onnxruntime as ort
 
-    from edgekit.core import onnx_files
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -90,9 +92,6 @@ def collect_ranges(
     ``streams``: (state input, output) pairs: a batch that lacks a state input gets the output the
     previous call returned (the batches of one stream come in order; a stream starts with its state).
     ``axes``: each input's sample axis where not 0 (samples are counted along it)."""
-    from edgekit.core import onnx_files
-    from edgekit.core.errors import InputFileError, UsageError
-
     model = onnx_files.load(model_path, load_data=False)  # shape inference cannot take a > 2 GB message
     tensors = calibration_tensors(model)
     onnx_files.attach_data(model, model_path)
@@ -152,8 +151,6 @@ class PaddingCheck:
                 self.nonzero[name] = self.nonzero.get(name, False) or bool(value.any())
 
     def check(self) -> None:
-        from edgekit.core.errors import InputFileError
-
         if not self.nonzero:
             return
         masks = [n for n in self.nonzero if "mask" in n.lower()]

@@ -27,6 +27,8 @@ import numpy as np
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import InputFileError, UsageError, first_line
+from edgekit.core.fileio import read_json
+from edgekit.core.limits import MAX_CALIB_LINES
 
 TEXT_SUFFIXES = (".txt",)
 MAX_LINE_BYTES = 1 << 20
@@ -106,8 +108,6 @@ def load_tokenizer(path: Path) -> TextTokenizer:
 
 
 def _tokenizer_config(folder: Path) -> dict:
-    from edgekit.core.fileio import read_json
-
     path = folder / "tokenizer_config.json"
     if not path.is_file():
         return {}
@@ -259,7 +259,6 @@ def open_text(path: Path, specs: tuple[InputSpec, ...], tokenizer: Path | None, 
     tok = load_tokenizer(tokenizer)
     length = lengths.pop() if lengths else None
     cap = min(x for x in (tok.max_length or DEFAULT_MAX_LENGTH, DEFAULT_MAX_LENGTH, max_length or math.inf))
-    from edgekit.core.limits import MAX_CALIB_LINES
 
     enough = None if max_samples is None else max([max_samples, *batches])  # a fixed batch needs that many lines
     samples = 0

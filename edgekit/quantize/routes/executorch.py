@@ -12,6 +12,9 @@ from edgekit.quantize.layers import excluded, torch_module_layers
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import layer_lister, route
+from edgekit.formats import executorch
+from edgekit.quantize.toolkits import pt2e_backend
+from edgekit.quantize.toolkits.qat import train_fake_quant
 
 FILE = FORMAT.files.file_name
 
@@ -22,8 +25,6 @@ def _per_channel(job, config) -> bool:
 
 
 def _write(job, graph, details: dict) -> list[Produced]:
-    from edgekit.formats import executorch
-
     path = job.dest / FILE
     program = executorch.export_program(graph, job.example_inputs(), job.source.inputs)
     details = {**details, "variant": f"int8-{details['method']}-executorch", "delegate": "xnnpack",
@@ -34,8 +35,6 @@ def _write(job, graph, details: dict) -> list[Produced]:
 
 
 def _details(job, config, method: str, exclude, dynamic: bool = False) -> dict:
-    from edgekit.quantize.toolkits import pt2e_backend
-
     details = {"method": method, "backend": "torchao PT2E + XNNPACKQuantizer",
                **pt2e_backend.describe(_per_channel(job, config), dynamic)}
     if exclude:
@@ -48,8 +47,6 @@ layers = layer_lister(FORMAT.name)(torch_module_layers)
 
 @route(DynamicConfig, FORMAT.name)
 def dynamic(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import pt2e_backend
-
     exclude = excluded(job, config, "torch")
     q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), dynamic=True, exclude=exclude)
     graph, _ = pt2e_backend.calibrated(job.float_model(), job.example_inputs(), job.source.inputs,
@@ -59,8 +56,6 @@ def dynamic(job, config) -> list[Produced]:
 
 @route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import pt2e_backend
-
     exclude = excluded(job, config, "torch")
     calib = job.calibration(config)
     job.note_calibration(config, calib)
@@ -78,9 +73,6 @@ def static(job, config) -> list[Produced]:
 
 @route(QatConfig, FORMAT.name)
 def qat(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import pt2e_backend
-    from edgekit.quantize.toolkits.qat import train_fake_quant
-
     q = pt2e_backend.quantizer(per_channel=_per_channel(job, config), qat=True)
     prepared = pt2e_backend.prepare_qat(job.float_model(), job.example_inputs(), job.source.inputs, q)
     with pt2e_backend.quiet():

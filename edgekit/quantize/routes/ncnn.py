@@ -10,16 +10,15 @@ from edgekit.formats.ncnn import FORMAT
 from edgekit.quantize.methods import StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import route
+from edgekit.core.errors import UsageError
+from edgekit.formats import ncnn
+from edgekit.quantize.toolkits import ncnn_int8
 
 FILE = FORMAT.files.file_name
 
 
 @route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.core.errors import UsageError
-    from edgekit.formats import ncnn
-    from edgekit.quantize.toolkits import ncnn_int8
-
     if config.exclude:
         raise UsageError("--format ncnn keeps no layer in float: --exclude and --max-drop take torch or ONNX "
                          "layer names (use --format onnx)")

@@ -7,6 +7,10 @@ from edgekit.quantize.layers import excluded
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import layer_lister, route
+from edgekit.core.errors import UsageError
+from edgekit.formats.onnx_export import export_onnx
+from edgekit.quantize.toolkits import torch_backend
+from edgekit.quantize.toolkits.qat import fine_tuned
 
 FILE = FORMAT.files.file_name
 
@@ -15,7 +19,6 @@ def _check_quantizable(job, kept_by_rule) -> None:
     """UsageError when the model has no layer with a constant weight to quantize besides those kept
     float by rule (thin stems, small lookups; a user's or the budget's --exclude do not count):
     the result would be the float model under an int8 label."""
-    from edgekit.core.errors import UsageError
     from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
     nodes = ort_backend.weighted_nodes(onnx_graphs.prepared_onnx(job))
@@ -29,7 +32,6 @@ def _check_quantizable(job, kept_by_rule) -> None:
 def _check_changed(job, method: str) -> None:
     """UsageError when ONNX Runtime's quantizer quantized nothing (weights it does not reach, such as
     an ``If`` branch's under static QDQ): the file would be the float model under an int8 label."""
-    from edgekit.core.errors import UsageError
     from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
     if ort_backend.int8_nodes(job.dest / FILE):
@@ -113,10 +115,7 @@ def static(job, config) -> list[Produced]:
 @route(QatConfig, FORMAT.name)
 def qat(job, config) -> list[Produced]:
     """The fake-quant network QAT trained, exported as QDQ with its weights folded to int8."""
-    from edgekit.formats.onnx_export import export_onnx
-    from edgekit.quantize.toolkits import torch_backend
     from edgekit.quantize.toolkits.onnx_qdq import fold_weight_quantizers
-    from edgekit.quantize.toolkits.qat import fine_tuned
 
     prepared, qat_info = fine_tuned(job, config)
     fake = torch_backend.export_ready_fake_quant(prepared)

@@ -12,6 +12,8 @@ from edgekit.formats.tflite import FORMAT
 from edgekit.quantize.methods import DynamicConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import route
+from edgekit.core.errors import UsageError
+from edgekit.formats import tflite
 
 FILE = FORMAT.files.file_name
 
@@ -20,8 +22,6 @@ def _prepared(job, config, dynamic: bool):
     import torch
     from torchao.quantization.pt2e import quantize_pt2e
 
-    from edgekit.core.errors import UsageError
-    from edgekit.formats import tflite
 
     if config.exclude:
         raise UsageError("--format tflite keeps no layer in float: --exclude and --max-drop take torch or ONNX layer "
@@ -39,7 +39,6 @@ def _prepared(job, config, dynamic: bool):
 def _write(job, graph, quantizer, details: dict) -> list[Produced]:
     from torchao.quantization.pt2e import quantize_pt2e
 
-    from edgekit.formats import tflite
 
     with tflite.quiet():
         from litert_torch.quantize import quant_config
@@ -75,7 +74,6 @@ def static(job, config) -> list[Produced]:
 def dynamic(job, config) -> list[Produced]:
     import torch
 
-    from edgekit.formats import tflite
 
     graph, quantizer, per_channel = _prepared(job, config, dynamic=True)
     with torch.no_grad():

@@ -14,15 +14,17 @@ from edgekit.quantize.layers import excluded, torch_module_layers
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import layer_lister, route
+from edgekit.core.errors import UsageError
+from edgekit.formats import torchscript_backend
+from edgekit.quantize.toolkits import torch_backend
+from edgekit.quantize.toolkits.qat import fine_tuned
+from edgekit.quantize.toolkits.torch_backend import quantized_engine
 
 FILE = FORMAT.files.file_name
 
 
 def _save(job, module, engine: str) -> Path:
     """The int8 module traced under its quantized engine and saved as the job's ``FILE``, with provenance."""
-    from edgekit.formats import torchscript_backend
-    from edgekit.quantize.toolkits.torch_backend import quantized_engine
-
     path = job.dest / FILE
     with quantized_engine(engine):
         traced = torchscript_backend.trace(module, job.example_inputs())
@@ -35,8 +37,6 @@ def _check_changed(job, traced) -> None:
     """UsageError when the traced int8 module runs no quantized op: torch.ao found nothing it
     quantizes (a ScriptModule's layers are not nn.Linear to it), and the file would be the float
     model under an int8 label."""
-    from edgekit.core.errors import UsageError
-
     def kinds(block):
         for node in block.nodes():
             yield node.kind()
@@ -57,8 +57,6 @@ layers = layer_lister(FORMAT.name)(torch_module_layers)
 
 @route(DynamicConfig, FORMAT.name)
 def dynamic(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import torch_backend
-
     exclude = excluded(job, config, "torch")
     engine = job.target.quantized_engine
     qmodel = torch_backend.dynamic_int8(job.float_model(), engine, exclude=exclude)
@@ -71,8 +69,6 @@ def dynamic(job, config) -> list[Produced]:
 
 @route(StaticConfig, FORMAT.name)
 def static(job, config) -> list[Produced]:
-    from edgekit.quantize.toolkits import torch_backend
-
     exclude = excluded(job, config, "torch")
     engine = job.target.quantized_engine
     calib = job.calibration(config)
@@ -94,8 +90,6 @@ def static(job, config) -> list[Produced]:
 def qat(job, config) -> list[Produced]:
     import copy
 
-    from edgekit.quantize.toolkits import torch_backend
-    from edgekit.quantize.toolkits.qat import fine_tuned
 
     prepared, qat_info = fine_tuned(job, config)
     engine = job.target.quantized_engine

@@ -15,6 +15,11 @@ import numpy as np
 
 from edgekit.core.errors import ParityError
 from edgekit.formats.parity import INT8_MIN_COSINE
+from edgekit.fidelity.evaluation import onnx_predictor, torch_predictor
+from edgekit.formats.parity import predictor_for
+from edgekit.formats.reference import SEED, fixed_inputs
+from edgekit.formats.reference import write_predicted_reference
+from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,6 @@ def real_positions(inputs: dict, shape: tuple) -> np.ndarray | None:
 
 
 def predictor(path: Path, fmt: str, details: dict | None = None):
-    from edgekit.formats.parity import predictor_for
-
     return predictor_for(path, fmt, details)
 
 
@@ -102,9 +105,6 @@ def check(source, predict, cases: dict, label: str) -> dict:
 
 def float_predictor(job):
     """The float model as a numpy predictor (torch when there is one, else the float ONNX file)."""
-    from edgekit.fidelity.evaluation import onnx_predictor, torch_predictor
-    from edgekit.quantize.toolkits.onnx_graphs import float_onnx
-
     if job.source.has_torch:
         return torch_predictor(job.float_model())
     return onnx_predictor(float_onnx(job))
@@ -113,8 +113,6 @@ def float_predictor(job):
 def reference_inputs(specs, batch: int, task: dict, input_ranges: dict | None = None) -> dict[str, np.ndarray]:
     """``fixed_inputs``, except that float inputs of unlabelled models are drawn (seeded) inside the
     range calibration observed for them, so fidelity is measured where the model is used."""
-    from edgekit.formats.reference import SEED, fixed_inputs
-
     inputs = fixed_inputs(specs, batch, task)
     rng = np.random.default_rng(SEED + 100 + batch)
     for spec in specs:
@@ -130,7 +128,5 @@ def write_reference(path: Path, predict, specs, task: dict, input_ranges: dict |
 
     ``feed(batch)``, when given, makes the inputs (a source that knows its input format, e.g.
     right-padded token rows for a transformers encoder)."""
-    from edgekit.formats.reference import write_predicted_reference
-
     write_predicted_reference(path, predict, specs, task,
                               feed=feed or (lambda batch: reference_inputs(specs, batch, task, input_ranges)))

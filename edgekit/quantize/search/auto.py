@@ -29,6 +29,13 @@ from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, stamp, write_reference,
 )
 from edgekit.core.targets import Target, load_target
+from edgekit.core import onnx_files
+from edgekit.core.artifacts import describe_file
+from edgekit.data.calibsets import default_calibration
+from edgekit.formats.request import FloatExport
+from edgekit.quantize.registry import calibrated, get_method, make_config
+from edgekit.quantize.registry import make_config
+from edgekit.sources.onnx_exporter import preferred_exporter
 
 
 @dataclass
@@ -128,9 +135,7 @@ def quantize_auto(
     back, for calibration too) and ``sample_axes`` (``INPUT=AXIS``) as ``quantize`` takes them;
     ``require_eval_data``: refuse synthetic inputs."""
     from edgekit.bench.api import bench
-    from edgekit.data.calibsets import default_calibration
     from edgekit.quantize.job import calibration_reading
-    from edgekit.quantize.registry import calibrated, get_method, make_config
     from edgekit.quantize.toolkits import onnx_graphs
 
     src = resolve(source, source_options)
@@ -310,7 +315,6 @@ def _evaluation(src, calib, formats, reading: dict, options: dict):
     held-out part of it the static recipes do not calibrate on), or as ``--method dynamic`` without one."""
     from edgekit.fidelity.options import plan, pop_evaluation
     from edgekit.quantize.job import calibration_reading, open_source_calibration
-    from edgekit.quantize.registry import make_config
 
     settings = pop_evaluation(True, {**options, **reading})  # --eval-data is read as --calib is
     config = make_config("static", calib=calib, formats=formats, **reading) if calib is not None else \
@@ -349,12 +353,7 @@ def _shapes(path) -> dict:
 
 def _float_files(job, specs: dict) -> list[tuple[str, Path]]:
     """The float model in each format of ``specs`` (name -> entry), each in a folder with a manifest, for the latency baseline."""
-    from edgekit.core import onnx_files
-    from edgekit.core.artifacts import describe_file
-
-    from edgekit.formats.request import FloatExport
     from edgekit.quantize.toolkits import onnx_graphs
-    from edgekit.sources.onnx_exporter import preferred_exporter
 
     out = []
     for fmt, entry in specs.items():

@@ -20,6 +20,12 @@ from edgekit.core.errors import GateFailed
 from edgekit.quantize.search import accuracy
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.progress import report as report_progress
+from edgekit.core.artifacts import describe_file
+from edgekit.core.errors import EdgekitError
+from edgekit.data.datasets import load_split
+from edgekit.fidelity.evaluation import task_accuracy
+from edgekit.quantize.registry import layers_for
+from edgekit.quantize.steps import stamp
 
 
 @dataclass
@@ -72,8 +78,6 @@ class AccuracyBudgetError(GateFailed):
 
 def candidate_layers(job, config, fmt: str) -> list[tuple[str, str]]:
     """(layer, op) of every weighted layer the sensitivity search may keep in float: the format's own list."""
-    from edgekit.quantize.registry import layers_for
-
     return layers_for(fmt)(job, config)
 
 
@@ -149,8 +153,6 @@ def _search_reference(job, source, cases):
     """(split, float metric on it, inputs, float outputs) for the sensitivity ranking."""
     if not source.labelled:
         return "test", None, None, None
-    from edgekit.data.datasets import load_split
-    from edgekit.fidelity.evaluation import task_accuracy
 
     float_predict = accuracy.float_predictor(job)
     for split in ("val", "test"):
@@ -173,10 +175,7 @@ def _sqnr(reference, got) -> float:
 
 def _latency(job, int8_path: Path, final_path: Path, fmt: str) -> dict:
     """p50 (ms) of the fully quantized and the final file, interleaved on this host."""
-    from edgekit.core.artifacts import describe_file
     from edgekit.bench.api import bench
-    from edgekit.core.errors import EdgekitError
-    from edgekit.quantize.steps import stamp
 
     copies = []
     for label, path in (("int8", int8_path), ("final", final_path)):

@@ -28,6 +28,9 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from edgekit.quantize.calibration.calibrators import TensorRange
+from edgekit.core import onnx_files
+from edgekit.core.errors import InputFileError
+from edgekit.quantize.calibration.onnx_ranges import unoptimised_session
 
 OUTLIER_FACTOR = 8.0
 WEIGHT_OPS = {"MatMul": 1, "Gemm": 1, "Conv": 0, "ConvTranspose": 1}  # op -> output-channel axis of the weight
@@ -116,7 +119,6 @@ def augmented_session(model, names: list[str], threads: int | None):
     every tensor is still there)."""
     import onnx
 
-    from edgekit.quantize.calibration.onnx_ranges import unoptimised_session
 
     present = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
     outputs = {o.name for o in model.graph.output}
@@ -137,9 +139,6 @@ def tensor_report(
 ) -> list[TensorError]:
     """Every quantized tensor's error, worst (lowest SQNR) first. ``ranges``: the calibrated ranges of
     a static model (absent ones, and dynamic models, use each batch's own min/max)."""
-    from edgekit.core import onnx_files
-    from edgekit.core.errors import InputFileError
-
     float_model = onnx_files.load(float_path)
     quantized = onnx_files.load(quantized_path)
     names, mode = quantized_inputs(quantized)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable, Sequence
+from edgekit.estimate.on_target import Counter, Unavailable, counted_formats, no_emulation
 
 
 def decide_on_target(timed: Sequence, floats: Sequence[tuple[str, Path]], target, budget: float, *,
@@ -18,8 +19,6 @@ def decide_on_target(timed: Sequence, floats: Sequence[tuple[str, Path]], target
     """Set ``target`` (the cost's dict) on each counted candidate and re-mark ``slower_than_float`` and
     ``meets_budget`` on it. Returns ``{"basis": label}`` when the target's costs decided, ``{"not_counted":
     reason}`` when the host's timings did for that reason, None when no candidate is of a counted format."""
-    from edgekit.estimate.on_target import Counter, Unavailable, counted_formats, no_emulation
-
     floats_by_format = {fmt: path for fmt, path in floats if fmt in counted_formats()}
     counted = [c for c in timed if c.format in floats_by_format]
     if not counted:

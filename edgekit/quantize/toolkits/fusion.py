@@ -18,13 +18,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from edgekit.core import onnx_files
+from edgekit.core.errors import EdgekitError
+from edgekit.core.errors import unknown_name
 
 FUSIONS = ("runtime", "no-skip-ln", "transformer")
 
 
 def check_fusion(name: str) -> None:
-    from edgekit.core.errors import unknown_name
-
     if name not in FUSIONS:
         raise unknown_name("fusion", name, FUSIONS)
 
@@ -50,8 +51,6 @@ def transformer_optimize(src: Path, dst: Path) -> dict:
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
-    from edgekit.core import onnx_files
-    from edgekit.core.errors import EdgekitError
     from edgekit.quantize.toolkits.ort_backend import quiet
 
     options = FusionOptions("bert")
@@ -103,8 +102,6 @@ def apply_fusion(src: Path, dst: Path, fusion: str, exported: Path | None = None
     ``exported``: the model as exported, before ORT's pre-processing; the transformer optimizer
     starts from it (its Attention and EmbedLayerNormalization patterns match the exporter's graph,
     not the pre-processed one: measured on all-MiniLM-L6-v2, 6 Attention fusions vs none)."""
-    from edgekit.core import onnx_files
-
     check_fusion(fusion)
     if fusion == "runtime":
         return src, {"fusion": "runtime"}

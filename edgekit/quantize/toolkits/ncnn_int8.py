@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.fileio import atomic_path
 
 QUANTIZED = {"Convolution": 2, "ConvolutionDepthWise": 1, "InnerProduct": 2}  # type -> int8_scale_term
 # type -> the param keys of (bias_term, weight_data_size); num_output is 0, int8_scale_term 8 in all three
@@ -146,8 +147,6 @@ def _quantize_layer(layer: Layer, input_max: float) -> bytes:
 def quantize(param: Path, out: Path, feeds, input_names: list[str]) -> dict:
     """``out`` (and its ``.bin``): ``param``'s model with every Convolution, ConvolutionDepthWise and
     InnerProduct in int8, scaled on ``feeds`` (dicts of input batches by name). Returns its details."""
-    from edgekit.core.fileio import atomic_path
-
     header, layers = read(param)
     maxima, samples = input_maxima(param, feeds, input_names, layers)
     if samples == 0:

@@ -11,6 +11,15 @@ from pathlib import Path
 
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.quantize.calibration.cache import files_fingerprint
+from edgekit.core.fileio import sha256_file
+from edgekit.formats.onnx_export import export_onnx
+from edgekit.quantize.calibration import cache as calib_cache
+from edgekit.quantize.calibration.calibrators import describe, make_calibration, make_calibrator
+from edgekit.quantize.calibration.onnx_ranges import collect_ranges
+from edgekit.quantize.job import file_names
+from edgekit.quantize.toolkits.fusion import apply_fusion
+from edgekit.quantize.toolkits.recipes import onnx_recipe
+from edgekit.sources.onnx_exporter import preferred_exporter
 
 # job.memo keys (the memo is shared with other toolkits: each key names its owner)
 _FLOAT = ("onnx-graphs", "float")
@@ -27,9 +36,6 @@ def float_onnx(job) -> Path:
 
 
 def _export(job) -> Path:
-    from edgekit.formats.onnx_export import export_onnx
-    from edgekit.sources.onnx_exporter import preferred_exporter
-
     path = job.scratch / "float.onnx"
     try:
         done = export_onnx(
@@ -63,8 +69,6 @@ def prepared_onnx(job) -> Path:
 
 def fused_onnx(job, fusion: str) -> tuple[Path, dict]:
     """The prepared model in a fusion layout (``quantize/toolkits/fusion.py``), built once per layout."""
-    from edgekit.quantize.toolkits.fusion import apply_fusion
-
     fused = job.memo.setdefault(_FUSED, {})
     if fusion not in fused:
         fused[fusion] = apply_fusion(prepared_onnx(job), job.scratch / f"graph-{fusion}.onnx", fusion, float_onnx(job))
@@ -73,8 +77,6 @@ def fused_onnx(job, fusion: str) -> tuple[Path, dict]:
 
 def recipe(job, config):
     """The target's ORT recipe with ``config``'s overrides; its warnings join the job's."""
-    from edgekit.quantize.toolkits.recipes import onnx_recipe
-
     found = onnx_recipe(
         job.target,
         activation_type=getattr(config, "activation_type", None),
@@ -90,12 +92,6 @@ def recipe(job, config):
 
 def activation_ranges(job, config) -> dict:
     """Per-tensor ranges of the prepared ONNX model, from the calibration cache or a pass."""
-    from edgekit.core.fileio import sha256_file
-    from edgekit.quantize.calibration import cache as calib_cache
-    from edgekit.quantize.calibration.calibrators import describe, make_calibration, make_calibrator
-    from edgekit.quantize.calibration.onnx_ranges import collect_ranges
-    from edgekit.quantize.job import file_names
-
     settings = make_calibration(config.calibrate_method, **config.calibration_settings())
     memo = (config.calibrate_method, repr(settings), str(config.calib), config.calib_batch_size, config.calib_max_samples)
     if memo in job.calibrated_ranges:

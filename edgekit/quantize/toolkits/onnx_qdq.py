@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from edgekit.core import onnx_files
 
 
 def fold_weight_quantizers(path: Path, out: Path) -> int:
@@ -16,7 +17,6 @@ def fold_weight_quantizers(path: Path, out: Path) -> int:
     """
     from onnx import numpy_helper
 
-    from edgekit.core import onnx_files
 
     model = onnx_files.load(path)
     graph = model.graph

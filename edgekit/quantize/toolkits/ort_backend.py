@@ -22,6 +22,10 @@ from edgekit.core import onnx_files
 from edgekit.core.fileio import working_dir
 from edgekit.quantize.calibration.calibrators import TensorRange
 from edgekit.quantize.toolkits.recipes import OnnxRecipe
+from edgekit.core.errors import EdgekitError
+from edgekit.quantize.toolkits.onnx_subgraphs import has_subgraphs
+from edgekit.quantize.toolkits.onnx_subgraphs import lift_constants
+from edgekit.quantize.toolkits.onnx_subgraphs import walk
 
 # Ops whose weights ORT quantizes: the layers a sensitivity analysis can keep in float.
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "Gather", "Attention")
@@ -87,7 +91,6 @@ def preprocess(float_path: Path, out_path: Path, notes: list[str] | None = None)
             node.name = name
             used.add(name)
             changed = True
-    from edgekit.quantize.toolkits.onnx_subgraphs import lift_constants
 
     if lift_constants(model):  # a branch's weights as initializers: the quantizer reaches only those
         changed = True
@@ -162,8 +165,6 @@ def _converted(model, opset: int):
 def weighted_nodes(model_path: Path) -> list[tuple[str, str]]:
     """(node name, op type) of the nodes with a constant weight input, in graph order, those inside
     ``If``/``Loop`` subgraphs included (``onnx_subgraphs``)."""
-    from edgekit.quantize.toolkits.onnx_subgraphs import walk
-
     model = onnx_files.load(model_path, load_data=False)
     return [(node.name, node.op_type) for node, consts in walk(model.graph)
             if node.op_type in WEIGHTED_OPS and any(name in consts for name in node.input[:2])]
@@ -177,8 +178,6 @@ INT8_OPS = ("DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulI
 
 def int8_nodes(model_path: Path) -> int:
     """How many nodes of the model (subgraphs included) are quantized ops or (de)quantizers."""
-    from edgekit.quantize.toolkits.onnx_subgraphs import walk
-
     model = onnx_files.load(model_path, load_data=False)
     return sum(node.op_type in INT8_OPS or node.op_type.startswith("Q") for node, _ in walk(model.graph))
 
@@ -245,7 +244,6 @@ def dynamic_int8(prepared: Path, out_path: Path, recipe: OnnxRecipe, nodes_to_ex
                  extra: dict | None = None) -> dict:
     from onnxruntime.quantization import quantize_dynamic
 
-    from edgekit.quantize.toolkits.onnx_subgraphs import has_subgraphs
 
     if has_subgraphs(onnx_files.load(prepared, load_data=False)):  # weights inside If/Loop branches
         extra = {"EnableSubgraph": True, **(extra or {})}
@@ -284,7 +282,6 @@ def static_int8_qdq(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
-    from edgekit.core.errors import EdgekitError
 
     if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
         import onnxruntime

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import warnings
 from typing import Iterable, Iterator
+from edgekit.formats.executorch import export_program
+from edgekit.formats.executorch import quiet_imports
+from edgekit.quantize.toolkits.qat import FakeQuantHooks
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    from edgekit.formats.executorch import quiet_imports
-
     quiet_imports()
     with warnings.catch_warnings():
         for category in (DeprecationWarning, FutureWarning, UserWarning):
@@ -26,8 +27,6 @@ def quiet() -> Iterator[None]:
 def quantizer(*, per_channel: bool, dynamic: bool = False, qat: bool = False, exclude: Iterable[str] = ()):
     """XNNPACK's symmetric int8 recipe: weights int8 [-127, 127] (per output channel by default),
     activations int8 per tensor (calibrated, or measured at run time when ``dynamic``)."""
-    from edgekit.formats.executorch import quiet_imports
-
     quiet_imports()
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
@@ -117,8 +116,6 @@ def _annotate_conv_clamp(gm, config, filter_fn=None) -> None:
 
 def capture(model, examples: tuple, inputs):
     """The model as a ``torch.export`` graph module (what PT2E prepares)."""
-    from edgekit.formats.executorch import export_program
-
     return export_program(model, examples, inputs).module()
 
 
@@ -149,7 +146,6 @@ def qat_hooks():
     """How the shared QAT loop drives a PT2E graph (train/eval swap ops like BN and dropout)."""
     from torchao.quantization.pt2e import disable_observer, move_exported_model_to_eval, move_exported_model_to_train
 
-    from edgekit.quantize.toolkits.qat import FakeQuantHooks
 
     return FakeQuantHooks(train_mode=move_exported_model_to_train, eval_mode=move_exported_model_to_eval,
                           freeze_observers=lambda model: model.apply(disable_observer),

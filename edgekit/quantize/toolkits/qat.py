@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from edgekit.quantize.progress import report
+from edgekit.data.datasets import load_split
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,6 @@ def train_fake_quant(job, config, prepared, hooks: FakeQuantHooks) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from edgekit.data.datasets import load_split
 
     data = load_split(job.source.task["dataset"], "train")  # never the held-out split
     x_all, y_all = torch.from_numpy(data.inputs), torch.from_numpy(data.labels)

@@ -22,6 +22,12 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from edgekit.quantize.search.report import OUTLIER_FACTOR
+from edgekit.core import onnx_files
+from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
+from edgekit.quantize.calibration.onnx_ranges import collect_ranges
+from edgekit.quantize.search.accuracy import real_positions
+from edgekit.quantize.search.report import augmented_session
+from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
 ALPHAS = (0.5, 0.65, 0.8, 0.9)
 
@@ -40,9 +46,6 @@ def smoothable(model) -> dict[str, list]:
 def channel_absmax(model_path: Path, batches: Iterable[Mapping[str, np.ndarray]], names: list[str],
                    threads: int | None = None) -> dict[str, np.ndarray]:
     """Running per-channel (last axis) abs-max of ``names`` over the batches."""
-    from edgekit.core import onnx_files
-    from edgekit.quantize.search.report import augmented_session
-
     session, names = augmented_session(onnx_files.load(model_path), names, threads)
     feeds = {i.name for i in session.get_inputs()}
     maxima: dict[str, np.ndarray] = {}
@@ -68,7 +71,6 @@ def smooth(src: Path, dst: Path, maxima: Mapping[str, np.ndarray], alpha: float)
     import onnx
     from onnx import numpy_helper
 
-    from edgekit.core import onnx_files
 
     model = onnx_files.load(src)
     inits = {i.name: i for i in model.graph.initializer}
@@ -118,7 +120,6 @@ def _fidelity(float_path: Path, int8_path: Path, batches: list) -> float:
     """Mean over batches of the output cosine (real token positions only, see accuracy.py)."""
     import onnxruntime as ort
 
-    from edgekit.quantize.search.accuracy import real_positions
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -141,10 +142,6 @@ def search(job, config, graph: Path, recipe, exclude, extra: dict | None, out: P
     model is closest to the float one on the calibration data; write that model to ``out``."""
     import shutil
 
-    from edgekit.core import onnx_files
-    from edgekit.quantize.toolkits import onnx_graphs, ort_backend
-    from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
-    from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 
     calib = job.calibration(config)
     model = onnx_files.load(graph, load_data=False)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import warnings
 from typing import Iterable, Iterator
+from edgekit.core.errors import UsageError
+from edgekit.quantize.toolkits.conv_bn_fold import fold_functional_conv_bn
 
 
 @contextlib.contextmanager
@@ -60,8 +62,6 @@ def weighted_layers(model, dynamic: bool = False) -> list[tuple[str, str]]:
 
 
 def _check_layers(model, exclude) -> None:
-    from edgekit.core.errors import UsageError
-
     names = {name for name, _ in model.named_modules()}
     unknown = sorted(set(exclude) - names)
     if unknown:
@@ -226,8 +226,6 @@ def absorb_clamps(prepared) -> int:
 
 
 def _fx(prepare, model, mapping, example_inputs):
-    from edgekit.core.errors import UsageError
-
     try:
         return prepare(model, mapping, example_inputs)
     except Exception as exc:  # symbolic tracing raises TraceError, TypeError, NotImplementedError...
@@ -251,7 +249,6 @@ def prepare_qat(model, example_inputs: tuple, engine: str, per_channel: bool | N
     import torch
     from torch.ao.quantization.quantize_fx import fuse_fx, prepare_qat_fx
 
-    from edgekit.quantize.toolkits.conv_bn_fold import fold_functional_conv_bn
 
     with quiet(), quantized_engine(engine):
         try:
@@ -268,8 +265,6 @@ def prepare_qat(model, example_inputs: tuple, engine: str, per_channel: bool | N
 
 
 def _untraceable(exc, first):
-    from edgekit.core.errors import UsageError
-
     return UsageError(f"torch.ao FX cannot trace this model for QAT ({type(exc).__name__}: {first[:160]})")
 
 
