@@ -150,7 +150,9 @@ def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int
 
 def parse_log(text: str, tag: str) -> dict:
     """The plugin's one line for ``tag``: ``edgekit-icount TAG total=N simd_fp=N ... windows=K bad_marks=K
-    before=N w_total=N w_simd_fp=N ...``: the whole run's counts, and the marked window's under ``window``."""
+    before=N w_total=N w_simd_fp=N ... [p_windows=K p_bad_marks=K p_total=N ...]``: the whole run's counts,
+    the marked window's under ``window``, and the prompt's windows (a language model's prefill) under
+    ``prefill`` (with its own ``windows`` and ``bad_marks``; zeros from a plugin before them)."""
     lines = [line for line in text.splitlines() if line.startswith(f"edgekit-icount {tag} ")]
     if len(lines) != 1:
         raise EmulationError(f"the counting plugin reported {len(lines)} results (expected one)")
@@ -159,12 +161,13 @@ def parse_log(text: str, tag: str) -> dict:
         counts: dict = {name: int(fields[name]) for name in ("total", *CLASSES)}
         window = {name: int(fields[f"w_{name}"]) for name in ("total", *CLASSES)}
         marks = {name: int(fields[name]) for name in ("windows", "bad_marks", "before")}
+        prefill = {name: int(fields.get(f"p_{name}", 0)) for name in ("windows", "bad_marks", "total", *CLASSES)}
     except (KeyError, ValueError):
         raise EmulationError(f"the counting plugin's line is malformed: {lines[0][:200]}") from None
-    for part in (counts, window):
+    for part in (counts, window, prefill):
         if sum(part[name] for name in CLASSES) != part["total"]:
             raise EmulationError("the counting plugin's classes do not add up to its total")
-    return {**counts, **marks, "window": window}
+    return {**counts, **marks, "window": window, "prefill": prefill}
 
 
 def _bench_document(stdout: str, timed: int) -> dict:

@@ -168,11 +168,14 @@ int generate_command(const std::vector<std::string>& argv) {
   };
 
   int64_t t0 = now_ns();
+  count_mark(CountMark::kPrefillBegin);
   int64_t next = feed_prompt(-1).best;
+  count_mark(CountMark::kPrefillEnd);
   int64_t t_first = now_ns();
   std::vector<int64_t> generated;
   bool stopped = false;
   int64_t position = static_cast<int64_t>(prompt.size());
+  count_mark(CountMark::kBegin);  // the decode steps: decode_calls of them (below)
   while (true) {
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
       stopped = true;
@@ -182,6 +185,7 @@ int generate_command(const std::vector<std::string>& argv) {
     if (static_cast<int64_t>(generated.size()) >= max_new) break;
     next = run({next}, position++);
   }
+  count_mark(CountMark::kEnd);
   int64_t t_end = now_ns();
 
   double prefill_s = static_cast<double>(t_first - t0) / 1e9;

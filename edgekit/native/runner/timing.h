@@ -21,7 +21,13 @@ std::vector<int64_t> timed_until(const Call& call, int64_t min_runs, double min_
 
 // Marks the start and end of the timed runs for edgekit's instruction-counting QEMU plugin
 // (edgekit/emulate/plugin/insn_count.c): write(-1, NULL, mark), which fails at once with EBADF.
-enum class CountMark : uint32_t { kBegin = 0x65646b62u, kEnd = 0x65646b65u };
+// generate marks its prompt with the prefill pair and its decode steps with the timed pair.
+enum class CountMark : uint32_t {
+  kBegin = 0x65646b62u,
+  kEnd = 0x65646b65u,
+  kPrefillBegin = 0x65646b70u,
+  kPrefillEnd = 0x65646b71u,
+};
 void count_mark(CountMark mark);
 
 // Waits (at most max_s) until no other thread of this process has been runnable for two polls in
