@@ -71,7 +71,7 @@ def _checked_value(model: str, key: str, value: Any, default: Any) -> Any:
     elif isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise UsageError(f"{where}: must be a finite number >= 0")
-        if 0 <= default <= 1 and value >= 1:
+        if 0 <= default < 1 and value >= 1:  # a default of 1.0 is a scale (Phi-3's rope_attn_factor), not a rate
             raise UsageError(f"{where}: must be below 1 (a rate)")
         value = float(value)
     elif isinstance(default, str):

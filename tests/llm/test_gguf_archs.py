@@ -63,7 +63,8 @@ _HF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self
              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
              "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down", "pre_feedforward_layernorm": "ffn_norm",
-             "post_feedforward_layernorm": "post_ffw_norm"}
+             "post_feedforward_layernorm": "post_ffw_norm", "self_attn.qkv_proj": "attn_qkv",
+             "mlp.gate_up_proj": "ffn_up"}  # the last two: Phi-3's fused projections
 
 
 def _gguf_name(key: str, arch: str) -> str:
@@ -148,7 +149,7 @@ def reference_from_gguf(path, model, arch: str):
     names = {_gguf_name(k, arch): k for k in model.state_dict()}
     state = dict(model.state_dict())
     for tensor in GGUFReader(str(path)).tensors:
-        if tensor.name == "rope_freqs.weight":
+        if tensor.name in ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"):
             continue
         values = dequantize(tensor.data, tensor.tensor_type).reshape([int(d) for d in reversed(tensor.shape)])
         values = values.astype(np.float32)

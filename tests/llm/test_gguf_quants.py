@@ -126,7 +126,7 @@ def test_every_blocker_in_one_line(tmp_path):
     result = CliRunner().invoke(app, ["import", f"gguf:{path}", "--out", str(out)])
     assert_one_line_error(result, 2, "cannot be imported: tensor types IQ4_NL x2, Q2_K x1 (edgekit dequantizes F32, "
                                      "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); architecture phi2 "
-                                     "(edgekit imports llama, qwen2, qwen3, gemma3); tokenizer bert (edgekit builds "
+                                     "(edgekit imports llama, qwen2, qwen3, gemma3, phi3); tokenizer bert (edgekit builds "
                                      "gpt2 byte-level BPE and llama SentencePiece tokenizers)")
     assert leftovers(tmp_path, "imported") == []
     info = CliRunner().invoke(app, ["info", str(path)])

@@ -3,7 +3,7 @@
 ``blockers`` lists everything that stops an import at once (tensor types, architecture,
 tokenizer, mixture of experts, rope scaling), so a refusal is one line naming all of it.
 ``model_config`` reads the config of a supported architecture into the decoder config of
-``edgekit.llm.models.llama`` (``family`` picks Llama, Qwen2, Qwen3 or Gemma 3); ``expected_tensors``
+``edgekit.llm.models.llama`` (``family`` picks Llama, Qwen2, Qwen3, Gemma 3 or Phi-3); ``expected_tensors``
 is every tensor that config needs, with its shape, and nothing else may be in the file.
 
 Keys read, under the architecture's prefix: ``embedding_length``, ``block_count``,
@@ -12,7 +12,8 @@ Keys read, under the architecture's prefix: ``embedding_length``, ``block_count`
 ``attention.key_length``/``value_length``/``rope.dimension_count`` (default width / heads),
 ``vocab_size`` (default: the tokenizer's size); Gemma 3 also ``attention.sliding_window``,
 ``attention.sliding_window_pattern`` (default 6) and ``rope.scaling.type``/``.factor`` (linear);
-Llama 3.x's rope scaling is the ``rope_freqs`` tensor.
+Llama 3.x's rope scaling is the ``rope_freqs`` tensor; Phi-3's keys and fused tensors are described
+in ``edgekit.llm.gguf.phi3_layout``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import math
 
 from edgekit.core.errors import InputFileError
 from edgekit.core.outputs import safe_text
+from edgekit.llm.gguf.phi3_layout import LONG, SHORT, phi3_shapes
 from edgekit.core.bounds import model_size_problem
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 TOKENIZERS = ("gpt2", "llama")  # byte-level BPE; SentencePiece
 LOCAL_ROPE_THETA = 10000.0  # Gemma 3's local layers (llama.cpp and transformers fix it; GGUFs do not carry it)
 
@@ -111,6 +113,8 @@ def model_config(gguf) -> tuple[dict, int]:
         raise InputFileError(f"{where}: head size {head_dim} is odd; rotary positions need an even one")
     if arch == "gemma3":
         config.update(_gemma3(gguf, where, p))
+    if arch == "phi3":
+        config.update(_phi3(gguf, where, p, head_dim))
     if "rope_freqs.weight" in gguf.tensors:
         config["rope_freq_factors"] = _rope_factors(gguf, where, head_dim)
     context = _int(meta, p + "context_length", where)
@@ -135,6 +139,20 @@ def _gemma3(gguf, where: str, p: str) -> dict:
             "rope_local_theta": LOCAL_ROPE_THETA, "rope_linear_factor": factor}
 
 
+def _phi3(gguf, where: str, p: str, head_dim: int) -> dict:
+    meta = gguf.metadata
+    config = {"sliding_window": _int(meta, p + "attention.sliding_window", where, 0, low=0)}
+    present = [name for name in (LONG, SHORT) if name in gguf.tensors]
+    if len(present) == 1:
+        raise InputFileError(f"{where}: {present[0]} without its pair; Phi-3's LongRoPE needs {LONG} and {SHORT}")
+    if present:
+        config.update(rope_short_factors=_rope_factors(gguf, where, head_dim, SHORT),
+                      rope_long_factors=_rope_factors(gguf, where, head_dim, LONG),
+                      rope_original_context=_int(meta, p + "rope.scaling.original_context_length", where),
+                      rope_attn_factor=_float(meta, p + "rope.scaling.attn_factor", where, 1.0))
+    return config
+
+
 def _sliding_pattern(meta: dict, p: str, where: str, layers) -> int:
     """Every how many layers one is global: the key as a number, or as one flag per layer (true: a
     sliding-window layer) that follows such a period; llama.cpp's default for Gemma 3 is 6."""
@@ -148,18 +166,18 @@ def _sliding_pattern(meta: dict, p: str, where: str, layers) -> int:
     return _int(meta, p + "attention.sliding_window_pattern", where, 6)
 
 
-def _rope_factors(gguf, where: str, head_dim: int) -> list[float]:
+def _rope_factors(gguf, where: str, head_dim: int, name: str = "rope_freqs.weight") -> list[float]:
     import numpy as np
 
-    if gguf.architecture != "llama":
+    if name == "rope_freqs.weight" and gguf.architecture != "llama":
         raise InputFileError(f"{where}: a rope_freqs tensor in a {safe_text(gguf.architecture)} file (Llama 3's "
                              "rope scaling); edgekit reads it in llama files only")
-    info = gguf.tensors["rope_freqs.weight"]
+    info = gguf.tensors[name]
     if info.shape != (head_dim // 2,):
-        raise InputFileError(f"{where}: rope_freqs.weight has shape {list(info.shape)}, not [{head_dim // 2}]")
-    values = gguf.array("rope_freqs.weight")
+        raise InputFileError(f"{where}: {name} has shape {list(info.shape)}, not [{head_dim // 2}]")
+    values = gguf.array(name)
     if not np.isfinite(values).all() or (values <= 0).any():
-        raise InputFileError(f"{where}: rope_freqs.weight holds factors that are not positive numbers")
+        raise InputFileError(f"{where}: {name} holds factors that are not positive numbers")
     return [float(v) for v in values]
 
 
@@ -185,6 +203,11 @@ def expected_tensors(config: dict) -> dict[str, tuple[int, ...]]:
             shapes.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
         if family == "gemma3":
             shapes.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
+        if family == "phi3":  # fused: attn_qkv for attn_q/k/v, ffn_up holds ffn_gate too
+            for part in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"):
+                del shapes[f"{b}{part}.weight"]
+    if family == "phi3":
+        shapes.update(phi3_shapes(config))
     return shapes
 
 
@@ -218,7 +241,7 @@ _PARTS = {"attn_norm": "attention_norm", "ffn_norm": "ffn_norm", "attn_q": "atte
 def state_key(name: str) -> str | None:
     """GGUF tensor name -> the decoder's state-dict key (None: read into the config, not a weight)."""
     fixed = {"token_embd.weight": "tok_embeddings.weight", "output_norm.weight": "norm.weight",
-             "output.weight": "output.weight", "rope_freqs.weight": None}
+             "output.weight": "output.weight", "rope_freqs.weight": None, LONG: None, SHORT: None}
     if name in fixed:
         return fixed[name]
     _, i, rest = name.split(".", 2)

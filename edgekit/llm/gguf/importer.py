@@ -20,6 +20,7 @@ from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.outputs import safe_text
 from edgekit.llm.gguf.arch import model_config, state_key
 from edgekit.llm.gguf.file import GGUFFile, check_context, read_gguf
+from edgekit.llm.gguf.phi3_layout import unfused
 from edgekit.llm.gguf.packages import PACKAGED  # gguf:NAME (the ``llm-models`` extra)
 from edgekit.core.artifacts import Manifest, describe_file, finalize
 from edgekit.core.artifacts import load_manifest
@@ -151,9 +152,10 @@ def state_dict(opened: OpenedGGUF) -> dict:
             bad = int(values.size - np.isfinite(values).sum())
             raise InputFileError(f"{opened.gguf.path.name}: tensor {name} holds {bad:,} values that are NaN or "
                                  "infinite; the file is damaged (a model's weights are finite numbers)")
-        key = state_key(name)
-        if key is not None:  # rope_freqs: read into the config
-            state[key] = torch.from_numpy(values)
+        for part, part_values in unfused(name, values, opened.config):  # Phi-3's fused tensors, split
+            key = state_key(part)
+            if key is not None:  # rope_freqs: read into the config
+                state[key] = torch.from_numpy(part_values)
     if opened.config["tie_embeddings"]:
         state["output.weight"] = state["tok_embeddings.weight"]
     return state

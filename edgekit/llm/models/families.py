@@ -9,17 +9,19 @@ import inspect
 from edgekit.core.artifacts import InputSpec
 from edgekit.llm.models.gemma import Gemma3
 from edgekit.llm.models.llama import Llama
+from edgekit.llm.models.phi3 import Phi3
 from edgekit.llm.models.qwen import Qwen2, Qwen3
 from edgekit.models.registry import ModelSpec, register_model
 
-FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "gemma3": Gemma3}
+FAMILIES = {"llama": Llama, "qwen2": Qwen2, "qwen3": Qwen3, "gemma3": Gemma3, "phi3": Phi3}
 # keys only some families use, with the value that means "not used"
 FAMILY_DEFAULTS = {"rope_freq_factors": [], "sliding_window": 0, "sliding_pattern": 0, "rope_local_theta": 10000.0,
-                   "rope_linear_factor": 1}
+                   "rope_linear_factor": 1, "rope_short_factors": [], "rope_long_factors": [],
+                   "rope_original_context": 0, "rope_attn_factor": 1.0}
 
 
 def build_decoder(family: str = "llama", **config) -> Llama:
-    """The decoder of ``family`` (llama, qwen2, qwen3, gemma3) from a config; keys another family
+    """The decoder of ``family`` (llama, qwen2, qwen3, gemma3, phi3) from a config; keys another family
     uses must keep their defaults."""
     if family not in FAMILIES:
         raise ValueError(f"unknown decoder family {family!r}; known: {', '.join(FAMILIES)}")
@@ -45,7 +47,7 @@ register_model(
         input_spec=_token_input,
         outputs=("logits",),
         task={"type": "language-modeling", "dataset": "pydoc-text", "metric": "next_token_accuracy"},
-        description="Llama-family decoders (Llama, Qwen2, Qwen3, Gemma 3: GQA, RoPE, a static KV cache); pretrained "
+        description="Llama-family decoders (Llama, Qwen2, Qwen3, Gemma 3, Phi-3: GQA, RoPE, a static KV cache); pretrained "
                     "ones come from GGUF files",
         onnx_exporter="dynamo",
     )
