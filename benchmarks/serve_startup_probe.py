@@ -36,7 +36,7 @@ WITHOUT_PROBE = ("import sys\n"
 
 
 def time_to_ready(artifact: Path, fmt: str, probe: bool) -> float:
-    from edgekit.serve import process
+    from edgekit.core import process
 
     start = time.perf_counter()
     args = ["serve", str(artifact), "--format", fmt, "--host", "127.0.0.1", "--port", "0", "--threads", "1"]

@@ -110,7 +110,7 @@ def free_port() -> int:
 
 
 def batching(name: str, artifact: Path, inputs: Path, args) -> dict:
-    from edgekit.serve import process
+    from edgekit.core import process
     from edgekit.serve.loadtest import LoadSettings, loadtest
 
     settings = LoadSettings(concurrency=args.concurrency, duration_s=args.duration)
@@ -193,7 +193,7 @@ def batching_ceiling(artifact: Path, inputs: Path, rows: int = 16) -> None:
 
 
 def overhead(artifact: Path, inputs: Path) -> None:
-    from edgekit.serve import process
+    from edgekit.core import process
 
     feed = dict(np.load(inputs))
     body = inputs.read_bytes()
@@ -208,7 +208,7 @@ def overhead(artifact: Path, inputs: Path) -> None:
 
 
 def ray_replicas(artifact: Path, inputs: Path, args) -> None:
-    from edgekit.serve import process
+    from edgekit.core import process
     from edgekit.serve.loadtest import LoadSettings, loadtest
 
     settings = LoadSettings(concurrency=args.concurrency, duration_s=args.duration)

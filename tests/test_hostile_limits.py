@@ -1,4 +1,4 @@
-"""Resource limits, checked before work starts (edgekit/core/limits.py): a model larger than the
+"""Resource limits, checked before work starts (edgekit/formats/limits.py): a model larger than the
 target's RAM is refused by `bundle`, `bench --host` and `pipeline` (a warning with --force), and a
 huge calibration set gets a warning."""
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from edgekit.cli.app import app
 from edgekit.core.errors import UsageError
-from edgekit.core.limits import (
+from edgekit.formats.limits import (
     CALIB_WARN_BYTES,
     ResourceLimitError,
     calibration_bytes,

@@ -81,7 +81,7 @@ def test_a_user_module_gets_the_table_judged_by_fidelity(module_run):
     # fidelity: each int8 file against the float model the factory builds, computed here
     import torch
 
-    from edgekit.fidelity.evaluation import board_predictor
+    from edgekit.formats.evaluation import board_predictor
     from tiny_models import tiny_net
 
     x = np.random.default_rng(3).standard_normal((5, 3, 6, 6)).astype(np.float32)

@@ -62,7 +62,7 @@ def cache_command(
     table.caption = f"{_size(sum(p.bytes for p in listed if p.ours))} in edgekit's parts; `edgekit cache --clear` removes them"
     console().print(table)
     if venvs:
-        from edgekit.emulate.venv_cache import MAX_GB_ENV, MAX_VENVS_ENV, limits
+        from edgekit.core.venv_cache import MAX_GB_ENV, MAX_VENVS_ENV, limits
 
         count, most = limits()
         inner = Table("venv", "size", "last used", "from", "holds", title_justify="left",

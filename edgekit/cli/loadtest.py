@@ -50,7 +50,7 @@ def loadtest_command(
         check_report_paths({"--json": json_out}, with_artifact_folders([serve, input_file]), {"--json": "json:edgekit.bench"})
         ensure_writable_dir(json_out.parent)
     if serve is not None:
-        from edgekit.serve.process import local_server
+        from edgekit.core.process import local_server
 
         extra = ["--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms)]
         if threads:

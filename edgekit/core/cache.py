@@ -30,7 +30,7 @@ from edgekit.core.fileio import read_regular, tree_size
 from edgekit.core.fileio import make_dirs, write_text
 from edgekit.core.fileio import write_json
 from edgekit.core.outputs import safe_text
-from edgekit.emulate.venv_cache import list_venvs
+from edgekit.core.venv_cache import list_venvs
 
 PARTS = {
     "calibration": "activation ranges from static calibration, reused when model, data and settings match",
@@ -205,7 +205,7 @@ class CachedVenv:
 
 def rootfs_venvs(root: Path | None = None) -> list[CachedVenv]:
     """The venvs in every edgekit rootfs of the cache's ``rootfs`` part, most recently used first;
-    the emulation cache keeps a bounded number of them (``edgekit.emulate.venv_cache``)."""
+    the emulation cache keeps a bounded number of them (``edgekit.core.venv_cache``)."""
     root = cache_root() if root is None else Path(root)
     part = root / "rootfs"
     if not is_part(part, "rootfs"):

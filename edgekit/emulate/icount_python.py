@@ -23,7 +23,8 @@ from edgekit.emulate import EmulationError
 from edgekit.emulate.icount import (CLASSES, DEFAULT_RUNS, INSIDE, LOG_BYTES, TIMEOUT_S, Progress, _check_settings,
                                     parse_log)
 from edgekit.board import entries as board_files
-from edgekit.emulate import host, rootfs, venv_cache
+from edgekit.emulate import host, rootfs
+from edgekit.core import venv_cache
 from edgekit.emulate.bundle import check_wheels
 from edgekit.emulate.chroot import NOISE
 from edgekit.emulate.host import checked_cpu

@@ -20,7 +20,7 @@ from edgekit.board.inputs import read_reference
 from edgekit.emulate import EmulationError
 from edgekit.emulate.report import check_batch
 from edgekit.emulate.venv import ensure_venv
-from edgekit.serve import process
+from edgekit.core import process
 
 SERVE_REQUIREMENTS = "requirements-serve.txt"
 SERVE_SCRIPT = "serve.py"

@@ -31,13 +31,13 @@ from typing import Callable, Sequence
 
 from edgekit.emulate import EmulationError
 from edgekit.emulate.chroot import NOISE, Launcher
-from edgekit.emulate.venv_cache import MARKER, VENVS_DIR  # re-exported: where the venvs live
+from edgekit.core.venv_cache import MARKER, VENVS_DIR  # re-exported: where the venvs live
 from edgekit.core.errors import UsageError
 from edgekit.core.fileio import write_json
 from edgekit.bundle.requirements import INDEX_URL, format_indexes, parse_requirements
 from edgekit.bundle.requirements import NETWORK_SIGNS
 from edgekit.bundle.requirements import parse_requirements
-from edgekit.emulate import venv_cache
+from edgekit.core import venv_cache
 from edgekit.emulate.index_check import host_ca_bundle
 from edgekit.emulate.process import last_error
 from edgekit.emulate.process import run_streamed
@@ -170,7 +170,7 @@ def _ensure(launcher, key, requirements, wheels, python, *, timeout_s, progress,
                 raise install_error(what, done.tail, done.returncode, bool(wheels))
         packages = _installed(host_dir)
         seconds = time.monotonic() - started
-        from edgekit.emulate.venv_cache import now, tree_bytes
+        from edgekit.core.venv_cache import now, tree_bytes
 
         created = now()
         write_json(marker, {

@@ -44,7 +44,7 @@ from edgekit.bundle.layout import CHECK_OUTPUTS
 from edgekit.core.bounds import check_timeout
 from edgekit.core.targets import load_target
 from edgekit.emulate import host, rootfs
-from edgekit.emulate import venv_cache
+from edgekit.core import venv_cache
 from edgekit.emulate.bundle import check_wheels, open_bundle
 from edgekit.emulate.bundle_check import own_check, own_limits
 from edgekit.emulate.chroot import NOISE

@@ -182,7 +182,7 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
 
 def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
                 float_accuracy, family) -> ModelFile:
-    from edgekit.fidelity.evaluation import task_accuracy
+    from edgekit.formats.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
 
     entry = table.get(fmt)
@@ -228,7 +228,7 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
 
 
 def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data, cases) -> ModelFile:
-    from edgekit.fidelity.evaluation import task_accuracy
+    from edgekit.formats.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
 
     entry = manifest.file(fmt)

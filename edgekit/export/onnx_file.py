@@ -23,7 +23,7 @@ from edgekit.formats.onnx import FORMAT
 def export_onnx_file(src, out: str | Path, target, force: bool = False) -> tuple[Path, Manifest]:
     """Write ``out``: ``model.onnx`` (the ONNX source ``src``, a ``ModelSource``), its reference and
     manifest. Raises ParityError when the copy does not compute what the original does."""
-    from edgekit.fidelity.evaluation import onnx_predictor
+    from edgekit.formats.evaluation import onnx_predictor
     from edgekit.formats.parity import check_parity, every_output
     from edgekit.formats.reference import REFERENCE_FILE, read_reference, write_predicted_reference
 

@@ -16,11 +16,11 @@ import numpy as np
 from edgekit.core.errors import EdgekitError, InputFileError, ParityError
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.compare import compare_batches, compare_streams
-from edgekit.fidelity.metrics import headline
+from edgekit.formats.metrics import headline
 from edgekit import formats
 from edgekit.board.errors import BoardError
 from edgekit.board.runtimes import open_model
-from edgekit.core.limits import calibration_files
+from edgekit.formats.limits import calibration_files
 from edgekit.quantize.calibration.data import SUFFIXES, CalibrationSet
 from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 from edgekit.sources.state_pairs import StatePair, stream_layout

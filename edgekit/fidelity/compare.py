@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from edgekit.fidelity.metrics import OutputFidelity, output_kind
+from edgekit.formats.metrics import OutputFidelity, output_kind
 from edgekit.quantize.search.accuracy import real_positions
 
 Run = Callable[[dict], list]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from edgekit.core.errors import UsageError
 from edgekit.fidelity import evidence as ev
-from edgekit.fidelity.metrics import KINDS
+from edgekit.formats.metrics import KINDS
 from edgekit.sources.state_pairs import parse_sample_axes, parse_state_pairs
 from edgekit.sources.state_pairs import stream_layout
 

@@ -283,7 +283,7 @@ def read_provenance(path: Path) -> dict:
 def predictor(path, details: dict | None = None, threads: int = 1):
     """numpy in, numpy out, through the board's ExecuTorch runtime; batches past the program's bound
     run in chunks."""
-    from edgekit.fidelity import evaluation
+    from edgekit.formats import evaluation
 
     check_file(Path(path))
     return evaluation.board_predictor(FORMAT.name, path, threads)

@@ -44,7 +44,7 @@ def copy_quantized(request) -> dict:
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
-    from edgekit.fidelity import evaluation
+    from edgekit.formats import evaluation
 
     return evaluation.board_predictor(FORMAT.name, path, threads)
 

@@ -11,8 +11,8 @@ import numpy as np
 from edgekit.core.errors import ParityError
 from edgekit import formats
 from edgekit.board.check import case_samples
-from edgekit.fidelity.evaluation import as_arrays
-from edgekit.fidelity.metrics import OutputFidelity, output_kind
+from edgekit.formats.evaluation import as_arrays
+from edgekit.formats.metrics import OutputFidelity, output_kind
 
 FLOAT_ATOL = 1e-4
 FLOAT_RTOL = 1e-3

@@ -100,7 +100,7 @@ def copy_quantized(request) -> dict:
 
 
 def predictor(path, details: dict | None = None, threads: int = 1):
-    from edgekit.fidelity import evaluation
+    from edgekit.formats import evaluation
 
     check_file(Path(path))
     return evaluation.board_predictor(FORMAT.name, path, threads)

@@ -48,7 +48,7 @@ def copy_quantized(request) -> dict:
 
 def predictor(path, details: dict | None = None, threads: int = 1):
     """torch's thread settings are this process's: left as they are (the host trains here too)."""
-    from edgekit.fidelity import evaluation
+    from edgekit.formats import evaluation
 
     return evaluation.board_predictor(FORMAT.name, path, None, (details or {}).get("quantized_engine"))
 

@@ -130,7 +130,7 @@ def quantize_config(
         if getattr(config, "calib", None) is not None:
             # arrays, images or text: the first batch is checked before the model is even loaded
             job.calibration(config)
-            from edgekit.core.limits import check_calibration_size
+            from edgekit.formats.limits import check_calibration_size
 
             if warning := check_calibration_size(config.calib):
                 job.warnings.append(warning)

@@ -46,7 +46,7 @@ def write_reference(job, calib=None) -> dict:
     A model from outside the zoo with calibration data is held to the user's own inputs: the
     reference cases are calibration rows (their shapes, e.g. 128-token padded sentences), not
     random ones."""
-    from edgekit.fidelity.evaluation import onnx_predictor
+    from edgekit.formats.evaluation import onnx_predictor
     from edgekit.formats.parity import every_output
     from edgekit.formats.reference import REFERENCE_FILE, float_outputs, read_reference
     from edgekit.formats.reference import write_reference as write_torch_reference

@@ -31,7 +31,7 @@ from edgekit.bundle.verify import verify_checksums
 from edgekit.core.artifacts import load_manifest
 from edgekit.core.bounds import check_timeout
 from edgekit.core.errors import EdgekitError
-from edgekit.core.limits import check_fits
+from edgekit.formats.limits import check_fits
 from edgekit.core.targets import available_targets, load_target
 
 DEFAULT_REMOTE_DIR = "~/.cache/edgekit"
@@ -121,7 +121,7 @@ def run_remote_bench(
 
 
 def _check_fits(bundle: Path, info: dict, force: bool) -> str | None:
-    """The model against the RAM of the board the bundle was made for (edgekit.core.limits)."""
+    """The model against the RAM of the board the bundle was made for (edgekit.formats.limits)."""
     ram_mb = info.get("ram_mb")
     if not (isinstance(ram_mb, int) and not isinstance(ram_mb, bool) and ram_mb > 0):
         if info["target"] not in available_targets():

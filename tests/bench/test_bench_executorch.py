@@ -246,7 +246,7 @@ def test_edgekit_serve_answers_from_the_pte_over_http(art):
     pytest.importorskip("uvicorn")
     import concurrent.futures
 
-    from edgekit.serve import process
+    from edgekit.core import process
 
     with process.local_server(art, ["--format", "executorch", "--threads", "1"]) as url:
         x = np.random.default_rng(2).standard_normal((3, 1, 8, 8)).astype(np.float32)

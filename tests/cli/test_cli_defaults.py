@@ -99,7 +99,7 @@ def test_quantize_json_and_no_empty_budget_table(digits_checkpoint, workdir):
     assert doc["files"][0]["accuracy"] is not None and doc["files"][0]["precision"] == "int8"
     from int8_checks import agreement_with_float, onnx_int8_initializers
 
-    from edgekit.fidelity.evaluation import onnx_predictor
+    from edgekit.formats.evaluation import onnx_predictor
 
     int8, floats = onnx_int8_initializers(workdir / "q2" / doc["files"][0]["path"])  # ONNX's own reading
     assert int8 >= 0.95 * (int8 + floats), (int8, floats)

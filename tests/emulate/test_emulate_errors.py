@@ -127,7 +127,7 @@ def test_pip_failing_on_an_unreachable_index_in_the_rootfs_says_so():
 
 
 def fake_venv(rootfs: Path, key: str, used: str, size: int, complete: bool = True) -> Path:
-    from edgekit.emulate.venv_cache import MARKER, venvs_dir
+    from edgekit.core.venv_cache import MARKER, venvs_dir
 
     folder = venvs_dir(rootfs) / key
     (folder / "lib").mkdir(parents=True)
@@ -140,7 +140,7 @@ def fake_venv(rootfs: Path, key: str, used: str, size: int, complete: bool = Tru
 
 
 def test_the_least_recently_used_go_and_the_run_says_so(tmp_path, monkeypatch):
-    from edgekit.emulate import venv_cache
+    from edgekit.core import venv_cache
 
     rootfs = tmp_path / "rootfs"
     keys = [f"{i:016x}" for i in range(6)]
@@ -167,7 +167,7 @@ def test_the_least_recently_used_go_and_the_run_says_so(tmp_path, monkeypatch):
 
 
 def test_a_venv_another_run_builds_is_left_alone(tmp_path, monkeypatch):
-    from edgekit.emulate import venv_cache
+    from edgekit.core import venv_cache
 
     rootfs = tmp_path / "rootfs"
     building = fake_venv(rootfs, "b" * 16, "", 10, complete=False)
@@ -187,7 +187,7 @@ def test_a_venv_another_run_builds_is_left_alone(tmp_path, monkeypatch):
 
 
 def test_bad_bounds_are_one_line(tmp_path, monkeypatch):
-    from edgekit.emulate import venv_cache
+    from edgekit.core import venv_cache
     from edgekit.core.errors import UsageError
 
     for name, value in ((venv_cache.MAX_VENVS_ENV, "many"), (venv_cache.MAX_VENVS_ENV, "0"), (venv_cache.MAX_GB_ENV, "nan")):
@@ -226,7 +226,7 @@ def torchscript_bundle(digits_static, tmp_path_factory) -> Path:
 
 
 def venv_folders(rootfs) -> set[str]:
-    from edgekit.emulate.venv_cache import venvs_dir
+    from edgekit.core.venv_cache import venvs_dir
 
     folder = venvs_dir(rootfs.path)
     return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
@@ -273,7 +273,7 @@ def test_the_bound_evicts_on_a_real_run_and_edgekit_cache_shows_the_venvs(rootfs
     from edgekit.bundle.build import build_bundle
     from edgekit.core.cache import TAG_NAME
     from edgekit.emulate.venv import requirements_key
-    from edgekit.emulate.venv_cache import MARKER, list_venvs, tree_bytes, venvs_dir
+    from edgekit.core.venv_cache import MARKER, list_venvs, tree_bytes, venvs_dir
     from edgekit.export.api import export
 
     export(digits_static, tmp_path / "export", formats=("onnx",), target="rpi4")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgekit.fidelity.compare import Comparison
-from edgekit.fidelity.metrics import greedy_decode
+from edgekit.formats.metrics import greedy_decode
 
 
 def _one_hot(ids: np.ndarray, classes: int = 5) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 
 import fidelity_models as fm
 from edgekit.fidelity.compare import Comparison, compare_batches, compare_streams
-from edgekit.fidelity.metrics import FLOORS, greedy_decode, output_kind
+from edgekit.formats.metrics import FLOORS, greedy_decode, output_kind
 from edgekit.sources.state_pairs import StatePair, state_pairs
 
 pytest.importorskip("onnxruntime")

@@ -201,7 +201,7 @@ def test_int8_from_an_external_data_model_keeps_the_layout(external_export, exte
     assert entry.total_bytes < 0.4 * fp32.file("onnx").total_bytes  # int8 weights: about a quarter
     assert entry.details["ort_optimization"] == "extended"
     cases = read_reference(external_bundle / "export" / "reference.npz")
-    from edgekit.fidelity.evaluation import onnx_predictor
+    from edgekit.formats.evaluation import onnx_predictor
 
     predict = onnx_predictor(external_bundle / "export" / "model.onnx")
     for inputs, expected in cases.values():

@@ -31,7 +31,7 @@ OTHER_MEANING = {
     "edgekit/sources/model_source.py": "model source kinds (an .onnx file)",
     "edgekit/quantize/search/auto.py": "model source kinds (an .onnx file, hf: configs)",
     "edgekit/models/registry.py": "torch.onnx's exporter route",
-    "edgekit/emulate/venv_cache.py": "distribution names a cached venv holds",
+    "edgekit/core/venv_cache.py": "distribution names a cached venv holds",
     "edgekit/native/wheel.py": "the executorch distribution whose wheel the native runner builds against",
     "edgekit/native/build.py": "the executorch folder of that wheel's include/ tree",
     "edgekit/bench/workers.py": "the bench's reference workload is an ONNX file edgekit writes itself",

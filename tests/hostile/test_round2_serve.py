@@ -42,7 +42,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from edgekit.serve import process  # noqa: E402
+from edgekit.core import process  # noqa: E402
 from edgekit.serve.inputs import InputError, decode, read_npy, read_npz  # noqa: E402
 
 ENV = {**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"}

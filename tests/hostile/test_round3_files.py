@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from conftest import one_line_error
 from edgekit.cli.app import app
 from edgekit.core.errors import InputFileError
-from edgekit.core.limits import MAX_CALIB_FILES, MAX_CALIB_LINES
+from edgekit.formats.limits import MAX_CALIB_FILES, MAX_CALIB_LINES
 from edgekit.quantize.calibration.data import open_calibration
 from edgekit.sources.hf_weights import MAX_SHARDS, weights_file
 

@@ -256,7 +256,7 @@ def test_the_detokenised_text_holds_no_control_characters():
 def trap_server(tmp_path_factory):
     """A tiny GGUF model whose template hangs on the message 'boom', served: (url, process)."""
     pytest.importorskip("fastapi")
-    from edgekit.serve import process
+    from edgekit.core import process
 
     root = tmp_path_factory.mktemp("round3-serve")
     out = root / "llm"

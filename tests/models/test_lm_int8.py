@@ -127,7 +127,7 @@ def test_serve_streams_generated_tokens_as_server_sent_events(lm):
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
     from edgekit.llm.generation import generate_text
-    from edgekit.serve import process
+    from edgekit.core import process
 
     name, _, q_dir = lm
     expected = generate_text(q_dir, PROMPT, 10, temperature=0, fmt="onnx").text
@@ -163,7 +163,7 @@ def test_transformer_lm_as_an_executorch_program_generates_like_the_checkpoint(t
     from edgekit.export.api import export
     from edgekit.llm.generation import generate_text
     from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
-    from edgekit.serve import process
+    from edgekit.core import process
     from edgekit.train.config import TrainConfig
     from edgekit.train.loop import train
 

@@ -44,7 +44,7 @@ def copy_quantized(request):
 
 
 def predictor(path, details=None, threads=1):
-    from edgekit.fidelity.evaluation import board_predictor
+    from edgekit.formats.evaluation import board_predictor
 
     return board_predictor(FORMAT.name, path, threads)
 

@@ -39,7 +39,7 @@ def outlier_checkpoint(digits_checkpoint, tmp_path_factory):
 
 
 def test_outlier_model_is_the_same_function(digits_checkpoint, outlier_checkpoint):
-    from edgekit.fidelity.evaluation import task_accuracy, torch_predictor
+    from edgekit.formats.evaluation import task_accuracy, torch_predictor
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     accs = [task_accuracy(m.task, torch_predictor(load_model_from_artifact(f, m)))

@@ -7,7 +7,7 @@ import pytest
 
 from edgekit.core.artifacts import load_manifest
 from edgekit.core.errors import InputFileError, ParityError, UsageError
-from edgekit.fidelity.evaluation import onnx_predictor, task_accuracy, torch_predictor
+from edgekit.formats.evaluation import onnx_predictor, task_accuracy, torch_predictor
 from edgekit.formats.reference import read_reference
 
 

@@ -25,7 +25,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("gguf")
 
-from edgekit.serve import process
+from edgekit.core import process
 
 CONTEXT = 1024  # the tiny model's cache: room for a reply that takes seconds (to leave in the middle of)
 TIMEOUT = 120

@@ -20,7 +20,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from edgekit.serve import process  # noqa: E402
+from edgekit.core import process  # noqa: E402
 
 
 def npz_body(**arrays) -> bytes:

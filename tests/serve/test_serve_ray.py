@@ -12,7 +12,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("ray.serve")
 
-from edgekit.serve import process  # noqa: E402
+from edgekit.core import process  # noqa: E402
 
 
 def free_port() -> int:

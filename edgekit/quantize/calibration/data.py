@@ -39,7 +39,7 @@ import numpy as np
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import InputFileError, UsageError
-from edgekit.core.limits import calibration_files
+from edgekit.formats.limits import calibration_files
 from edgekit.quantize.calibration.images import IMAGE_SUFFIXES, image_files, is_image, scan_images
 from edgekit.quantize.calibration.text import is_text
 
@@ -214,7 +214,7 @@ def open_calibration(
         calib = open_text(path, specs, Path(chosen) if chosen is not None else None, batch_size, max_samples,
                           max_length)
     else:
-        from edgekit.core.limits import calibration_files
+        from edgekit.formats.limits import calibration_files
 
         files = (path,) if path.is_file() else calibration_files(path, SUFFIXES)
         calib = CalibrationSet(files, specs, batch_size, max_samples,

@@ -37,7 +37,7 @@ import numpy as np
 
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import InputFileError, UsageError, first_line
-from edgekit.core.limits import MAX_CALIB_FILES
+from edgekit.formats.limits import MAX_CALIB_FILES
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 MAX_PIXELS = 64_000_000  # per image, before it is decoded (a decompression bomb is refused)

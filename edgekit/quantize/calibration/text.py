@@ -28,7 +28,7 @@ import numpy as np
 from edgekit.core.artifacts import InputSpec
 from edgekit.core.errors import InputFileError, UsageError, first_line
 from edgekit.core.fileio import read_json
-from edgekit.core.limits import MAX_CALIB_LINES
+from edgekit.formats.limits import MAX_CALIB_LINES
 
 TEXT_SUFFIXES = (".txt",)
 MAX_LINE_BYTES = 1 << 20

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgekit.core.errors import ParityError
 from edgekit.formats.parity import INT8_MIN_COSINE
-from edgekit.fidelity.evaluation import onnx_predictor, torch_predictor
+from edgekit.formats.evaluation import onnx_predictor, torch_predictor
 from edgekit.formats.parity import predictor_for
 from edgekit.formats.reference import SEED, fixed_inputs
 from edgekit.formats.reference import write_predicted_reference
@@ -74,7 +74,7 @@ def measure(source, predict, cases: dict, split: str = "test", float_value: floa
     """Task accuracy on ``split`` when the source is labelled, else fidelity cosine on ``cases``."""
     fid = fidelity(predict, cases)
     if source.labelled:
-        from edgekit.fidelity.evaluation import task_accuracy
+        from edgekit.formats.evaluation import task_accuracy
 
         value = task_accuracy(source.task, predict, split)
         reference = float_value if float_value is not None else source.float_accuracy

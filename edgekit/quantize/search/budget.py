@@ -23,7 +23,7 @@ from edgekit.quantize.progress import report as report_progress
 from edgekit.core.artifacts import describe_file
 from edgekit.core.errors import EdgekitError
 from edgekit.data.datasets import load_split
-from edgekit.fidelity.evaluation import task_accuracy
+from edgekit.formats.evaluation import task_accuracy
 from edgekit.quantize.registry import layers_for
 from edgekit.quantize.steps import stamp
 

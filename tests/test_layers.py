@@ -1,0 +1,149 @@
+"""edgekit's packages stand in layers, and imports point down: a package imports only from its own layer or below.
+
+Every import counts, lazy or not (the graph is `test_import_layers.import_graph`: imports inside functions included).
+The few upward imports that remain are listed in ``UPWARD`` with the reason each exists; a new one fails, and so
+does a listed one that is gone (delete its line). ``python tests/test_layers.py`` prints the house's measures: the
+upward imports, modules per package, and how many of edgekit's imports of its own modules sit inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_import_layers import PACKAGE_DIR, import_graph  # noqa: E402
+
+# Bottom first. `board` imports nothing of edgekit (bundles carry it as their own package).
+LAYERS: list[tuple[str, ...]] = [
+    ("_version", "board"),
+    ("core",),
+    ("data", "native", "models"),
+    ("formats",),
+    ("sources",),
+    ("fidelity",),
+    ("quantize",),
+    ("export",),
+    ("bundle",),
+    ("emulate",),
+    ("bench",),
+    ("estimate",),
+    ("gates",),
+    ("remote",),
+    ("llm",),
+    ("serve",),
+    ("train",),
+    ("pipeline",),
+    ("cli",),
+    ("api", "__main__", "edgekit"),
+]
+
+_LLM_DISPATCH = "a stage hands a language model's artifact to llm/, which is built on that stage"
+_SEARCH = "the latency-aware method search times candidates and estimates them on the target's core"
+UPWARD: dict[tuple[str, str], str] = {
+    ("edgekit.bench.api", "edgekit.llm.tokens_per_s"): _LLM_DISPATCH,
+    ("edgekit.bundle.build", "edgekit.llm.bundle"): _LLM_DISPATCH,
+    ("edgekit.bundle.build", "edgekit.llm.cached"): _LLM_DISPATCH,
+    ("edgekit.emulate.verify", "edgekit.llm.emulated"): _LLM_DISPATCH,
+    ("edgekit.export.api", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
+    ("edgekit.quantize.steps", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
+    ("edgekit.bundle.serving", "edgekit.serve"): "a bundle copies serve's standalone files (edgekit.serve.STANDALONE)",
+    ("edgekit.core.artifacts", "edgekit.formats"): "a manifest's format names are checked against the format table",
+    ("edgekit.emulate.icount", "edgekit.bench.instructions"): "emulated counts are written as bench's records",
+    ("edgekit.emulate.native", "edgekit.bench.result"): "emulated runs are written as bench's records",
+    ("edgekit.emulate.verify", "edgekit.bench.result"): "emulated runs are written as bench's records",
+    ("edgekit.fidelity.assess", "edgekit.quantize.calibration.data"): "evidence reads the user's data with "
+                                                                       "calibration's readers",
+    ("edgekit.fidelity.options", "edgekit.quantize.calibration.data"): "evidence reads the user's data with "
+                                                                        "calibration's readers",
+    ("edgekit.fidelity.assess", "edgekit.quantize.toolkits.onnx_graphs"): "evidence runs ONNX graphs prepared as "
+                                                                           "quantization prepares them",
+    ("edgekit.fidelity.compare", "edgekit.quantize.search.accuracy"): "fidelity compares with the accuracy "
+                                                                       "search's predictors",
+    ("edgekit.quantize.search.auto", "edgekit.bench.api"): _SEARCH,
+    ("edgekit.quantize.search.budget", "edgekit.bench.api"): _SEARCH,
+    ("edgekit.quantize.search.target_choice", "edgekit.estimate.on_target"): _SEARCH,
+}
+
+RANK = {package: layer for layer, packages in enumerate(LAYERS) for package in packages}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return "edgekit" if len(parts) == 1 else parts[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(module, target) for module, targets in graph.items() for target in targets
+            if RANK[package_of(target)] > RANK[package_of(module)]}
+
+
+def test_every_package_has_a_layer():
+    packages = {package_of(module) for module in import_graph()}
+    assert packages <= set(RANK), f"packages without a layer in LAYERS: {sorted(packages - set(RANK))}"
+
+
+def test_imports_point_down_the_layers():
+    found = upward_imports(import_graph())
+    new = sorted(found - set(UPWARD))
+    gone = sorted(set(UPWARD) - found)
+    assert not new, "upward imports (a package importing from a layer above it):\n" + "\n".join(
+        f"  {module} -> {target}" for module, target in new)
+    assert not gone, "listed upward imports that are gone (delete them from UPWARD):\n" + "\n".join(
+        f"  {module} -> {target}" for module, target in gone)
+
+
+def test_the_layer_check_sees_a_lazy_upward_import(tmp_path):
+    pkg = tmp_path / "edgekit"
+    for folder in ("core", "cli"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli" / "main.py").write_text("from edgekit.core import util\n")
+    (pkg / "core" / "util.py").write_text("def f():\n    from edgekit.cli import main  # lazy, still upward\n")
+    assert upward_imports(import_graph(pkg)) == {("edgekit.core.util", "edgekit.cli.main")}
+
+
+def _own_imports(path: Path) -> tuple[int, int]:
+    """(imports of edgekit modules, how many of them sit inside a function)."""
+    total = inside = 0
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        nonlocal total, inside
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.ImportFrom):
+                own = child.level > 0 or (child.module or "").split(".")[0] == "edgekit"
+            elif isinstance(child, ast.Import):
+                own = any(alias.name.split(".")[0] == "edgekit" for alias in child.names)
+            else:
+                own = False
+            if own:
+                total += 1
+                inside += in_function
+            visit(child, nested)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return total, inside
+
+
+def measures() -> dict:
+    graph = import_graph()
+    files = sorted(PACKAGE_DIR.rglob("*.py"))
+    counts = [_own_imports(path) for path in files]
+    return {
+        "modules": len(files),
+        "modules_at_the_package_root": sorted(p.name for p in PACKAGE_DIR.glob("*.py")),
+        "modules_per_package": dict(sorted(Counter(package_of(m) for m in graph).items())),
+        "upward_imports": len(upward_imports(graph)),
+        "imports_of_edgekit_modules": sum(total for total, _ in counts),
+        "of_them_inside_functions": sum(inside for _, inside in counts),
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(measures(), indent=1))
