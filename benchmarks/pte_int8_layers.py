@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
     from edgekit.formats import executorch as pte
 
     pte.native()._unsafe_reset_threadpool(1)  # before any program loads (see serve/pte_model.py)

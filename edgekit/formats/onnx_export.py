@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import EdgekitError, UsageError, first_line
 from edgekit.core import onnx_files
 from edgekit.core.errors import InputFileError

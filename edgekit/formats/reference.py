@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.core.fileio import atomic_path
 from edgekit.core.errors import InputFileError
 from edgekit.core.fileio import read_npz

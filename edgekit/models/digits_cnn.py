@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.data.digits import INPUT_SHAPE, NUM_CLASSES
 from edgekit.models.checks import expect_shape
 from edgekit.models.registry import ModelSpec, register_model

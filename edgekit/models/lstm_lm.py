@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.models.attention import build_attention
 from edgekit.models.checks import expect_tokens
 from edgekit.models.registry import ModelSpec, register_model

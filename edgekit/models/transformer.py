@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.models.attention import build_attention
 from edgekit.models.checks import expect_tokens
 from edgekit.models.registry import ModelSpec, register_model

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import UsageError
 from edgekit import formats
 from edgekit import formats as table
@@ -73,6 +73,8 @@ class Plan:
     source: object = None  # edgekit.sources.model_source.ModelSource for --source models
     source_options: dict = field(default_factory=dict)
     model_config: dict | None = None
+    # {name: entry} of ``formats``, resolved once here: every stage of the run is handed these entries
+    format_entries: dict = field(default_factory=dict)
 
     @property
     def labelled(self) -> bool:
@@ -106,7 +108,7 @@ def make_plan(config) -> Plan:
     """The plan for ``config`` (a PipelineConfig); UsageError for what cannot be done as asked."""
     kind, name, inputs, task, extra = _model(config)
     torchless = extra.get("source") is not None and not extra["source"].has_torch
-    formats, torch_only = _formats(config, torchless, name)
+    formats, torch_only, entries_by_name = _formats(config, torchless, name)
     entries, calib, skipped = _methods(config, torchless, name, task, formats)
     methods = tuple(entry_name for entry_name, _, _ in entries)
     if torch_only:  # every row those formats would have had
@@ -116,7 +118,7 @@ def make_plan(config) -> Plan:
     reading = {"calib_preprocess": getattr(config, "calib_preprocess", None), "tokenizer": getattr(config, "tokenizer", None)}
     runs, unrouted = _quant_runs(entries, formats, calib, {k: v for k, v in reading.items() if v is not None})
     return Plan(kind=kind, name=name, inputs=inputs, task=task, formats=formats, methods=methods, calib=calib,
-                quant_runs=runs, skipped=(*skipped, *unrouted), **extra)
+                quant_runs=runs, skipped=(*skipped, *unrouted), format_entries=entries_by_name, **extra)
 
 
 def method_entry(entry) -> tuple[str, type, object | None]:
@@ -200,18 +202,19 @@ def _model(config):
     return src.kind, name, src.inputs, dict(src.task), {"source": src, "source_options": dict(config.source_options)}
 
 
-def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[str]]:
-    """(the formats to run, the asked-for formats an ONNX file cannot feed)."""
+def _formats(config, torchless: bool, name: str) -> tuple[tuple[str, ...], list[str], dict]:
+    """(the formats to run, the asked-for formats an ONNX file cannot feed, {name: entry} of those that run)."""
     asked = tuple(config.formats) if config.formats is not None else formats.available_names()
+    specs = formats.resolve(asked)  # the run's one lookup of each format
     if not torchless:
-        return asked, []
-    runnable = tuple(f for f in asked if not formats.get(f).host.needs_torch_model)
-    torch_only = [f for f in asked if formats.get(f).host.needs_torch_model]
+        return asked, [], specs
+    runnable = tuple(f for f in asked if not specs[f].host.needs_torch_model)
+    torch_only = [f for f in asked if specs[f].host.needs_torch_model]
     if not runnable:
         fit = ", ".join(formats.default_names(need_torch=False))
         raise UsageError(f"{name} is an ONNX file: only --format {fit} applies "
                          f"(--format {torch_only[0]} is written from a PyTorch model)")
-    return runnable, torch_only
+    return runnable, torch_only, {f: specs[f] for f in runnable}
 
 
 def _methods(config, torchless: bool, name: str, task: dict, formats: tuple[str, ...]):

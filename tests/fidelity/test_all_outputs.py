@@ -56,7 +56,7 @@ def _board_check(model, reference, *extra):
 # ---- the file --------------------------------------------------------------------------------------
 
 def test_the_reference_holds_every_output_in_order(tmp_path, heads):
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
     from edgekit.board.inputs import read_reference as board_read
     from edgekit.formats.reference import read_reference, write_predicted_reference
 

@@ -105,7 +105,7 @@ def test_a_stateful_model_is_run_as_streams_with_its_own_state_fed_back(tmp_path
     """Damage to the recurrent weights that one call hides (state taken from the float model) shows
     over a stream, where each model feeds back its own state."""
     good, bad = _pair(tmp_path, fm.vad, damage="state")
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
 
     specs = (InputSpec("x", (1, fm.FRAME)), InputSpec("h", (1, 1, fm.HIDDEN)))
     pairs = state_pairs(specs, ["prob", "hn"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.formats.reference import random_inputs
 
 

@@ -148,7 +148,7 @@ def test_the_target_sets_the_pt2e_recipe(digits_checkpoint, tmp_path):
 
 
 def _spec(axes: dict):
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
 
     return InputSpec(name="tokens", dtype="int64", shape=(None, None), dynamic_axes=axes)
 

@@ -48,7 +48,7 @@ def _quantize(tmp_path: Path, calib: Path, *extra: str):
 
 
 def _spec():
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
 
     return InputSpec("x", (None, 4))
 
@@ -90,14 +90,14 @@ def test_a_text_file_over_the_line_limit_is_refused_before_tokenizing_it(tmp_pat
     corpus = _lines(tmp_path / "corpus.txt", 10_000_000, text)
     tok = tmp_path / "tokenizer.json"
     _word_tokenizer(tok)
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
 
     with pytest.raises(InputFileError, match=f"over {MAX_CALIB_LINES:,} lines.*--calib-max-samples"):
         open_text(corpus, (InputSpec("input_ids", (None, None), "int64"),), tok, 8, None)
 
 
 def test_a_long_text_file_with_calib_max_samples_counts_only_what_it_uses(tmp_path):
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
     from edgekit.quantize.calibration.text import open_text
 
     corpus = _lines(tmp_path / "corpus.txt", 10_000_000, b"hello world\n")

@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.data import digits
 from edgekit.core.errors import InputFileError
 from edgekit.quantize.calibration.data import open_calibration

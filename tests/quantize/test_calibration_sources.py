@@ -22,7 +22,7 @@ import pretrained_cnn as cnn
 import pretrained_encoder as enc
 from conftest import one_line_error
 from corpus.hostile import leftovers, snapshot
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.cli.app import app
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.quantize.calibration.data import open_calibration

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
 from edgekit.quantize.calibration.histogram import StreamingHistogram

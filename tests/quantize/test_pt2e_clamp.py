@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("executorch")
 torch = pytest.importorskip("torch")
 
-from edgekit.core.artifacts import InputSpec  # noqa: E402
+from edgekit.core.input_spec import InputSpec  # noqa: E402
 from edgekit.quantize.toolkits import pt2e_backend  # noqa: E402
 
 

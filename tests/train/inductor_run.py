@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.models.registry import ModelSpec, register_model
 from edgekit.train.checkpoint import load_train_state
 from edgekit.train.config import TrainConfig

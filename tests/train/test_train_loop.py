@@ -148,7 +148,7 @@ class _Flaky(nn.Module):
 
 
 def _register_flaky():
-    from edgekit.core.artifacts import InputSpec
+    from edgekit.core.input_spec import InputSpec
     from edgekit.models.registry import ModelSpec, register_model
 
     register_model(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.llm.models.gemma import Gemma3
 from edgekit.llm.models.llama import Llama
 from edgekit.llm.models.phi3 import Phi3
@@ -47,8 +47,8 @@ register_model(
         input_spec=_token_input,
         outputs=("logits",),
         task={"type": "language-modeling", "dataset": "pydoc-text", "metric": "next_token_accuracy"},
-        description="Llama-family decoders (Llama, Qwen2, Qwen3, Gemma 3, Phi-3: GQA, RoPE, a static KV cache); pretrained "
-                    "ones come from GGUF files",
+        description="Llama-family decoders (Llama, Qwen2, Qwen3, Gemma 3, Phi-3: GQA, RoPE, a static KV cache); "
+                    "pretrained ones come from GGUF files",
         onnx_exporter="dynamo",
     )
 )

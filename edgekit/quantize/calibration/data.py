@@ -37,7 +37,7 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.formats.limits import calibration_files
 from edgekit.quantize.calibration.images import IMAGE_SUFFIXES, image_files, is_image, scan_images

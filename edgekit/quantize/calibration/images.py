@@ -35,7 +35,7 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.core.artifacts import InputSpec
+from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import InputFileError, UsageError, first_line
 from edgekit.formats.limits import MAX_CALIB_FILES
 
