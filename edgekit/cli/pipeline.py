@@ -169,6 +169,15 @@ def pipeline_command(
             out_console.print(board)
         out_console.print(basis, markup=False, highlight=False)
     out_console.print(recommendation_line(result.recommended), markup=False, highlight=False)
+    if result.runtime_choice is not None:  # every counted variant ranked on the target's core, and the choice
+        from edgekit.pipeline import choice as runtime
+
+        ranked = Table(*runtime.COLUMNS, title=runtime.heading(result.runtime_choice))
+        for row in runtime.cells(result.runtime_choice):
+            ranked.add_row(*(escape(cell) for cell in row))
+        out_console.print(ranked)
+        for line in [*runtime.not_counted_lines(result.runtime_choice), runtime.choice_line(result.runtime_choice)]:
+            out_console.print(line, markup=False, highlight=False)
     for warning in result.warnings:
         out_console.print(f"[yellow]Warning:[/yellow] {escape(warning)}")
     for line in skipped_lines(result):

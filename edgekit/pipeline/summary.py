@@ -116,12 +116,25 @@ def summary_markdown(result, target_name: str) -> str:
     lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in cells(result)]
     basis = target_line(result)
     lines += ["", *((basis, "") if basis else ()), recommendation_line(result.recommended), ""]
+    lines += _choice_markdown(getattr(result, "runtime_choice", None))
     lines += [f"Gate: **{'PASSED' if result.passed else 'FAILED'}** (details in gate.md)", ""]
     lines += [f"- Warning: {warning}" for warning in result.warnings]
     lines += [f"- {line}" for line in skipped_lines(result)]
 
     lines += ["", generator_mark("markdown")]  # proves the file is edgekit's to a rerun (edgekit.core.outputs)
     return "\n".join(lines) + "\n"
+
+
+def _choice_markdown(choice: dict | None) -> list[str]:
+    """Every counted variant ranked on the target's core, and the runtime to deploy (edgekit.pipeline.choice)."""
+    if choice is None:
+        return []
+    from edgekit.pipeline import choice as runtime
+
+    lines = [runtime.heading(choice), "", "| " + " | ".join(runtime.COLUMNS) + " |",
+             "|---|---|---|---:|---:|---:|---|"]
+    lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in runtime.cells(choice)]
+    return [*lines, "", *(f"- {line}" for line in runtime.not_counted_lines(choice)), "", runtime.choice_line(choice), ""]
 
 
 def _md(text: str) -> str:
@@ -146,6 +159,7 @@ def write_summary(result, config, target, plan) -> None:
         "skipped": [skip.to_dict() for skip in result.skipped],
         "failed": [skip.to_dict() for skip in getattr(result, "failed", ())],
         "recommended": result.recommended,
+        "runtime_choice": getattr(result, "runtime_choice", None),
         "warnings": list(result.warnings),
     }
     write_json(result.out / "pipeline.json", doc)
@@ -168,7 +182,12 @@ def write_report(result, results, target) -> None:
                                  row.size_ratio is not None)
               for row in result.rows}
     basis = target_line(result)
-    lines = [*((basis,) if basis else ()), recommendation_line(result.recommended),
+    choice = getattr(result, "runtime_choice", None)
+    if choice is not None:
+        from edgekit.pipeline.choice import choice_line
+
+        choice = choice_line(choice)
+    lines = [*((basis,) if basis else ()), recommendation_line(result.recommended), *((choice,) if choice else ()),
              *(f"Warning: {w}" for w in result.warnings)]
     write_html(result.out / "report.html", results, title=title(result, target.name),
                subtitle=f"{judged}; gate: {verdict}", gates={row.variant: row.gate for row in result.rows},

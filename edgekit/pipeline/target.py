@@ -5,7 +5,8 @@ A variant's cost has one basis, the first that applies:
 * **measured**: its bench ran on the target's board (``edgekit.gates.device.on_device``: the host's
   arch and core are the target's): the timing is the board's;
 * **estimated**: a file the counter runs (ExecuTorch ``.pte``, ONNX), counted on the target's core under emulation
-  (``edgekit.emulate.icount``, one thread) and priced by the core's fitted cost model
+  (``edgekit.emulate.icount``, one thread), or a Python bundle of a format that only runs in one (ncnn, LiteRT:
+  ``edgekit.pipeline.python_counts``, Python's per-call work included), and priced by the core's fitted cost model
   (``edgekit.estimate``) at the target's clock and threads, with its band. A core without a fitted
   model still has its instruction count, and ratios between variants are taken on it;
 * **host**: none of those; the host's timing, which says little about the board. Each such row
@@ -36,21 +37,31 @@ def target_costs(models: Sequence[tuple[Path, str]], results, target, *, emulate
     """One ``TargetCost`` per ``(model file, format)`` with its bench result (same order)."""
     device = Device.of(target)
     off = no_emulation(target, emulate)
+    from edgekit.pipeline.python_counts import PythonCounter, counted_in_python
+
     counter = Counter(target, threads, progress)  # the native row runs the static .pte again: counted once
+    in_python = PythonCounter(target, threads, progress)
     counted = counted_formats()
     out = []
     for (path, fmt), result in zip(models, results):
         if not is_emulated(result) and on_device(result, device):
             out.append(TargetCost(MEASURED, f"measured on {measured_on(result)}", result.timing.p50))
-        elif off or fmt not in counted:
-            out.append(TargetCost(HOST, "host timing",
-                                  note=off or f"not counted: emulated counts run {' and '.join(counted)} files, not {fmt}"))
+        elif off or (fmt not in counted and not counted_in_python(fmt)):
+            out.append(TargetCost(HOST, "host timing", note=off or _not_counted(fmt, counted)))
         else:
             try:
-                out.append(counter.cost(Path(path), fmt))
+                out.append(counter.cost(Path(path), fmt) if fmt in counted else in_python.cost(Path(path), fmt))
             except Unavailable as exc:
                 out.append(TargetCost(HOST, "host timing", note=str(exc)))
     return out
+
+
+def _not_counted(fmt: str, counted: Sequence[str]) -> str:
+    from edgekit import formats
+
+    in_python = [name for name in formats.names() if formats.get(name).board.counted_in_python]
+    python = f" and Python bundles of {' and '.join(in_python)}" if in_python else ""
+    return f"not counted: emulated counts run {' and '.join(counted)} files (edgekit-run){python}, not {fmt}"
 
 
 def target_ratios(formats: Sequence[str], variants: Sequence[str], costs: Sequence[TargetCost]) -> list[float | None]:

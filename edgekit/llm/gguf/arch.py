@@ -1,7 +1,8 @@
 """What model a GGUF file holds, and whether edgekit can run it.
 
 ``blockers`` lists everything that stops an import at once (tensor types, architecture,
-tokenizer, mixture of experts, rope scaling), so a refusal is one line naming all of it.
+tokenizer, mixture of experts, rope scaling, rotary over part of each head), so a refusal is one
+line naming all of it.
 ``model_config`` reads the config of a supported architecture into the decoder config of
 ``edgekit.llm.models.llama`` (``family`` picks Llama, Qwen2, Qwen3, Gemma 3 or Phi-3); ``expected_tensors``
 is every tensor that config needs, with its shape, and nothing else may be in the file.
@@ -55,12 +56,29 @@ def blockers(gguf) -> list[str]:
     if meta.get(f"{arch}.expert_count"):
         reasons.append(f"a mixture of {safe_text(str(meta[f'{arch}.expert_count']))[:20]} experts (edgekit runs dense "
                        "models)")
+    partial = _partial_rotary(meta, arch)
+    if partial:
+        reasons.append(partial)
     scaling = meta.get(f"{arch}.rope.scaling.type")
     allowed = ("none",) + (("linear",) if arch == "gemma3" else ())
     if scaling is not None and scaling not in allowed:
         reasons.append(f"rope scaling {safe_text(str(scaling))[:40]} (edgekit applies Llama 3's rope_freqs factors"
                        " and Gemma 3's linear scaling)")
     return reasons
+
+
+def _partial_rotary(meta: dict, arch: str) -> str | None:
+    """The reason a file that rotates only part of each head (Phi-4-mini: 3/4) is refused, or None;
+    values that are not positive integers are left to ``model_config``'s checks."""
+    def number(key):
+        value = meta.get(f"{arch}.{key}")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    rope, width, heads = number("rope.dimension_count"), number("embedding_length"), number("attention.head_count")
+    head = number("attention.key_length") or (width // heads if width and heads and width % heads == 0 else None)
+    if rope and head and rope < head:
+        return f"rotary positions over {rope} of each head's {head} dimensions (edgekit's decoders rotate whole heads)"
+    return None
 
 
 def check_supported(gguf) -> None:

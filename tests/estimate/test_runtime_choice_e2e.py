@@ -1,0 +1,99 @@
+"""`edgekit pipeline --target rpi5` counts every format that runs on the board on its emulated Cortex-A76
+(ONNX in edgekit-run, ncnn in a Python bundle with its own wheel), ranks them by instructions per
+inference and recommends the cheapest (edgekit.pipeline.choice).
+
+Checked independently: the ncnn count the pipeline reports equals `edgekit bench BUNDLE --emulate` on a
+bundle of the same file; the printed ratios are recomputed from the printed counts; the recommendation
+is the variant with the fewest instructions among those within the accuracy budget, found from the
+per-variant rows of pipeline.json. Needs root, qemu-user and the cached arm64 rootfs with the ncnn venv
+(`bash benchmarks/emulated_verify.sh`, which .ci/run calls first); downloads nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekit.cli.app import app
+
+pytest.importorskip("ncnn")
+pytest.importorskip("pnnx")
+
+runner = CliRunner()
+PREPARE = "run `bash benchmarks/emulated_verify.sh` first (.ci/run does); this test downloads nothing"
+QUICK = ["--processes", "1", "--min-runs", "3", "--min-time", "0", "--no-reference", "--max-p99-ms", "10s",
+         "--max-peak-rss-mb", "8GiB"]
+FORMATS = "onnx,ncnn,torchscript"  # one counted in edgekit-run, one in a Python bundle, one not counted at all
+ROW = re.compile(r"^\| (\S+) \| (\S+) \| ([^|]+) \| ([\d,]+) \| ([\d.]+)x \| ([\d.]+) \| ([^|]*) \|$")
+
+
+@pytest.fixture(scope="module")
+def ncnn_counting_ready() -> None:
+    from edgekit import formats
+    from edgekit.bundle.requirements import board_dists, host_version
+    from edgekit.emulate.rootfs import default_cache_dir, find_rootfs
+    from edgekit.emulate.venv import MARKER, VENVS_DIR, requirements_key
+
+    if os.geteuid() != 0:
+        pytest.skip("counting a Python bundle under emulation needs root (the rootfs's sandbox)")
+    missing = [tool for tool in ("qemu-aarch64", "unshare") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed; apt-get install qemu-user")
+    fs = find_rootfs(default_cache_dir(), "bookworm")
+    if fs is None:
+        pytest.skip(f"no cached bookworm arm64 rootfs in {default_cache_dir()}; {PREPARE}")
+    entry = formats.get("ncnn")
+    text = "".join(f"{dist}=={host_version(dist)}\n" for dist in board_dists(entry))  # what its bundle pins
+    if not (fs.path / VENVS_DIR.lstrip("/") / requirements_key(text, [], fs.python, entry.board.no_deps) / MARKER).is_file():
+        pytest.skip(f"no cached venv for an ncnn bundle's requirements in {fs.path}; {PREPARE}")
+
+
+@pytest.mark.slow
+def test_pipeline_recommends_the_runtime_with_the_fewest_instructions_on_rpi5(ncnn_counting_ready, digits_checkpoint,
+                                                                               tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["pipeline", "--checkpoint", str(digits_checkpoint), "--methods", "static",
+                                 "--format", FORMATS, "--target", "rpi5", "--out", str(out), *QUICK])
+    assert result.exit_code == 0, result.output + result.stderr
+    summary = json.loads((out / "pipeline.json").read_text())
+    counts = {row["variant"]: row["target"]["instructions"] for row in summary["variants"]
+              if row["target"]["basis"] != "host"}
+    assert {"fp32-onnx", "int8-static-onnx", "fp32-ncnn", "int8-static-ncnn"} <= set(counts), summary["variants"]
+
+    # the ncnn count is the bundle's own wheel's, as `edgekit bench --emulate` counts a bundle of that file
+    bundle = tmp_path / "bundle"
+    for args in (["bundle", out / "export" / "int8-static", "--format", "ncnn", "--target", "rpi5", "--out", bundle],
+                 ["bench", bundle, "--emulate", "--emulate-runs", "4", "--json", tmp_path / "bench.json"]):
+        done = runner.invoke(app, [str(a) for a in args])
+        assert done.exit_code == 0, done.output
+    bench = json.loads((tmp_path / "bench.json").read_text())["results"][0]["emulated"]
+    assert bench["cpu"] == "cortex-a76" and bench["instructions"]["per_run"] == counts["int8-static-ncnn"]
+
+    # the ranking as pipeline.md prints it: every counted variant once, its ratio to the cheapest recomputed here
+    printed = [ROW.match(line).groups() for line in (out / "pipeline.md").read_text().splitlines() if ROW.match(line)]
+    ranked = {variant: int(instructions.replace(",", "")) for variant, _, _, instructions, *_ in printed}
+    assert ranked == {variant: counts[variant] for variant in ranked}
+    assert set(ranked) >= {"fp32-onnx", "int8-static-onnx", "fp32-ncnn", "int8-static-ncnn"}
+    cheapest = min(ranked.values())
+    for variant, _, runs_in, instructions, shown, _, _ in printed:
+        assert float(shown) == pytest.approx(int(instructions.replace(",", "")) / cheapest, abs=0.0051)
+        assert ("(Python)" in runs_in) == variant.endswith("ncnn")
+
+    # the recommendation: the fewest instructions among the variants within the 1 pt accuracy budget
+    within = {row["variant"]: counts[row["variant"]] for row in summary["variants"] if row["variant"] in ranked
+              and row["gate"] != "fail" and row["accuracy"] >= summary["float_accuracy"] - 0.01}
+    best = min(within, key=within.get)
+    choice = summary["runtime_choice"]["recommended"]
+    assert choice["variant"] == best and choice["instructions"] == within[best]
+    stdout = " ".join(result.stdout.split())
+    assert f"Fastest runtime for rpi5: {best} in " in stdout
+    assert "from emulated counts on Cortex-A76, not timed on a board" in stdout
+    assert "Python bundles include Python's per-call work" in stdout
+    # the format no runtime is counted for: one line saying why, the rest ranked
+    assert re.search(r"Not counted on Cortex-A76: fp32-torchscript, int8-static-torchscript: emulated counts run "
+                     r"\S+ and \S+ files \(edgekit-run\) and Python bundles of", stdout)
