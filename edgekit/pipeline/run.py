@@ -37,7 +37,7 @@ from edgekit.core.bounds import check_runs, check_seed, check_threads
 from edgekit.core.errors import BenchError
 from edgekit.core.errors import EdgekitError
 from edgekit.core.fileio import read_json
-from edgekit.core.limits import check_calibration_size, check_model_fits
+from edgekit.formats.limits import check_calibration_size, check_model_fits
 from edgekit.core.targets import load_target
 from edgekit.export.api import export
 from edgekit.gates.budgets import resolve_budgets
@@ -90,7 +90,7 @@ class PipelineConfig:
     # or from any model quantize takes: model.onnx, package.module:factory, hf:CONFIG, a checkpoint folder
     source: str | Path | None = None
     source_options: dict[str, Any] = field(default_factory=dict)  # input_shapes, ...: as quantize() takes them
-    force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.core.limits)
+    force: bool = False  # go on when a model is estimated not to fit the target's RAM (edgekit.formats.limits)
     processes: int = DEFAULT_PROCESSES
     reference: bool = True  # time the reference workload in every bench round (regression gates normalise by it)
     # count each .pte variant on the target's core under emulation and decide on that (edgekit.pipeline.target)
@@ -293,7 +293,7 @@ def _float_bytes(plan) -> int | None:
     """The float model's weights in bytes (zoo models and checkpoints: built on the spot; an ONNX
     file: its tensors), or None when it is not known before the model is built (module:, hf:)."""
     if plan.kind in ("zoo", "checkpoint"):
-        from edgekit.core.limits import float_parameter_bytes
+        from edgekit.formats.limits import float_parameter_bytes
 
         return float_parameter_bytes(plan.name, plan.model_config)
     if plan.onnx_file:
