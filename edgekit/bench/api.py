@@ -62,8 +62,12 @@ def bench(
     processes: int = 1,
     reference: bool = False,
     lm_tokens: int = 32,
+    format_entries: Mapping[str, formats.Format] | None = None,
 ) -> list[BenchResult]:
     """Time each model on this machine; one result per path, in order.
+
+    ``format_entries``: {name: entry} of formats the caller resolved already (the pipeline's); the others
+    are looked up once each.
 
     ``paths`` are model files (.onnx, TorchScript .pt, ExecuTorch .pte) or artifact folders holding one model.
     ``threads``: explicit wins; else the target's, capped at this host's usable cores; else all
@@ -110,7 +114,8 @@ def bench(
     if tgt is not None:
         common += ["--target", tgt.name]
     with contextlib.ExitStack() as stack:  # sandboxes of native bundles, removed when the runs end
-        argvs = [_runner_argv(m, common, tgt) if m.runner is None else
+        specs = _format_entries(models, format_entries)
+        argvs = [_runner_argv(m, common, tgt, specs.get(m.format)) if m.runner is None else
                  _fenced_argv(stack, m, common, input_file, n_threads) for m in models]
         if any(m.runner is not None for m in models):
             notes = notes + ["the native bundle's edgekit-run ran in a sandbox (edgekit.emulate.sandbox): a copy of the "
@@ -251,11 +256,20 @@ def _fenced_argv(stack: contextlib.ExitStack, model: BenchModel, common: list[st
     return box.standalone([f"{BUNDLE}/{native.RUNNER}", "bench", inside, *args], {"OMP_NUM_THREADS": str(threads)})
 
 
-def _runner_argv(model: BenchModel, common: list[str], target: Target | None) -> list[str]:
+def _format_entries(models: list[BenchModel], given: Mapping[str, formats.Format] | None) -> dict:
+    """{name: entry} of the table's formats among ``models``, each resolved once (``given``'s where it has them)."""
+    given, known = given or {}, formats.names()
+    names = dict.fromkeys(m.format for m in models if m.format in known)
+    return {name: given.get(name) or formats.get(name) for name in names}
+
+
+def _runner_argv(model: BenchModel, common: list[str], target: Target | None,
+                 spec: formats.Format | None = None) -> list[str]:
+    """``spec``: the model's format entry (None: a format outside the table)."""
     if model.runner is not None:  # edgekit-run speaks the runner's options and protocol
         return [str(model.runner), "bench", str(model.path), *common]
     argv = [*RUNNER_COMMAND, str(model.path), "--format", model.format, *common]
-    if model.format in formats.names() and formats.get(model.format).quantization.packed_engine and target is not None:
+    if spec is not None and spec.quantization.packed_engine and target is not None:
         details = model.entry.details if model.entry else {}
         quantized = model.entry is None or model.entry.precision != "fp32"
         if quantized and not details.get("quantized_engine"):

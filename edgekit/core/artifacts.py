@@ -210,17 +210,19 @@ def runtime_versions() -> dict[str, str]:
     return versions
 
 
-def describe_file(folder: Path, rel: str, fmt: str, **extra) -> ModelFile:
-    """The manifest entry of ``folder/rel``; the files that belong with it (an ONNX model's external
-    data, ncnn's weights: its format's ``data_files``) are listed with it."""
+def describe_file(folder: Path, rel: str, fmt, **extra) -> ModelFile:
+    """The manifest entry of ``folder/rel`` (``fmt``: its format's entry, a name, or ``CHECKPOINT``); the
+    files that belong with it (an ONNX model's external data, ncnn's weights: its format's ``data_files``)
+    are listed with it."""
     path = folder / rel
     data_files = []
-    if fmt != CHECKPOINT and formats.get(fmt).files.external_data:
+    spec = None if fmt == CHECKPOINT else formats.entry(fmt)
+    if spec is not None and spec.files.external_data:
         parent = Path(rel).parent
-        for name in formats.get(fmt).ops().data_files(path):
+        for name in spec.ops().data_files(path):
             data = path.parent / name
             data_files.append({"path": (parent / name).as_posix(), "sha256": sha256_file(data), "bytes": data.stat().st_size})
-    return ModelFile(path=rel, format=fmt, sha256=sha256_file(path), bytes=path.stat().st_size, data_files=data_files, **extra)
+    return ModelFile(path=rel, format=fmt if spec is None else spec.name, sha256=sha256_file(path), bytes=path.stat().st_size, data_files=data_files, **extra)
 
 
 def recipe_sha256(quantization: dict, target: str | None) -> str:

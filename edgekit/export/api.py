@@ -26,7 +26,7 @@ TORCHSCRIPT_MODES = ("trace", "script")
 def export(
     source: str | Path,
     out: str | Path,
-    formats: tuple[str, ...] | None = None,
+    formats: tuple | None = None,
     target: str | Target | None = None,
     opset: int | None = None,
     onnx_route: str = "auto",
@@ -45,6 +45,7 @@ def export(
     to ``model.onnx.data`` beside the graph; None does so only for models over 2 GB, which
     cannot be one file.
 
+    ``formats``: names, or the entries a command resolved once (``edgekit.formats.resolve``).
     ``source`` is an edgekit artifact folder, or a model from outside the zoo:
     ``package.module:factory`` or ``hf:CONFIG`` with ``source_options`` (``input_shapes``,
     ``input_dtypes``, ``dynamic_axes``, ``input_ranges``, ``state_dict``) as ``edgekit quantize``
@@ -54,7 +55,9 @@ def export(
         raise UsageError(f"unknown TorchScript mode {torchscript_mode!r}; choose from: {', '.join(TORCHSCRIPT_MODES)}")
     onnx_export.check_route(onnx_route)  # a bad option value is refused before any format is tried
     if formats is not None:
-        formats = table.check(tuple(formats))
+        if not formats:
+            table.check(())  # no format given: the one-line error with the choices
+        formats = tuple(table.resolve(formats).values())  # each format resolved once, handed down as its entry
     if _outside_zoo(source):
         return _export_outside_zoo(source, out, formats, target, opset, onnx_route, torchscript_mode, optimize,
                                    external_data, source_options, force)
@@ -62,7 +65,8 @@ def export(
         raise UsageError("--input-shape/--input-dtype/--dynamic-axes/--state-dict apply to models from outside the zoo")
     folder, manifest = load_manifest(source)
     if formats is None:
-        formats = manifest.formats() if manifest.kind == "quantized" else table.default_names()
+        formats = tuple(table.get(name) for name in (manifest.formats() if manifest.kind == "quantized"
+                                                    else table.default_names()))
     if manifest.kind == "export":
         raise UsageError(f"{folder} is already an export; export a checkpoint or quantized artifact")
     target_name = target.name if isinstance(target, Target) else target or manifest.target or "rpi4"
@@ -128,7 +132,7 @@ def _export_outside_zoo(source, out, formats, target, opset, route, ts_mode, opt
     """A user ``nn.Module`` factory or a transformers config: built here, exported like a checkpoint."""
 
     src = resolve_source(source, **source_options)
-    formats = formats or table.default_names()
+    formats = formats or tuple(table.get(name) for name in table.default_names())
     target_name = None if isinstance(target, Target) else target
     target = target if isinstance(target, Target) else load_target(target or "rpi4")
     opset = target.onnx_opset if opset is None else onnx_export.check_opset(opset)
@@ -168,9 +172,9 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
 
     files = []
     attempts = Attempts(work)
-    for fmt in formats:
-        done = attempts.run(fmt, "export", lambda fmt=fmt: _float_file(
-            model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
+    for spec in formats:
+        done = attempts.run(spec.name, "export", lambda spec=spec: _float_file(
+            model, manifest, work, spec, target, opset, route, ts_mode, optimize, external_data, cases, examples,
             float_accuracy, family))
         if done is not None:
             files.append(done)
@@ -180,24 +184,25 @@ def _export_float(model, manifest, work, formats, target, opset, route, ts_mode,
     return files
 
 
-def _float_file(model, manifest, work, fmt, target, opset, route, ts_mode, optimize, external_data, cases, examples,
+def _float_file(model, manifest, work, spec, target, opset, route, ts_mode, optimize, external_data, cases, examples,
                 float_accuracy, family) -> ModelFile:
     from edgekit.formats.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
 
-    entry = table.get(fmt)
-    path = work / entry.files.file_name
+    """``spec``: the format's entry."""
+    fmt = spec.name
+    path = work / spec.files.file_name
     request = FloatExport(path=path, examples=examples, inputs=manifest.inputs, outputs=manifest.outputs,
                           provenance=_provenance(manifest, target), family=family,
                           onnx_preference=preferred_exporter(family), opset=opset, onnx_route=route,
                           torchscript_mode=ts_mode, optimize=optimize, external_data=external_data)
-    details = entry.ops().export_float(model, request)
-    predict = predictor_for(path, fmt, details)
+    details = spec.ops().export_float(model, request)
+    predict = predictor_for(path, spec, details)
     outputs = every_output(predict)
     parity = check_parity(outputs, cases, "fp32", f"fp32 {fmt} export",
                           names=outputs.output_names or list(manifest.outputs))
     metrics = {"accuracy": task_accuracy(manifest.task, predict), "float_accuracy": float_accuracy, "parity": parity}
-    return describe_file(work, path.name, fmt, precision="fp32", metrics=metrics, details=details)
+    return describe_file(work, path.name, spec, precision="fp32", metrics=metrics, details=details)
 
 
 def _export_quantized(folder, manifest, work, formats, target, optimize=False, external_data=None,
@@ -216,9 +221,9 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
 
     files = []
     attempts = Attempts(work)
-    for fmt in formats:
-        done = attempts.run(fmt, "export", lambda fmt=fmt: _quantized_file(
-            folder, manifest, work, fmt, target, optimize, external_data, cases))
+    for spec in formats:
+        done = attempts.run(spec.name, "export", lambda spec=spec: _quantized_file(
+            folder, manifest, work, spec, target, optimize, external_data, cases))
         if done is not None:
             files.append(done)
     attempts.raise_if_nothing_written(len(files))
@@ -227,17 +232,19 @@ def _export_quantized(folder, manifest, work, formats, target, optimize=False, e
     return files
 
 
-def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data, cases) -> ModelFile:
+def _quantized_file(folder, manifest, work, spec, target, optimize, external_data, cases) -> ModelFile:
     from edgekit.formats.evaluation import task_accuracy
     from edgekit.formats.parity import check_parity, every_output, predictor_for
 
+    """``spec``: the format's entry."""
+    fmt = spec.name
     entry = manifest.file(fmt)
-    path = work / table.get(fmt).files.file_name
+    path = work / spec.files.file_name
     request = QuantizedCopy(source=folder / entry.path, path=path, details=dict(entry.details),
                             provenance=_provenance(manifest, target, **entry.details), optimize=optimize,
                             external_data=external_data)
-    details = table.get(fmt).ops().copy_quantized(request)
-    predict = predictor_for(path, fmt, details)
+    details = spec.ops().copy_quantized(request)
+    predict = predictor_for(path, spec, details)
     labelled = manifest.task.get("type") == "classification" and bool(manifest.task.get("dataset"))
     outputs = every_output(predict)
     parity = check_parity(outputs, cases, entry.precision, f"{entry.precision} {fmt} export", decisions=labelled,
@@ -249,4 +256,4 @@ def _quantized_file(folder, manifest, work, fmt, target, optimize, external_data
             f"{entry.precision} {fmt} export: accuracy {accuracy:.4f} differs from the {recorded:.4f} recorded at quantization"
         )
     metrics = {**entry.metrics, "accuracy": accuracy, "parity": parity}
-    return describe_file(work, path.name, fmt, precision=entry.precision, metrics=metrics, details=details)
+    return describe_file(work, path.name, spec, precision=entry.precision, metrics=metrics, details=details)

@@ -227,18 +227,42 @@ def available_names() -> tuple[str, ...]:
 
 
 def get(name: str) -> Format:
+    """The entry named ``name``: a command resolves each of its formats once, at its front, and hands
+    the entry down (``resolve``); the stages below take the entry rather than the name."""
+    return _named(name)
+
+
+def _named(name: str) -> Format:
     table = _load()
     if name not in table:
         raise UsageError(f"unknown format {name!r}; choose from: {', '.join(table)}")
     return table[name]
 
 
+def entry(fmt: str | Format) -> Format:
+    """``fmt`` itself when it is an entry already (resolved by the caller), else the entry named ``fmt``."""
+    return fmt if isinstance(fmt, Format) else get(fmt)
+
+
+def resolve(formats, given=None) -> dict[str, Format]:
+    """{name: entry} for ``formats`` (names or entries), each resolved once: the caller's ``given``
+    entries where it has them, else looked up; an unknown name or a missing extra is a one-line error."""
+    given = given or {}
+    out: dict[str, Format] = {}
+    for fmt in formats:
+        spec = fmt if isinstance(fmt, Format) else given.get(fmt) or get(fmt)
+        spec.require()
+        out[spec.name] = spec
+    return out
+
+
 def check(formats: tuple[str, ...] | list[str], what: str = "format") -> tuple[str, ...]:
-    """``formats`` validated against the table (unknown names and a missing extra are one-line errors)."""
+    """``formats`` validated against the table (unknown names and a missing extra are one-line errors).
+    A validation of a config's names, not a resolution: the entries are ``resolve``'s."""
     if not formats:
         raise UsageError(f"no output {what} given; choose from: {', '.join(names())}")
     for name in formats:
-        get(name).require()
+        _named(name).require()
     return tuple(formats)
 
 

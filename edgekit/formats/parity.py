@@ -20,9 +20,9 @@ INT8_MIN_COSINE = 0.95
 INT8_MIN_TOP1 = 0.8
 
 
-def predictor_for(path: Path, fmt: str, details: dict | None = None, threads: int = 1):
-    """A numpy-in/numpy-out callable running the artifact with its own runtime."""
-    return formats.get(fmt).ops().predictor(path, details, threads)
+def predictor_for(path: Path, fmt: str | formats.Format, details: dict | None = None, threads: int = 1):
+    """A numpy-in/numpy-out callable running the artifact with its own runtime (``fmt``: its format's entry, or name)."""
+    return formats.entry(fmt).ops().predictor(path, details, threads)
 
 
 def compare(reference: np.ndarray, candidate: np.ndarray) -> dict:

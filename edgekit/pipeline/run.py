@@ -274,8 +274,8 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
 
         check_made_up_sizes(plan.source, data_helps=False)  # the fp32 row is checked at those sizes
     float_bytes = _float_bytes(plan)
-    for fmt in plan.formats if float_bytes is not None else ():
-        warning = check_model_fits(target, float_bytes, fmt, f"the fp32 {fmt} model of {plan.name}", config.force)
+    for fmt, spec in plan.format_entries.items() if float_bytes is not None else ():
+        warning = check_model_fits(target, float_bytes, spec, f"the fp32 {fmt} model of {plan.name}", config.force)
         if warning:
             say(f"Warning: {warning}")
     calib = plan.calib if plan.calib is not None else config.calib
@@ -309,6 +309,7 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
     out = Path(config.out)
     plan, float_accuracy = _float_model(config, plan, out, say)
     source, options = plan.quantize_source, plan.source_options
+    specs = plan.format_entries  # each format resolved once, by the plan: the stages are handed the entries
 
     exports = []
     say("export fp32")
@@ -317,7 +318,7 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
 
         exports.append(export_onnx_file(plan.source, out / "export" / "fp32", target))
     else:
-        exports.append(export(source, out / "export" / "fp32", plan.formats, target, **options))
+        exports.append(export(source, out / "export" / "fp32", tuple(specs.values()), target, **options))
     failed = _failed_variants(exports[-1][1], "fp32")  # each a row with its reason; the others go on
     calibrated_exports = []
     for run in plan.quant_runs:
@@ -325,9 +326,11 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         try:
             say(f"quantize {precision} {run.label}")
             quantized, made = quantize_config(source, run.config, out / "quantized" / run.label, target,
-                                              source_options=options, evaluation=_evaluation(config, plan, run.config))
+                                              source_options=options, evaluation=_evaluation(config, plan, run.config),
+                                              format_entries=specs)
             say(f"export {precision} {run.label}")
-            exported = export(quantized, out / "export" / f"{precision}-{run.label}", made.formats(), target)
+            exported = export(quantized, out / "export" / f"{precision}-{run.label}",
+                              tuple(specs.get(name, name) for name in made.formats()), target)
         except Exception as exc:  # noqa: BLE001 - a method that fails is its rows, with the reason
             from edgekit.quantize.each_format import reason
 
@@ -340,14 +343,14 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
         if type(run.config).calibrated:  # int8 activations too: what the native row runs
             calibrated_exports.append(exports[-1])
 
-    native = _native_row(calibrated_exports, out, target, say)
+    native = _native_row(calibrated_exports, out, target, say, specs)
     if native is not None:
         exports.append(native)
     model_paths = [folder / entry.path for folder, manifest in exports for entry in manifest.files]
     say(f"bench {len(model_paths)} variants on this machine ({config.processes} worker processes each, interleaved)")
     settings = dict(target=target, threads=config.threads, warmup=config.warmup, min_runs=config.min_runs,
                     min_time_s=config.min_time_s, batch=config.batch, processes=config.processes,
-                    reference=config.reference)
+                    reference=config.reference, format_entries=specs)
     results, unbenched = _bench_each_standing_alone(bench, model_paths, settings, say)
     if unbenched:
         names = {folder / e.path: e.details.get("variant", e.path) for folder, manifest in exports for e in manifest.files}
@@ -403,7 +406,7 @@ def _float_model(config: PipelineConfig, plan, out: Path, say: Progress):
     return plan, plan.source.float_accuracy
 
 
-def _native_row(exports, out: Path, target, say: Progress):
+def _native_row(exports, out: Path, target, say: Progress, specs: dict):
     """The first ``exports`` file (int8 exports of calibrated methods: static) that a native runner
     runs, as a native bundle built for this host (``edgekit-run``, no Python): (its folder, its
     manifest) for the bench, or None when there is no such export or no compiler."""
@@ -413,12 +416,13 @@ def _native_row(exports, out: Path, target, say: Progress):
     for folder, manifest in exports:
         for entry in manifest.files:
             variant = (entry.details or {}).get("variant", "")
-            if not formats.get(entry.format).board.native_runner:
+            spec = specs.get(entry.format) or formats.get(entry.format)
+            if not spec.board.native_runner:
                 continue
             host = replace_fields(target, arch=host_arch(), mcpu="", core="")  # budgets stay the target's
             say(f"bundle {variant} with the native runtime (edgekit-run) for this host")
             try:
-                bundle = build_bundle(folder, host, out / "native" / variant, fmt=entry.format, runtime="native",
+                bundle = build_bundle(folder, host, out / "native" / variant, fmt=spec, runtime="native",
                                       archive=False, force=True, progress=say)
             except EdgekitError as exc:
                 say(f"  skipped the native row: {str(exc).splitlines()[0]}")

@@ -77,9 +77,11 @@ def quantize_config(
     source: str | Path | None = None,
     source_options: dict | None = None,
     evaluation=None,
+    format_entries: dict | None = None,
 ) -> tuple[Path, Manifest]:
     """``quantize`` with the method's config object itself (what ``edgekit.api.quantize`` passes);
-    ``src``: a ``ModelSource``, or what ``quantize`` takes as ``source``."""
+    ``src``: a ``ModelSource``, or what ``quantize`` takes as ``source``;
+    ``format_entries``: {name: entry} of formats the caller resolved already (the pipeline's)."""
     import dataclasses
 
 
@@ -91,7 +93,8 @@ def quantize_config(
     method = method_spec.name
     if config.calibrated and getattr(config, "calib", None) is None:
         config = dataclasses.replace(config, **_default_calibration(src, method_spec, {"calib": None}))
-    _check_fit(src, method, config)
+    specs = table.resolve(config.formats, format_entries)  # each format resolved once for the whole run
+    _check_fit(src, method, config, specs)
     if getattr(config, "calib", None) is None and getattr(evaluation, "data", None) is None:
         from edgekit.sources.spatial_sizes import check_made_up_sizes
 
@@ -148,7 +151,8 @@ def quantize_config(
                     from edgekit.quantize.search.budget import fit_budget
 
                     item, report = fit_budget(job, config, method_spec, item, cases, max_drop)
-                if with_report and table.get(item.format).quantization.onnx_graph:
+                spec = specs.get(item.format)  # a method with one handler may write formats of its own
+                if with_report and (spec or table.get(item.format)).quantization.onnx_graph:
                     from dataclasses import replace
 
                     from edgekit.quantize.toolkits.onnx_graphs import activation_ranges
@@ -157,7 +161,7 @@ def quantize_config(
                                          activation_ranges(job, config) if calibrated else None)
                     item = replace(item, details={**item.details, "error_report": found})
                 return describe_produced(job, item, cases, f"{method_spec.config_type.precision}-{method}-{item.format}",
-                                         method), report
+                                         method, spec), report
 
             done = attempts.run(item.format, "check", check)
             if done is not None:
@@ -237,14 +241,13 @@ def _default_formats(src, options: dict, method_spec=None) -> dict:
     return options
 
 
-def _check_fit(src, method: str, config) -> None:
-    formats = getattr(config, "formats", ())
+def _check_fit(src, method: str, config, specs: dict) -> None:
     if src.kind == "onnx":
         if config.trains:
             raise UsageError(f"{src.label} is an ONNX model: {config.called(method)} needs the PyTorch model and its training data")
         from edgekit import formats as table
 
-        needs_torch = [name for name in formats if table.get(name).host.needs_torch_model]
+        needs_torch = [name for name, spec in specs.items() if spec.host.needs_torch_model]
         if needs_torch:
             fit = ", ".join(table.default_names(need_torch=False))
             raise UsageError(f"{src.label} is an ONNX model: only --format {fit} applies "

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from edgekit.core.artifacts import Manifest, describe_file, finalize
+from edgekit import formats
 from edgekit.core.errors import ParityError
 from edgekit.sources.model_source import hf_config_file
 from edgekit.core.targets import Target
@@ -114,11 +115,13 @@ def calibration_feed(calib, specs, job=None):
     return feed
 
 
-def describe_produced(job, item, cases: dict, variant: str, method: str):
-    """Check parity, measure accuracy (or fidelity), and describe the file for the manifest."""
+def describe_produced(job, item, cases: dict, variant: str, method: str, spec=None):
+    """Check parity, measure accuracy (or fidelity), and describe the file for the manifest (``spec``:
+    its format's entry, as the run resolved it; else looked up by ``item.format``)."""
     from edgekit.quantize.search import accuracy
 
-    predict = accuracy.predictor(job.dest / item.path, item.format, item.details)
+    spec = spec if spec is not None else formats.get(item.format)
+    predict = accuracy.predictor(job.dest / item.path, spec, item.details)
 
     precision = method_precision(method)  # what the method's files hold: the label everywhere they go
     label = f"{precision} {method} {item.format}"
@@ -147,7 +150,7 @@ def describe_produced(job, item, cases: dict, variant: str, method: str):
         "parity": parity,
     }
     details = {**item.details, "variant": variant}
-    return describe_file(job.dest, item.path, item.format, precision=precision, metrics=metrics, details=details)
+    return describe_file(job.dest, item.path, spec, precision=precision, metrics=metrics, details=details)
 
 
 def finish(job, files: list, quantization: dict) -> Manifest:

@@ -66,7 +66,8 @@ def real_positions(inputs: dict, shape: tuple) -> np.ndarray | None:
     return None
 
 
-def predictor(path: Path, fmt: str, details: dict | None = None):
+def predictor(path: Path, fmt, details: dict | None = None):
+    """``fmt``: the format's entry, or its name."""
     return predictor_for(path, fmt, details)
 
 
