@@ -47,7 +47,6 @@ from edgekit.train.config import TrainConfig
 from edgekit.llm.generation import generate_text
 from edgekit.llm.gguf.importer import import_gguf as run
 from edgekit.quantize import api as quantize_api
-from edgekit.quantize.registry import method_for_config
 
 
 def _front_door(function, name: str | None = None):
@@ -133,11 +132,6 @@ def quantize(
     common = {"max_drop": max_drop, "progress": progress, "force": force, "with_report": with_report}
     if isinstance(config, str):
         return quantize_api.quantize(source, config, out, target, **common, **source_options)
-    method_for_config(config)  # a config of no registered method is refused with the choices
-    misplaced = sorted(set(source_options) - set(quantize_api.SOURCE_OPTIONS))
-    if misplaced:
-        raise UsageError(f"{', '.join(misplaced)}: set {'it' if len(misplaced) == 1 else 'them'} on the "
-                         f"{type(config).__name__}, not as a keyword of quantize()")
     return quantize_api.quantize_config(source, config, out, target, **common, source_options=source_options)
 
 

@@ -22,7 +22,6 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
-from edgekit import formats
 from edgekit.cli import llm_program
 from edgekit.cli.describe import manifest_summary
 from edgekit.core.errors import UsageError
@@ -32,7 +31,6 @@ from edgekit.quantize.api import quantize
 from edgekit.quantize.each_format import failed_rows
 from edgekit.quantize.each_format import failed_rows, partial_failure
 from edgekit.quantize.progress import StepProgress
-from edgekit.quantize.registry import calibrated
 
 
 @handles_errors
@@ -189,8 +187,6 @@ def quantize_command(
 
     from edgekit.quantize.search.budget import AccuracyBudgetError
 
-    _check_calibrate_method(source, method, fmt, calibrate_method, percentile, calib_bins)
-
     options = {
         "calib": calib, "formats": fmt, "calibrate_method": calibrate_method, "percentile": percentile,
         "calib_bins": calib_bins, "calib_batch_size": calib_batch_size, "calib_max_samples": calib_max_samples,
@@ -236,23 +232,6 @@ def fail_if_some_failed(manifest) -> None:
 
 def _print_json(folder, manifest) -> None:
     echo_json(manifest_summary(folder, manifest))
-
-
-def _check_calibrate_method(source: str, method: str, fmt, calibrate_method, percentile, calib_bins) -> None:
-    """The calibration settings steer ONNX Runtime's calibrators; the TorchScript path uses the target
-    engine's torch.ao observers, so asking for them there is refused rather than silently ignored."""
-    chosen = [name for name, value in (("--calibrate-method", calibrate_method), ("--percentile", percentile),
-                                       ("--calib-bins", calib_bins)) if value is not None]
-
-    if not chosen or not calibrated(method):
-        return
-    onnx_only_source = str(source).endswith(".onnx") or str(source).startswith("hf:")
-    names = fmt if fmt is not None else formats.default_names(need_torch=not onnx_only_source)
-    observed = [name for name in names if formats.get(name).quantization.packed_engine]
-    if observed:
-        onnx = ",".join(name for name in formats.default_names() if formats.get(name).quantization.onnx_graph)
-        raise UsageError(f"{chosen[0]} applies to the ONNX path only (--format {observed[0]} uses the target engine's "
-                         f"torch.ao observers); add --format {onnx}")
 
 
 def _warn(err, manifest) -> None:

@@ -55,10 +55,14 @@ def quantize(
     source_options = {k: options.pop(k) for k in SOURCE_OPTIONS if k in options}
     from edgekit.fidelity.options import pop_evaluation
 
-    evaluation = pop_evaluation(get_method(method).config_type.calibrated, options)  # --eval-data, --calib to judge on
+    method_spec = get_method(method)
+    evaluation = pop_evaluation(method_spec.config_type.calibrated, options)  # --eval-data, --calib to judge on
     src = resolve(source, source_options)
-    options = _default_calibration(src, get_method(method), options)
-    config = make_config(method, **_default_formats(src, options, get_method(method)))
+    # calib None: the set shipped for this model's dataset (the config's own default is the digits set)
+    options = _default_calibration(src, method_spec, options)
+    options = _default_formats(src, options, method_spec)
+    _check_calibrator_settings(method_spec, options)
+    config = make_config(method, **options)
     return quantize_config(src, config, out, target, max_drop=max_drop, progress=progress, force=force,
                            with_report=with_report, source=source, source_options=source_options,
                            evaluation=evaluation)
@@ -79,17 +83,23 @@ def quantize_config(
     evaluation=None,
     format_entries: dict | None = None,
 ) -> tuple[Path, Manifest]:
-    """``quantize`` with the method's config object itself (what ``edgekit.api.quantize`` passes);
-    ``src``: a ``ModelSource``, or what ``quantize`` takes as ``source``;
+    """The one door of a quantize run, with the method's config object itself: ``edgekit.api.quantize``,
+    ``quantize`` (a method's name and its settings, as ``edgekit quantize`` passes them) and the pipeline
+    all come here (``--auto``'s search is ``search/auto.py``). ``src``: a ``ModelSource``, or what
+    ``quantize`` takes as ``source``;
     ``format_entries``: {name: entry} of formats the caller resolved already (the pipeline's)."""
     import dataclasses
 
 
+    method_spec = method_for_config(config)  # a config of no registered method is refused with the choices
     source_options = dict(source_options or {})
+    misplaced = sorted(set(source_options) - set(SOURCE_OPTIONS))
+    if misplaced:
+        raise UsageError(f"{', '.join(misplaced)}: set {'it' if len(misplaced) == 1 else 'them'} on the "
+                         f"{type(config).__name__}, not as a keyword of quantize()")
     if not isinstance(src, ModelSource):
         source = src if source is None else source
         src = resolve(src, source_options)
-    method_spec = method_for_config(config)
     method = method_spec.name
     if config.calibrated and getattr(config, "calib", None) is None:
         config = dataclasses.replace(config, **_default_calibration(src, method_spec, {"calib": None}))
@@ -239,6 +249,22 @@ def _default_formats(src, options: dict, method_spec=None) -> dict:
             if routed and routed != tuple(given):
                 options["formats"] = routed
     return options
+
+
+def _check_calibrator_settings(method_spec, options: dict) -> None:
+    """The calibration settings steer ONNX Runtime's calibrators; a format quantized with the target
+    engine's torch.ao observers (TorchScript) does not use them: asked for there, they are refused
+    rather than silently ignored."""
+    chosen = [flag for flag, key in (("--calibrate-method", "calibrate_method"), ("--percentile", "percentile"),
+                                     ("--calib-bins", "calib_bins")) if options.get(key) is not None]
+    if not chosen or not method_spec.config_type.calibrated:
+        return
+    names = options.get("formats") or table.default_names()  # the configs' default
+    observed = [name for name in names if table.get(name).quantization.packed_engine]
+    if observed:
+        onnx = ",".join(name for name in table.default_names() if table.get(name).quantization.onnx_graph)
+        raise UsageError(f"{chosen[0]} applies to the ONNX path only (--format {observed[0]} uses the target engine's "
+                         f"torch.ao observers); add --format {onnx}")
 
 
 def _check_fit(src, method: str, config, specs: dict) -> None:
