@@ -56,7 +56,7 @@ def test_a_good_tiny_gguf_imports(tmp_path, tiny_gguf):
 
 def test_unsupported_architecture(tmp_path):
     bad = write_tiny_gguf(tmp_path / "gpt2.gguf", arch="gpt2")
-    _refused(tmp_path, bad, "cannot be imported: architecture gpt2 (edgekit imports llama, qwen2, qwen3, gemma3)")
+    _refused(tmp_path, bad, "cannot be imported: architecture gpt2 (edgekit imports llama, qwen2, qwen3, gemma3, phi3)")
 
 
 def test_unsupported_quantization_type_is_named(tmp_path):
