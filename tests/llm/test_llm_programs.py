@@ -374,3 +374,27 @@ def test_an_llm_bundle_with_hostile_ids_is_one_line(llm_bundle, tmp_path, value)
     result = runner.invoke(app, ["verify", str(bad), "--emulate"])
     assert_one_line_error(result, 2, "llm.prompt_ids must be a list of 1 to")
     assert not (tmp_path / "pwned").exists()
+
+
+def test_the_prompt_and_the_decode_steps_are_counted_apart_on_the_boards_core(llm_bundle):
+    """``edgekit-run generate`` marks its prompt and its decode steps for the counting plugin (issue 34):
+    one window each; the prompt's count does not depend on how many steps follow it, to the instruction;
+    the ids decoded under the plugin are the host's (bundle.json)."""
+    from edgekit.emulate import EmulationError
+    from edgekit.emulate.bundle import open_bundle
+    from edgekit.emulate.icount_generate import count_generate
+    from edgekit.emulate.icount_plugin import find_header
+
+    try:
+        find_header()
+    except EmulationError:
+        pytest.skip("needs QEMU's plugin header (bash edgekit/emulate/plugin/fetch_header.sh; .ci/setup does)")
+    bundle = open_bundle(llm_bundle)
+    expected = json.loads((llm_bundle / "bundle.json").read_text())["llm"]["expected_ids"]
+    two, six = (count_generate(bundle, "cortex-a72", steps=steps) for steps in (2, 6))
+    assert two["tokens"] == expected[:3] and six["tokens"] == expected[:7]
+    assert two["prefill"] == six["prefill"] and two["prefill"]["total"] > 0
+    assert six["decode"]["total"] > two["decode"]["total"] > 0
+    # one decode step costs about the same at positions a few tokens apart
+    assert six["per_decoded_token"] == pytest.approx(two["per_decoded_token"], rel=0.1)
+    assert two["per_prompt_token"] == two["prefill"]["total"] / len(bundle.info["llm"]["prompt_ids"])
