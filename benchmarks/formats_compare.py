@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from edgekit import formats
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     names = formats.available_names()
     with tempfile.TemporaryDirectory(prefix="edgekit-formats-") as scratch:

@@ -101,7 +101,7 @@ def made(folder: Path) -> bool:
 
 def produce(subject: Subject, work: Path, names: tuple[str, ...]) -> tuple[dict, dict]:
     """Files by (format, variant) and failures by (format, variant); variant: fp32 | static | dynamic."""
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     calib = work / "calib"
     if not calib.is_dir():

@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from edgekit import formats
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     names = [name for name in RUNTIMES if name in formats.available_names()]
     with tempfile.TemporaryDirectory(prefix="edgekit-runtimes-") as scratch:

@@ -46,7 +46,7 @@ def _edgekit_worker(job: dict) -> dict:
     """One measurement of an edgekit artifact, in this (fresh) process."""
     base_hwm = P.vm_bytes("VmHWM")
     t0 = time.perf_counter()
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     folder, manifest = load_manifest(job["artifact"])
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     models = [("llama.cpp Q4_1", "llama", str(gguf), gguf.stat().st_size)]
     if args.q8:
         models.append(("llama.cpp Q8_0", "llama", args.q8, Path(args.q8).stat().st_size))
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     for folder in args.checkpoint:
         _, manifest = load_manifest(folder)

@@ -23,7 +23,7 @@ import time
 CHILD = """
 import json, sys, time, torch
 from pathlib import Path
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.llm.cached import open_cached
 folder, mode, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 lm = open_cached(*load_manifest(folder), fmt="checkpoint", threads=1)

@@ -68,7 +68,7 @@ def _edgekit_worker(job: dict) -> dict:
     float checkpoint), with the llama.cpp worker's protocol."""
     base_hwm = P.vm_bytes("VmHWM")
     t0 = time.perf_counter()
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     folder, manifest = load_manifest(job["artifact"])
@@ -158,7 +158,7 @@ def _builds(values: list[str]) -> dict[str, str]:
 
 
 def _edgekit_artifact(folder: str) -> tuple[Path, dict]:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     folder_path, manifest = load_manifest(folder)
     entry = manifest.file("executorch")
@@ -210,7 +210,7 @@ def measure(args) -> dict:
                 configs.append(Config(f"edgekit python {details['precision']}", "executorch", t, pte,
                                       details["bytes"], context=details["context"], artifact=args.edgekit))
         if args.checkpoint:
-            from edgekit.core.artifacts import load_manifest
+            from edgekit.formats.artifacts import load_manifest
 
             folder, manifest = load_manifest(args.checkpoint)
             entry = manifest.file("checkpoint")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 
 def _prompt(folder: Path, n: int) -> list[int]:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.quality import heldout_text
     from edgekit.llm.lm_runtime import load_llm_text
 
@@ -52,7 +52,7 @@ def _python(folder: Path, prompt_tokens: int, new: int) -> dict:
 
 
 def _python_tokens(folder: Path, prompt: list[int], new: int) -> list[int]:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
     from edgekit.llm.generation import generate_cached
 
@@ -69,7 +69,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.native.build import build_runner
     from edgekit.native.toolchain import host_arch
 

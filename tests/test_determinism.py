@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.fileio import sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,7 +128,7 @@ def test_manifests_record_model_and_recipe_hashes(twin_runs, method):
 
 
 def test_recipe_hash_changes_with_the_recipe():
-    from edgekit.core.artifacts import recipe_sha256
+    from edgekit.formats.artifacts import recipe_sha256
 
     base = {"method": "static", "config": {"calib": "/a", "calibrate_method": "minmax", "per_channel": None}}
     moved = {**base, "config": {**base["config"], "calib": "/elsewhere", "calib_cache": False}}

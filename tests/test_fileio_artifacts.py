@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from edgekit.core.artifacts import InputSpec, Manifest, describe_file, finalize, load_manifest
+from edgekit.formats.artifacts import InputSpec, Manifest, describe_file, finalize, load_manifest
 from edgekit.core.errors import EdgekitError, InputFileError
 from edgekit.core.fileio import atomic_dir, write_json
 

@@ -284,7 +284,7 @@ def test_pte_headers_pass_or_are_refused(tmp_path):
 
 
 def _manifest_doc() -> dict:
-    from edgekit.core.artifacts import InputSpec, Manifest, ModelFile
+    from edgekit.formats.artifacts import InputSpec, Manifest, ModelFile
 
     return Manifest(
         kind="export", model={"name": "digits-cnn", "config": {"width": 16, "num_classes": 10, "dropout": 0.1}},
@@ -302,7 +302,7 @@ def _json_mutation(m: Mutator, data: bytes) -> bytes:
 
 
 def test_manifests_parse_or_are_refused(tmp_path):
-    from edgekit.core.artifacts import Manifest
+    from edgekit.formats.artifacts import Manifest
     from edgekit.core.fileio import read_json
 
     path = tmp_path / "manifest.json"

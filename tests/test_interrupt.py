@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 
 SEED = 1337
 KILLS = 3

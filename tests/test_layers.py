@@ -50,7 +50,7 @@ UPWARD: dict[tuple[str, str], str] = {
     ("edgekit.export.api", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
     ("edgekit.quantize.steps", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
     ("edgekit.bundle.serving", "edgekit.serve"): "a bundle copies serve's standalone files (edgekit.serve.STANDALONE)",
-    ("edgekit.core.artifacts", "edgekit.formats"): "a manifest's format names are checked against the format table",
+    ("edgekit.formats.artifacts", "edgekit.formats"): "a manifest's format names are checked against the format table",
     ("edgekit.emulate.icount", "edgekit.bench.instructions"): "emulated counts are written as bench's records",
     ("edgekit.emulate.native", "edgekit.bench.result"): "emulated runs are written as bench's records",
     ("edgekit.emulate.verify", "edgekit.bench.result"): "emulated runs are written as bench's records",

@@ -218,7 +218,7 @@ def test_concurrent_training_into_one_finished_folder_never_crashes(tmp_path):
         assert "internal error" not in stderr and "Traceback" not in stderr, stderr
         assert code == 0 or (code == 1 and "another edgekit run" in stderr), (code, stderr)
     assert any(code == 0 for code, _ in results)
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     load_manifest(out)  # whole and verified
 

@@ -230,7 +230,7 @@ GOOD_MANIFEST = _good_manifest()
 @SETTINGS
 @given(data=st.one_of(JSON, mutated(GOOD_MANIFEST)))
 def test_manifest_from_dict_raises_input_file_error_only(data):
-    from edgekit.core.artifacts import Manifest
+    from edgekit.formats.artifacts import Manifest
 
     try:
         manifest = Manifest.from_dict(data, "m.json")
@@ -245,7 +245,7 @@ def test_manifest_from_dict_raises_input_file_error_only(data):
 @SETTINGS
 @given(data=st.one_of(JSON, mutated(GOOD_MANIFEST)), raw=st.booleans(), content=st.binary(max_size=8))
 def test_load_manifest_on_random_json_raises_input_file_error_only(data, raw, content):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder) / "art"
@@ -381,7 +381,7 @@ MANIFEST_FIELDS = {
 @SETTINGS
 @given(doc=st.fixed_dictionaries({}, optional=MANIFEST_FIELDS))
 def test_generated_manifests_load_or_raise_one_input_error(doc):
-    from edgekit.core.artifacts import Manifest
+    from edgekit.formats.artifacts import Manifest
 
     try:
         manifest = Manifest.from_dict(doc, "manifest.json")

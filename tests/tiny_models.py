@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from edgekit.core.artifacts import InputSpec, Manifest, describe_file, finalize
+from edgekit.formats.artifacts import InputSpec, Manifest, describe_file, finalize
 
 
 PTE_MAX_BATCH = 16  # the batch bound the .pte is planned for

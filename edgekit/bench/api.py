@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from edgekit.core.artifacts import MANIFEST_NAME, load_manifest, model_file_for
+from edgekit.formats.artifacts import MANIFEST_NAME, load_manifest, model_file_for
 from edgekit.bench.launch import (
     MIN_BLOCK_S,
     RUNNER_COMMAND,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from edgekit.core.artifacts import ModelFile
+from edgekit.formats.artifacts import ModelFile
 from edgekit.bench.result import BenchResult, from_document
 from edgekit.board import runner as _runner
 from edgekit.board.errors import EXIT_USAGE

@@ -16,7 +16,7 @@ from typing import Callable
 
 from edgekit import formats
 from edgekit._version import __version__
-from edgekit.core.artifacts import Manifest, ModelFile, load_manifest
+from edgekit.formats.artifacts import Manifest, ModelFile, load_manifest
 from edgekit.board import entries as board_files
 from edgekit.bundle import layout, native
 from edgekit.bundle.compat import check_target

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.core.artifacts import Manifest, ModelFile
+from edgekit.formats.artifacts import Manifest, ModelFile
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.core.targets import Target, available_targets, load_target
 

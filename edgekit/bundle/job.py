@@ -9,7 +9,7 @@ from typing import Callable
 
 from edgekit import formats
 from edgekit.bundle.requirements import Pins
-from edgekit.core.artifacts import Manifest, ModelFile
+from edgekit.formats.artifacts import Manifest, ModelFile
 from edgekit.core.targets import Target
 
 

@@ -12,7 +12,7 @@ from edgekit.cli.options import TargetOpt
 from edgekit.bundle.build import build_bundle, tarball_path
 from edgekit.bundle.layout import read_bundle_json
 from edgekit.cli.common import progress_line
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 
 
 @handles_errors

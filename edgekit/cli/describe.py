@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgekit.core.errors import InputFileError
 from edgekit.bundle.layout import read_bundle_json
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.llm.gguf.file import llama_config, read_gguf
 from edgekit.llm.gguf.importer import gguf_path
 from edgekit.llm.gguf.importer import is_gguf_source

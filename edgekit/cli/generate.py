@@ -76,7 +76,7 @@ def _cached(source: str) -> bool:
     if is_gguf_source(source):
         return True
     try:
-        from edgekit.core.artifacts import load_manifest
+        from edgekit.formats.artifacts import load_manifest
         from edgekit.llm.cached import is_cached_family
 
         return is_cached_family(load_manifest(source, verify=False)[1])

@@ -10,7 +10,7 @@ from edgekit.core.errors import InputFileError
 from edgekit import formats
 from edgekit.bundle import layout
 from edgekit.bundle.verify import verify_checksums
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 
 # {name}-{version}(-{build})?-{python tags}-{abi tags}-{platform tags}.whl (PEP 427)
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl\Z")

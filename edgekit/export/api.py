@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgekit.core.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
+from edgekit.formats.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.formats import onnx_export
 from edgekit.core.outputs import commit_dir

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.core.artifacts import Manifest
+from edgekit.formats.artifacts import Manifest
 from edgekit._version import __version__
 from edgekit.core import onnx_files
-from edgekit.core.artifacts import describe_file, finalize
+from edgekit.formats.artifacts import describe_file, finalize
 from edgekit.core.outputs import commit_dir
 from edgekit.formats import onnx_export
 from edgekit.formats.onnx import FORMAT

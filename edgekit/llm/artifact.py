@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 from edgekit.core.errors import UsageError
-from edgekit.core.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.outputs import commit_dir
 from edgekit.llm import program, quality
 from edgekit.llm import quality

@@ -26,7 +26,7 @@ from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
 from edgekit.bench.stats import spread_of
 from edgekit.board.facts import host_facts
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.children import popen_kwargs
 from edgekit.llm.cached import is_cached_family
 from edgekit.llm.cached import is_llm_artifact, program_format

@@ -15,7 +15,7 @@ from pathlib import Path
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.llm.template_sandbox import RenderLimit, render_bounded
 from edgekit.core.outputs import safe_text
-from edgekit.core.artifacts import check_carried
+from edgekit.formats.artifacts import check_carried
 from edgekit.llm.template_sandbox import environment
 
 MAX_TEMPLATE_BYTES = 256 << 10  # real ones are a few KB

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.bounds import check_sampling as check
 from edgekit.core.bounds import check_seed, check_text, check_threads
 from edgekit.core.bounds import check_text

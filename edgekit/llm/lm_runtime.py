@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.core.artifacts import CHECKPOINT
+from edgekit.formats.artifacts import CHECKPOINT
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit import formats
-from edgekit.core.artifacts import MANIFEST_NAME, Manifest, check_carried
+from edgekit.formats.artifacts import MANIFEST_NAME, Manifest, check_carried
 from edgekit.core.device import select_device
 from edgekit.core.errors import EdgekitError, first_line
 from edgekit.core.fileio import read_json, sha256_file
@@ -165,7 +165,7 @@ def carry_tokenizer(parent: dict | None, dest: Path) -> None:
     folder = Path(str(parent["path"]))
     source = folder / TOKENIZER_FILE
     if source.is_file() and not (dest / TOKENIZER_FILE).exists():
-        from edgekit.core.artifacts import MANIFEST_NAME, Manifest, check_carried
+        from edgekit.formats.artifacts import MANIFEST_NAME, Manifest, check_carried
         from edgekit.core.fileio import read_json
 
         # only the parent's own, unchanged tokenizer is carried on (its manifest's checksum says so)

@@ -14,7 +14,7 @@ import statistics
 import time
 from dataclasses import replace
 from edgekit import formats
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.llm.lm_runtime import load_language_model
 
 GEN_TOKENS = 32

@@ -29,7 +29,7 @@ from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import UsageError
 from edgekit import formats
 from edgekit import formats as table
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.data.calibsets import default_calibration
 from edgekit.quantize.registry import formats_for, get_method, make_config, methods_for
 from edgekit.quantize.registry import get_method, method_for_config

@@ -31,7 +31,7 @@ from edgekit.quantize.registry import QuantConfig
 from edgekit import formats
 from edgekit.bench.result import to_document
 from edgekit.bundle.build import build_bundle
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.bounds import check_field_types
 from edgekit.core.bounds import check_runs, check_seed, check_threads
 from edgekit.core.errors import BenchError
@@ -394,7 +394,7 @@ def _float_model(config: PipelineConfig, plan, out: Path, say: Progress):
         say(f"  test accuracy {trained.metrics['accuracy']:.4f}")
         return replace(plan, checkpoint=checkpoint), trained.metrics.get("accuracy")
     if plan.kind == "checkpoint":
-        from edgekit.core.artifacts import load_manifest
+        from edgekit.formats.artifacts import load_manifest
 
         _, trained = load_manifest(plan.checkpoint)
         accuracy = trained.metrics.get("accuracy")

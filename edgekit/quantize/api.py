@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from edgekit.core.artifacts import Manifest
+from edgekit.formats.artifacts import Manifest
 from edgekit.core.errors import UsageError
 from edgekit.core.outputs import commit_dir
 from edgekit.quantize.steps import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgekit.core.artifacts import Manifest, describe_file, finalize
+from edgekit.formats.artifacts import Manifest, describe_file, finalize
 from edgekit import formats
 from edgekit.core.errors import ParityError
 from edgekit.sources.model_source import hf_config_file

@@ -28,7 +28,7 @@ from edgekit.remote import scripts, ssh, transfer
 from edgekit.remote.hosts import check_remote_path
 from edgekit.bundle.build import build_bundle
 from edgekit.bundle.verify import verify_checksums
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.bounds import check_timeout
 from edgekit.core.errors import EdgekitError
 from edgekit.formats.limits import check_fits

@@ -8,12 +8,12 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from edgekit.core.artifacts import CHECKPOINT
+from edgekit.formats.artifacts import CHECKPOINT
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 from edgekit import formats
 from edgekit.board.errors import BoardError, first_line
 from edgekit.board.served import ServedModel
-from edgekit.core.artifacts import load_manifest, model_file_for
+from edgekit.formats.artifacts import load_manifest, model_file_for
 from edgekit.core.children import popen_kwargs
 from edgekit.llm.cached import is_cached_family
 from edgekit.llm.generation import check_sampling

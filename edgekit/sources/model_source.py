@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.core.artifacts import InputSpec, Manifest, load_manifest, parent_ref
+from edgekit.formats.artifacts import InputSpec, Manifest, load_manifest, parent_ref
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError, first_line
 from edgekit.core.fileio import sha256_file
 from edgekit.core.bounds import model_size_problem

@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.core.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
+from edgekit.formats.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.core.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
 from edgekit.core.outputs import safe_text

@@ -22,7 +22,7 @@ import math
 import time
 from pathlib import Path
 
-from edgekit.core.artifacts import Manifest
+from edgekit.formats.artifacts import Manifest
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 from edgekit.core.fileio import prune_empty, write_json
 from edgekit.core.outputs import check_not_inputs, normalise_out, output_lock
@@ -372,7 +372,7 @@ def _finish(run: RunState, folders) -> tuple[Path, Manifest]:
         artifact.complete(folders)  # a run in <out>.partial/ becomes <out> only now, in one swap
     rt.barrier()
     if manifest is None:
-        from edgekit.core.artifacts import load_manifest
+        from edgekit.formats.artifacts import load_manifest
 
         _, manifest = load_manifest(folders.out, verify=False)
     return folders.out, manifest

@@ -13,7 +13,7 @@ from edgekit.bench.api import bench, resolve_model, resolve_threads
 from edgekit.bench.result import from_document, to_document
 from edgekit.core.errors import BenchError, InputFileError, UsageError
 from edgekit.core.targets import load_target
-from edgekit.core.artifacts import Manifest, describe_file, finalize
+from edgekit.formats.artifacts import Manifest, describe_file, finalize
 from tiny_models import build_models
 
 FAST = {"min_runs": 5, "min_time_s": 0.05, "warmup": 2, "threads": 1}

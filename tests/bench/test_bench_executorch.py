@@ -227,7 +227,7 @@ def test_serve_loads_the_pte_of_an_artifact(art):
 
 
 def test_serve_refuses_a_broken_program_in_one_line(tmp_path):
-    from edgekit.core.artifacts import InputSpec, Manifest, describe_file, finalize
+    from edgekit.formats.artifacts import InputSpec, Manifest, describe_file, finalize
     from edgekit.core.errors import InputFileError
     from edgekit.serve.loader import load_served_model
 

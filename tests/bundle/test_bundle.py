@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.bundle import layout
 from edgekit.board import BUNDLED_NAME
 from edgekit.board.check import read_output

@@ -356,7 +356,7 @@ def test_bench_emulate_counts_a_native_bundle_with_its_own_runner(tmp_path):
     _needs_counting_tools()
     from tiny_models import build_models, tiny_mlp
 
-    from edgekit.core.artifacts import finalize, load_manifest
+    from edgekit.formats.artifacts import finalize, load_manifest
     from edgekit.formats.reference import write_reference
 
     export = build_models(tmp_path / "export", formats=("executorch",))
@@ -382,7 +382,7 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     _needs_counting_tools()
     from tiny_models import build_models, tiny_mlp
 
-    from edgekit.core.artifacts import finalize, load_manifest
+    from edgekit.formats.artifacts import finalize, load_manifest
     from edgekit.emulate.icount import CALL_NOISE
     from edgekit.formats.reference import write_reference
 

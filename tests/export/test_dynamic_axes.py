@@ -7,7 +7,7 @@ import pytest
 from conftest import one_line_error
 from typer.testing import CliRunner
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.cli.app import app
 from edgekit.formats.reference import read_reference
 

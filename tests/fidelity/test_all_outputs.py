@@ -235,7 +235,7 @@ def _negate_output(folder, index: int, refinalize: bool = True) -> None:
     import onnx
     from onnx import helper
 
-    from edgekit.core.artifacts import describe_file, finalize, load_manifest
+    from edgekit.formats.artifacts import describe_file, finalize, load_manifest
 
     model = onnx.load(str(folder / "model.onnx"))
     name = model.graph.output[index].name

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 pytest.importorskip("executorch")
 pytest.importorskip("torchao")
 
-from edgekit.core.artifacts import load_manifest  # noqa: E402
+from edgekit.formats.artifacts import load_manifest  # noqa: E402
 from edgekit.cli.app import app  # noqa: E402
 from edgekit.formats import executorch  # noqa: E402
 

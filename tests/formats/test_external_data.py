@@ -20,7 +20,7 @@ from conftest import one_line_error
 from typer.testing import CliRunner
 
 from edgekit.core import onnx_files
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.cli.app import app
 from edgekit.core.errors import InputFileError
 

@@ -24,7 +24,7 @@ BOARD_SCRIPTS = {
 }
 # The same word with another meaning.
 OTHER_MEANING = {
-    "edgekit/core/artifacts.py": "distribution names whose versions a manifest records",
+    "edgekit/formats/artifacts.py": "distribution names whose versions a manifest records",
     "edgekit/quantize/layers.py": "how --exclude names layers: torch modules or ONNX nodes",
     "edgekit/quantize/routes/onnx.py": "the layer-name kind, and torch.onnx's exporter route",
     "edgekit/quantize/api.py": "model source kinds (an .onnx file, hf: configs)",

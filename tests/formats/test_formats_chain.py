@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgekit import formats
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.cli.app import app
 from edgekit.formats.reference import REFERENCE_FILE, read_reference
 

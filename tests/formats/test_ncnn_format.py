@@ -17,7 +17,7 @@ pytest.importorskip("ncnn")
 pytest.importorskip("pnnx")
 
 from conftest import one_line_error  # noqa: E402
-from edgekit.core.artifacts import load_manifest  # noqa: E402
+from edgekit.formats.artifacts import load_manifest  # noqa: E402
 from edgekit.cli.app import app  # noqa: E402
 
 runner = CliRunner()

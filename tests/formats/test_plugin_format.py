@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.formats.reference import REFERENCE_FILE, read_reference
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ pytest.importorskip("litert_torch")
 pytest.importorskip("ai_edge_litert")
 
 from conftest import one_line_error  # noqa: E402
-from edgekit.core.artifacts import load_manifest  # noqa: E402
+from edgekit.formats.artifacts import load_manifest  # noqa: E402
 from edgekit.cli.app import app  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each conversion lowers through JAX and MLIR: 10-20 s

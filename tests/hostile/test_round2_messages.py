@@ -121,7 +121,7 @@ def test_a_fresh_artifact_lists_its_reference_data_with_its_checksum(digits_fp32
 @pytest.fixture()
 def with_tokenizer(digits_checkpoint, tmp_path) -> Path:
     """A checkpoint artifact carrying a tokenizer.json, stamped by edgekit (its manifest lists it)."""
-    from edgekit.core.artifacts import finalize, load_manifest
+    from edgekit.formats.artifacts import finalize, load_manifest
 
     folder = tmp_path / "work" / "ckpt"
     shutil.copytree(digits_checkpoint, folder)
@@ -157,7 +157,7 @@ def test_a_tokenizer_added_after_the_fact_is_refused(digits_checkpoint, tmp_path
 
 
 def test_the_tokenizer_readers_check_it_too(with_tokenizer, tmp_path):
-    from edgekit.core.artifacts import load_manifest, parent_ref
+    from edgekit.formats.artifacts import load_manifest, parent_ref
     from edgekit.llm.lm_runtime import carry_tokenizer, load_tokenizer
 
     folder, manifest = load_manifest(with_tokenizer)

@@ -102,7 +102,7 @@ def test_logits_and_perplexity_equal_transformers_on_the_same_file(gemma):
     global layers see the same keys and differ in their rotary base), and the perplexity both give it."""
     from tokenizers import Tokenizer
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     out, path = gemma

@@ -172,7 +172,7 @@ def _compare(tmp_path, model, arch, metadata, quantized, expect_family, length=2
     assert result.exit_code == 0, result.output
     assert f"wrote {out}: {expect_family}," in " ".join(result.stdout.split())
     reference = reference_from_gguf(path, model, arch)
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(out)

@@ -65,7 +65,7 @@ def test_phi3_fused_projections_and_sliding_window(tmp_path):
     config = manifest.model["config"]
     assert config["sliding_window"] == 6 and config["tie_embeddings"] is False
     assert manifest.model["source"]["quant_types"] == {"F32": 11, "Q4_K": 2, "Q5_K": 2}
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.grid_int4 import grid_codes
     from edgekit.sources.checkpoint import load_model_from_artifact
 

@@ -43,7 +43,7 @@ def tiny_llm(tmp_path_factory):
 
 
 def _open(folder, fmt):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     folder, manifest = load_manifest(folder)
@@ -51,7 +51,7 @@ def _open(folder, fmt):
 
 
 def _float_module(ckpt):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(ckpt)
@@ -114,7 +114,7 @@ def test_the_recorded_perplexity_is_the_programs_own(tiny_llm):
     """Recomputed here by hand from the program's logits (log-softmax in float64), same windows."""
     import torch
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.quality import heldout_text
     from edgekit.llm.lm_runtime import load_llm_text
 
@@ -308,7 +308,7 @@ def test_an_llm_bundle_carries_the_hosts_greedy_ids(tiny_llm, llm_bundle):
 
     from edgekit.llm.generation import encode_prompt
     from edgekit.llm.lm_runtime import load_llm_text
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     info = json.loads((llm_bundle / "bundle.json").read_text())
     folder, manifest = load_manifest(tiny_llm[2])
@@ -345,7 +345,7 @@ def test_an_llm_bundle_whose_ids_were_changed_fails_verify(tiny_llm, llm_bundle,
     bad = tmp_path / "bad"
     shutil.copytree(llm_bundle, bad, symlinks=True)
     info = json.loads((bad / "bundle.json").read_text())
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     # from token 3 on, the id the host's program rates lowest: no CPU's rounding gets there

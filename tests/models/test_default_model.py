@@ -58,7 +58,7 @@ def test_digits_mobilenet_is_built_from_depthwise_separable_blocks():
 
 
 def test_static_quantize_finds_its_calibration_data_from_any_folder(digits_checkpoint, tmp_path, monkeypatch):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.quantize.api import quantize
 
     monkeypatch.chdir(tmp_path)  # nowhere near calib_data/

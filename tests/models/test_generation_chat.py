@@ -93,7 +93,7 @@ def test_stream_gives_back_a_held_prefix_that_was_no_stop():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, tiny_gguf):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     out = tmp_path_factory.mktemp("chat") / "llm"
@@ -106,7 +106,7 @@ def tiny(tmp_path_factory, tiny_gguf):
 def test_cached_greedy_equals_recomputing_the_whole_window(tiny):
     """The KV cache changes nothing: the same ids as the plain forward over the whole sequence."""
     from edgekit.sources.checkpoint import load_model_from_artifact
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
 
     folder, lm = tiny
     model = load_model_from_artifact(*load_manifest(folder))
@@ -169,7 +169,7 @@ def test_chat_prompt_is_the_rendered_template(tiny):
     folder, _ = tiny
     chat = generate_text(folder, "the cat", 2, 0.0, threads=1)
     raw = generate_text(folder, "the cat", 2, 0.0, threads=1, chat=False)
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.lm_runtime import load_llm_text
 
     text = load_llm_text(*load_manifest(folder))

@@ -31,14 +31,14 @@ def smollm2(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cached(smollm2):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.cached import open_cached
 
     return open_cached(*load_manifest(smollm2), threads=2)
 
 
 def test_manifest_records_what_the_gguf_was(smollm2):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_checkpoint
 
     folder, manifest = load_manifest(smollm2)  # checksums of the model, tokenizer and template verified
@@ -108,7 +108,7 @@ def _texts() -> list[str]:
 
 
 def test_tokenizer_equals_transformers(smollm2, smollm2_reference):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.lm_runtime import load_llm_text
 
     _, reference = smollm2_reference
@@ -128,7 +128,7 @@ def test_tokenizer_equals_transformers(smollm2, smollm2_reference):
      {"role": "user", "content": "Tell me a joke."}],
 ])
 def test_chat_template_renders_as_transformers(smollm2, smollm2_reference, messages):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.chat import render_chat
     from edgekit.llm.lm_runtime import load_llm_text
 

@@ -41,7 +41,7 @@ def teacher_forced_agreement(reference, candidate, prompt_ids, tokens: int, cont
 
 
 def test_int8_artifact_generates_and_agrees_with_fp32(lm):
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 
     name, ckpt, q_dir = lm
@@ -70,7 +70,7 @@ def test_generate_cli_runs_from_an_int8_artifact(lm, fmt):
     doc = json.loads(result.stdout)
     assert doc["tokens"] == 12 and doc["tokens_per_s"] > 0 and doc["prompt"] == PROMPT
     # greedy decoding by hand, from the same int8 file's logits (not through generate's own loop)
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 
     folder, manifest = load_manifest(q_dir)
@@ -159,7 +159,7 @@ def test_transformer_lm_as_an_executorch_program_generates_like_the_checkpoint(t
     exports with that bound instead of failing; generation and /v1/generate then run from it."""
     pytest.importorskip("executorch")
     httpx = pytest.importorskip("httpx")
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.export.api import export
     from edgekit.llm.generation import generate_text
     from edgekit.llm.lm_runtime import load_language_model, load_tokenizer

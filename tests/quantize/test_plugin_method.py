@@ -189,7 +189,7 @@ def test_a_plugin_method_and_format_go_from_quantize_to_the_boards_check(plugin,
     # against the float torch model, computed here: fp16-rounded weights stay within 1e-2
     import torch
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.board.runtimes.onnx_runtime import OnnxRuntime
     from edgekit.data.datasets import load_split
     from edgekit.sources.checkpoint import load_model_from_artifact

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.core.artifacts import describe_file, finalize, load_manifest
+from edgekit.formats.artifacts import describe_file, finalize, load_manifest
 from edgekit.cli.app import app
 from edgekit.core.errors import UsageError
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.errors import InputFileError, ParityError, UsageError
 from edgekit.formats.evaluation import onnx_predictor, task_accuracy, torch_predictor
 from edgekit.formats.reference import read_reference

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.errors import InputFileError, UsageError
 from tiny_models import tiny_net  # noqa: F401 - the user model, by its import path
 

@@ -55,7 +55,7 @@ def test_all_passing_is_one_interleaved_bench(tmp_path):
 
 
 def test_the_failed_file_leaves_its_manifest():
-    from edgekit.core.artifacts import Manifest
+    from edgekit.formats.artifacts import Manifest
 
     class Entry:
         def __init__(self, path):

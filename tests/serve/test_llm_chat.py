@@ -100,7 +100,7 @@ def reference(tiny):
     import torch
     from tokenizers import Tokenizer
 
-    from edgekit.core.artifacts import load_manifest
+    from edgekit.formats.artifacts import load_manifest
     from edgekit.sources.checkpoint import load_model_from_artifact
 
     folder, manifest = load_manifest(tiny)

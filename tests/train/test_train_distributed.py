@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.train.checkpoint import load_train_state
 
 # No dropout, no batch norm, fixed-size samples: 2 x 8 per step is the same step as 1 x 16.

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.sources.checkpoint import load_checkpoint, load_model_from_artifact
 from edgekit.train.checkpoint import load_train_state

@@ -22,8 +22,8 @@ from edgekit.llm.gguf.arch import model_config, state_key
 from edgekit.llm.gguf.file import GGUFFile, check_context, read_gguf
 from edgekit.llm.gguf.phi3_layout import unfused
 from edgekit.llm.gguf.packages import PACKAGED  # gguf:NAME (the ``llm-models`` extra)
-from edgekit.core.artifacts import Manifest, describe_file, finalize
-from edgekit.core.artifacts import load_manifest
+from edgekit.formats.artifacts import Manifest, describe_file, finalize
+from edgekit.formats.artifacts import load_manifest
 from edgekit.core.device import select_device
 from edgekit.core.fileio import sha256_file, write_text
 from edgekit.core.outputs import commit_dir

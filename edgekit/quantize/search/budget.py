@@ -20,7 +20,7 @@ from edgekit.core.errors import GateFailed
 from edgekit.quantize.search import accuracy
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.progress import report as report_progress
-from edgekit.core.artifacts import describe_file
+from edgekit.formats.artifacts import describe_file
 from edgekit.core.errors import EdgekitError
 from edgekit.data.datasets import load_split
 from edgekit.formats.evaluation import task_accuracy
