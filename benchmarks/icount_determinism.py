@@ -43,7 +43,7 @@ def result_of(counts: dict):
     """A bench result stand-in for the gate: what ``bench --emulate`` writes (its ``emulated`` section)."""
     from types import SimpleNamespace
 
-    from edgekit.bench.instructions import section
+    from edgekit.records.instructions import section
 
     return SimpleNamespace(emulated=section(counts))
 

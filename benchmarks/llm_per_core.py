@@ -142,7 +142,7 @@ def main() -> None:
     args = parser.parse_args()
     from edgekit.emulate.bundle import open_bundle
     from edgekit.emulate.host import qemu_version
-    from edgekit.emulate.icount_generate import count_generate
+    from edgekit.llm.counts import count_generate
     from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
 
     plugin = plugin_library(qemu_version(plugin_qemu()))

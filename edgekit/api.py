@@ -29,7 +29,7 @@ import os
 from edgekit.formats.artifacts import Manifest
 from edgekit.formats.artifacts import load_manifest as _load_manifest
 from edgekit.bench.api import bench as _bench
-from edgekit.bench.result import BenchResult
+from edgekit.records.result import BenchResult
 from edgekit.core.bounds import check_call
 from edgekit.core.errors import EdgekitError, GateFailed, UsageError
 from edgekit.export.api import export as _export

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
 from edgekit.gates.evaluate import Z90
 
 MiB = 1024 * 1024

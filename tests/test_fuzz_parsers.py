@@ -10,7 +10,7 @@ Parsers: ``.npy`` headers (edgekit.core.fileio.npy_array, the serve parser edgek
 ``.npz`` archives (edgekit.formats.reference.read_reference, edgekit.core.fileio.read_npz, the serve
 parser), ``.pte`` headers (edgekit.formats.executorch.check_file), manifests (Manifest.from_dict
 over edgekit.core.fileio.read_json), bundle.json (edgekit.bundle.layout.read_bundle_json), bench results
-(edgekit.bench.result.load_results), target TOML (edgekit.core.targets.load_target) and budget TOML
+(edgekit.records.result.load_results), target TOML (edgekit.core.targets.load_target) and budget TOML
 (edgekit.gates.budgets.load_project_budgets).
 """
 
@@ -340,7 +340,7 @@ def test_bundle_descriptions_parse_or_are_refused(tmp_path):
 
 
 def test_bench_results_parse_or_are_refused(tmp_path):
-    from edgekit.bench.result import load_results
+    from edgekit.records.result import load_results
 
     path = tmp_path / "bench.json"
     seed = (CORPUS / "bench" / "good.json").read_bytes()

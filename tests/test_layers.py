@@ -20,7 +20,7 @@ from test_import_layers import PACKAGE_DIR, import_graph  # noqa: E402
 LAYERS: list[tuple[str, ...]] = [
     ("_version", "board"),
     ("core",),
-    ("data", "native", "models"),
+    ("data", "native", "models", "records"),
     ("formats",),
     ("sources",),
     ("fidelity",),
@@ -50,10 +50,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("edgekit.export.api", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
     ("edgekit.quantize.steps", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
     ("edgekit.bundle.serving", "edgekit.serve"): "a bundle copies serve's standalone files (edgekit.serve.STANDALONE)",
-    ("edgekit.formats.artifacts", "edgekit.formats"): "a manifest's format names are checked against the format table",
-    ("edgekit.emulate.icount", "edgekit.bench.instructions"): "emulated counts are written as bench's records",
-    ("edgekit.emulate.native", "edgekit.bench.result"): "emulated runs are written as bench's records",
-    ("edgekit.emulate.verify", "edgekit.bench.result"): "emulated runs are written as bench's records",
     ("edgekit.fidelity.assess", "edgekit.quantize.calibration.data"): "evidence reads the user's data with "
                                                                        "calibration's readers",
     ("edgekit.fidelity.options", "edgekit.quantize.calibration.data"): "evidence reads the user's data with "

@@ -140,7 +140,7 @@ def test_bench_html_ratios_are_against_fp32_of_the_same_format():
     """`bench --html` without a pipeline: each ratio against fp32 of its own format when the run has
     it, else against the first result, and the page says which."""
     from edgekit.bench.html_report import render_html
-    from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+    from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
 
     def result(variant, fmt, kb, p50):
         timing = Timing(10.0, 12.0, p50, p50 * 1.2, p50 * 1.3, p50 * 1.6, p50, p50 * 0.1, p50 * 0.9, p50 * 2, 100, 1.0)

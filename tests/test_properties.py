@@ -271,7 +271,7 @@ GOOD_BENCH = json.loads((CORPUS / "bench" / "good.json").read_text())
 @SETTINGS
 @given(doc=st.one_of(JSON, mutated(GOOD_BENCH)))
 def test_bench_documents_raise_input_file_error_only(doc):
-    from edgekit.bench.result import from_document
+    from edgekit.records.result import from_document
 
     try:
         results = from_document(doc, "bench.json")

@@ -28,7 +28,7 @@ from edgekit.bench.launch import (
     run_plain,
     to_result,
 )
-from edgekit.bench.result import BenchResult
+from edgekit.records.result import BenchResult
 from edgekit.board.errors import BoardUsageError
 from edgekit.board.manifest import detect_format
 from edgekit.core.errors import InputFileError, UsageError

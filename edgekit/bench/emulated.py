@@ -7,7 +7,7 @@ ncnn or LiteRT, which no edgekit-run runs, with its own runtime's wheel (``emula
 Python's per-call work counted too). Both run in the bundle
 sandbox with the counting plugin (``edgekit.emulate.icount``). Each result is the runner's own
 bench result under QEMU (its timings are QEMU's, not the board's: mode ``emulated``) with the
-counts in ``emulated`` (``edgekit.bench.instructions``).
+counts in ``emulated`` (``edgekit.records.instructions``).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from edgekit.bench.result import BenchResult
+from edgekit.records.result import BenchResult
 from edgekit.core.errors import UsageError
 from edgekit import formats
 from edgekit.bench.api import resolve_model
-from edgekit.bench.instructions import section
-from edgekit.bench.result import from_document
+from edgekit.records.instructions import section
+from edgekit.records.result import from_document
 from edgekit.bundle import layout
 from edgekit.bundle import native
 from edgekit.core.targets import load_target

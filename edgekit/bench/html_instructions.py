@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from edgekit.bench.instructions import CLASS_LABELS, CLASSES, millions
+from edgekit.records.instructions import CLASS_LABELS, CLASSES, millions
 
 
 def instructions_section(results, labels: list[str]) -> str:

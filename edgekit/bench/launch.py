@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.formats.artifacts import ModelFile
-from edgekit.bench.result import BenchResult, from_document
+from edgekit.records.result import BenchResult, from_document
 from edgekit.board import runner as _runner
 from edgekit.board.errors import EXIT_USAGE
 from edgekit.core.children import popen_kwargs

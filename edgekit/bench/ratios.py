@@ -3,11 +3,11 @@
 The pipeline's table, ``pipeline.md`` and ``report.html`` (and ``edgekit bench --html``) read the
 same figures from here: size and p50 as ratios to that baseline, the p50 ratio with the 95 %
 interval of the ratio of the two variants' centres across worker processes when the bench ran
-several (``edgekit.bench.stats.ratio_interval``).
+several (``edgekit.records.stats.ratio_interval``).
 """
 
 from __future__ import annotations
-from edgekit.bench.stats import ratio_interval
+from edgekit.records.stats import ratio_interval
 
 
 def p50_ratio(result, base) -> tuple[float, float | None, float | None]:

@@ -6,7 +6,7 @@ up to tens of percent. ``edgekit.bench.api.bench(processes=N)`` times every mode
 each round starts a fresh runner per model and interleaves them. This module runs the rounds
 (with the reference workload of ``bench(reference=True)`` when asked) and merges them:
 the timing figures come from all calls pooled, the ``spread`` from the per-process medians
-(``edgekit.bench.stats``), whose confidence interval holds the between-process variance.
+(``edgekit.records.stats``), whose confidence interval holds the between-process variance.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Sequence
 
 from edgekit.bench.launch import RUNNER_COMMAND, BenchModel, document, run_interleaved, to_result
 from edgekit.board.stats import summarize_ns
-from edgekit.bench.stats import spread_of
+from edgekit.records.stats import spread_of
 from edgekit.bench.reference import REFERENCE_NAME, write_reference_model
 
 

@@ -52,7 +52,7 @@ from .runtimes import runtime_class
 from .stats import summarize_ns
 from .timing import gc_paused, settle, timed_calls, timed_until
 
-# Duplicated from edgekit/bench/result.py (this package may not import edgekit); a test keeps them equal.
+# Duplicated from edgekit/records/result.py (this package may not import edgekit); a test keeps them equal.
 BENCH_SCHEMA = "edgekit.bench"
 BENCH_SCHEMA_VERSION = 1
 MODES = ("local", "remote", "emulated")

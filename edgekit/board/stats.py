@@ -1,4 +1,4 @@
-"""Timing statistics (pure; ``edgekit.bench.stats`` re-exports them for the host)."""
+"""Timing statistics (pure; ``edgekit.records.stats`` re-exports them for the host)."""
 
 from __future__ import annotations
 

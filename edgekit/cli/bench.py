@@ -11,8 +11,8 @@ import typer
 from edgekit.bench.display import plain, three_digits
 from edgekit.cli.common import console, handles_errors, progress_enabled
 from edgekit.cli.options import TargetOpt
-from edgekit.bench.result import to_document
-from edgekit.bench.stats import parse_shape
+from edgekit.records.result import to_document
+from edgekit.records.stats import parse_shape
 from edgekit.core.errors import UsageError
 from edgekit.core.fileio import ensure_writable_dir, write_json
 from edgekit.core.outputs import check_report_paths, with_artifact_folders

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from edgekit.bench.display import plain
 from edgekit.bench.emulated import bench_emulated
-from edgekit.bench.instructions import CLASS_LABELS, CLASSES, millions
+from edgekit.records.instructions import CLASS_LABELS, CLASSES, millions
 from edgekit.core.errors import UsageError
 
 

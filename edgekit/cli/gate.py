@@ -10,7 +10,7 @@ import typer
 from edgekit.cli.common import console, handles_errors
 from edgekit.cli.options import (ConfigOpt, MaxDropOpt, MaxErrorRateOpt, MaxP50Opt, MaxP99Opt, MaxRssOpt, MaxSizeOpt, MaxTtftOpt, MinDecodeOpt,
                                  TargetOpt)
-from edgekit.bench.result import load_results
+from edgekit.records.result import load_results
 from edgekit.core.errors import EXIT_GATE_FAILED, UsageError
 from edgekit.core.fileio import write_json, write_text
 from edgekit.core.outputs import check_report_paths

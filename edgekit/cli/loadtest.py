@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from edgekit.cli.common import console, handles_errors
-from edgekit.bench.result import to_document
+from edgekit.records.result import to_document
 from edgekit.core.bounds import check_threads
 from edgekit.core.errors import UsageError
 from edgekit.core.fileio import ensure_writable_dir, write_json

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from edgekit.bench.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
+from edgekit.records.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
 from edgekit.emulate import EmulationError
 from edgekit.core.errors import UsageError
 from edgekit.bundle import native

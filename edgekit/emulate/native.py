@@ -32,7 +32,7 @@ from edgekit.emulate.report import (
     check_batches,
 )
 from edgekit.core.errors import EdgekitError
-from edgekit.bench.result import from_document
+from edgekit.records.result import from_document
 from edgekit.board import entries as board_files
 from edgekit.board.check import read_output
 from edgekit.board.inputs import output_of_key

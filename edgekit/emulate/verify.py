@@ -37,7 +37,7 @@ from edgekit.emulate.report import (
 )
 from edgekit.emulate.rootfs import DEFAULT_MIRROR, DEFAULT_RELEASE
 from edgekit.core.errors import EdgekitError, UsageError
-from edgekit.bench.result import from_document
+from edgekit.records.result import from_document
 from edgekit.board.inputs import output_of_key
 from edgekit.bundle import native
 from edgekit.bundle.layout import CHECK_OUTPUTS

@@ -2,7 +2,7 @@
 
 Pure functions, no heavy imports: ``edgekit gate`` must start instantly on a CI runner.
 
-    from edgekit.bench.result import load_results
+    from edgekit.records.result import load_results
     from edgekit.gates import gate_results, to_markdown
 
     report = gate_results(load_results("bench.json"), target="rpi4", overrides={"max_p99_ms": "25ms"})

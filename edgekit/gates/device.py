@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
-    from edgekit.bench.result import BenchResult
+    from edgekit.records.result import BenchResult
     from edgekit.core.targets import Target
 
 LATENCY_METRICS = ("p50", "p99", "ttft", "decode_tps")  # timings: held only where measured on the board

@@ -72,7 +72,7 @@ from edgekit.gates.report import verdict
 if TYPE_CHECKING:  # pragma: no cover
     import os
 
-    from edgekit.bench.result import BenchResult
+    from edgekit.records.result import BenchResult
     from edgekit.core.targets import Target
 
 REL_TOL = 1e-9

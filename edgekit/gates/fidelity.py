@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from edgekit.core.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from edgekit.bench.result import BenchResult
+    from edgekit.records.result import BenchResult
 
 # budget metric -> the summary's key for it
 FIDELITY_METRICS = {"cosine": "cosine", "agreement": "agreement", "sqnr": "sqnr_db", "correlation": "correlation"}

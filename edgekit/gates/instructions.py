@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from edgekit.gates.regression import count_change
 from edgekit.gates.results import FAIL, PASS, SKIP, Check, fmt_value
-from edgekit.bench.instructions import CALL_NOISE
-from edgekit.bench.instructions import millions
+from edgekit.records.instructions import CALL_NOISE
+from edgekit.records.instructions import millions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from edgekit.bench.result import BenchResult
+    from edgekit.records.result import BenchResult
 
 METRIC = "instructions_regression"
 LABEL = "instructions regression"

@@ -5,7 +5,7 @@ Pure functions, no I/O. A p50 regression **fails** only when all three hold:
 1. the regression is above the limit (``max_regression``, e.g. 10 %);
 2. it is real: its 95 % confidence interval lies wholly above 0. With results from several worker
    processes (``edgekit bench --processes N``) the interval is Welch's, on the log ratio of the
-   mean process medians, so the between-process variance is in it (``edgekit.bench.stats``).
+   mean process medians, so the between-process variance is in it (``edgekit.records.stats``).
    Results from one process fall back to a band from the per-call jitter (``noise_band``);
 3. it is large enough to matter: the p50 grew by more than ``min_delta_ms`` (default 0.005 ms).
 
@@ -28,14 +28,14 @@ from __future__ import annotations
 import math
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Iterable
-from edgekit.bench.instructions import CALL_NOISE
-from edgekit.bench.instructions import differences
-from edgekit.bench.stats import ratio_interval
-from edgekit.bench.stats import spread_of
+from edgekit.records.instructions import CALL_NOISE
+from edgekit.records.instructions import differences
+from edgekit.records.stats import ratio_interval
+from edgekit.records.stats import spread_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    from edgekit.bench.result import BenchResult, Timing
-    from edgekit.bench.stats import Spread
+    from edgekit.records.result import BenchResult, Timing
+    from edgekit.records.stats import Spread
 
 DEFAULT_MIN_DELTA_MS = 0.005  # 5 us: below it, timer and dispatch jitter of a Python loop
 NOISE_K = 3.0
@@ -134,11 +134,11 @@ def compared_interval(result: "BenchResult", base: "BenchResult") -> tuple[float
 #
 # Executed instructions on the target's core, counted under QEMU, do not depend on the host's load:
 # repeated counts of one artifact agree to within about a hundred instructions per inference, at worst
-# ``CALL_NOISE`` (``edgekit.bench.instructions``: 2,000; 126 in digits-mobilenet's 4.8 M, 2.6e-5), so the
+# ``CALL_NOISE`` (``edgekit.records.instructions``: 2,000; 126 in digits-mobilenet's 4.8 M, 2.6e-5), so the
 # limit is applied as it stands, with no statistical band, and a 1 % regression is caught. A change of
 # at most CALL_NOISE instructions reads as none (a model under ~200 k instructions per inference cannot
 # resolve 1 %, and its check says the change is within the noise). Two counts compare only when core,
-# threads, QEMU, plugin, C library and runner agree (``edgekit.bench.instructions.COMPARABLE``);
+# threads, QEMU, plugin, C library and runner agree (``edgekit.records.instructions.COMPARABLE``);
 # otherwise the check is incomparable.
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import EdgekitError, UsageError
-from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
-from edgekit.bench.stats import spread_of
+from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.records.stats import spread_of
 from edgekit.board.facts import host_facts
 from edgekit.formats.artifacts import load_manifest
 from edgekit.core.children import popen_kwargs

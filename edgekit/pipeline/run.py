@@ -29,7 +29,7 @@ from edgekit.pipeline.summary import ratio, summary_markdown  # noqa: F401 - re-
 from edgekit.pipeline.verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
 from edgekit.quantize.registry import QuantConfig
 from edgekit import formats
-from edgekit.bench.result import to_document
+from edgekit.records.result import to_document
 from edgekit.bundle.build import build_bundle
 from edgekit.formats.artifacts import load_manifest
 from edgekit.core.bounds import check_field_types

@@ -2,7 +2,7 @@
 
 Decided from confidence intervals, not single medians: a p50 ratio int8/fp32 carries the 95 %
 interval of the ratio of the two variants' centres across worker processes (Welch on the log
-scale, ``edgekit.bench.stats.ratio_interval``), so the between-process variance that made the
+scale, ``edgekit.records.stats.ratio_interval``), so the between-process variance that made the
 verdict flip between reruns is part of it.
 
 * **not paying off**: the whole interval lies above ``SLOWER_THAN_FP32`` (the int8 variant is

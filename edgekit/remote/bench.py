@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from edgekit.bench.result import BenchResult, from_document
+from edgekit.records.result import BenchResult, from_document
 from edgekit.bundle.layout import WHEELS_DIR, is_bundle, read_bundle_json
 from edgekit.core.errors import InputFileError, RemoteError, UsageError
 from edgekit.remote import scripts, ssh, transfer

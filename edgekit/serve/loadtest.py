@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import BenchError, InputFileError, UsageError
-from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
 from edgekit.board.facts import host_facts
 from edgekit.board.stats import summarize_ns
 from edgekit.serve.auth import key_error

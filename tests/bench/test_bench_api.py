@@ -10,7 +10,7 @@ import pytest
 
 from edgekit.board import facts
 from edgekit.bench.api import bench, resolve_model, resolve_threads
-from edgekit.bench.result import from_document, to_document
+from edgekit.records.result import from_document, to_document
 from edgekit.core.errors import BenchError, InputFileError, UsageError
 from edgekit.core.targets import load_target
 from edgekit.formats.artifacts import Manifest, describe_file, finalize

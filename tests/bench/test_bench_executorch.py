@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("executorch")
 
 from board_files import CHECK, PROBE, RUNNER  # noqa: E402
-from edgekit.bench.result import from_document  # noqa: E402
+from edgekit.records.result import from_document  # noqa: E402
 from edgekit.board import check as check_outputs  # noqa: E402
 from edgekit.board import errors, manifest  # noqa: E402
 from edgekit.board import runner  # noqa: E402

@@ -10,8 +10,8 @@ import statistics
 import numpy as np
 import pytest
 
-from edgekit.bench.result import from_document, to_document
-from edgekit.bench.stats import Spread, ratio_interval, spread_of, t_quantile, welch_interval
+from edgekit.records.result import from_document, to_document
+from edgekit.records.stats import Spread, ratio_interval, spread_of, t_quantile, welch_interval
 from edgekit.bench.workers import merge_processes
 from edgekit.core.errors import InputFileError
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from board_files import BOARD_DIR, RUNNER
-from edgekit.bench import result as result_module
-from edgekit.bench.result import BenchResult, from_document
+from edgekit.records import result as result_module
+from edgekit.records.result import BenchResult, from_document
 from edgekit.board import facts as board_facts
 from edgekit.board import inputs, runner, stats, timing
 from edgekit.core.fileio import sha256_file

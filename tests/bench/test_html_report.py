@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from edgekit.bench.html_report import colors, render_html, variant_label, write_html
-from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
 from edgekit.cli.app import app
 
 runner = CliRunner()

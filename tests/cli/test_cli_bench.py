@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.bench.result import load_results
+from edgekit.records.result import load_results
 from edgekit.cli.app import app
 from tiny_models import build_models
 
@@ -98,7 +98,7 @@ def test_runner_failure_exits_1(tmp_path):
 
 
 def test_bench_modules_import_light():
-    code = ("import sys, edgekit.cli.bench, edgekit.bench.api, edgekit.bench.stats; "
+    code = ("import sys, edgekit.cli.bench, edgekit.bench.api, edgekit.records.stats; "
             "print(sorted(m for m in ('numpy', 'torch', 'onnxruntime', 'onnx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing, to_document
+from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing, to_document
 from edgekit.cli.app import app
 
 runner = CliRunner()

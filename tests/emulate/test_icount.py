@@ -451,7 +451,7 @@ def test_counts_from_another_core_are_incomparable_not_failed():
 def test_a_damaged_emulated_section_is_one_line_and_the_gate_does_not_run(damage, tmp_path):
     from conftest import one_line_error
 
-    from edgekit.bench.result import to_document
+    from edgekit.records.result import to_document
 
     good = to_document([_counted(1_000_000)])
     (tmp_path / "base.json").write_text(json.dumps(good))

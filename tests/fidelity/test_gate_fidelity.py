@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import fidelity_models as fm
 from bench_results import make_result
-from edgekit.bench.result import to_document
+from edgekit.records.result import to_document
 from edgekit.board.manifest import fidelity_summary
 from edgekit.cli.app import app
 from edgekit.gates.budgets import Budget

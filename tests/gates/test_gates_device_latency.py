@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench_results import make_result
-from edgekit.bench.result import to_document
+from edgekit.records.result import to_document
 from edgekit.cli.app import app
 from edgekit.gates.results import FAIL, PASS, SKIP
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from edgekit.bench.result import to_document
+from edgekit.records.result import to_document
 from edgekit.cli.app import app
 from edgekit.core.errors import UsageError
 from edgekit.gates.budgets import Budget, Budgets, parse_limit

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from bench_results import make_result  # shared with tests/bench
-from edgekit.bench.result import to_document
+from edgekit.records.result import to_document
 from edgekit.gates.budgets import Budget
 from edgekit.gates.evaluate import evaluate
 from edgekit.gates.results import FAIL, PASS

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from edgekit.bench.stats import spread_of
+from edgekit.records.stats import spread_of
 from edgekit.core.errors import UsageError
 from edgekit.gates.evaluate import evaluate
 from edgekit.gates.regression import host_differences, host_fingerprint, match_baseline

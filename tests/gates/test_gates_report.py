@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgekit.bench.result import BenchResult, Memory, ModelInfo, Timing
+from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
 from edgekit.gates.budgets import Budget
 from edgekit.gates.evaluate import evaluate
 from edgekit.gates.report import (

@@ -382,7 +382,7 @@ def test_the_prompt_and_the_decode_steps_are_counted_apart_on_the_boards_core(ll
     the ids decoded under the plugin are the host's (bundle.json)."""
     from edgekit.emulate import EmulationError
     from edgekit.emulate.bundle import open_bundle
-    from edgekit.emulate.icount_generate import count_generate
+    from edgekit.llm.counts import count_generate
     from edgekit.emulate.icount_plugin import find_header
 
     try:

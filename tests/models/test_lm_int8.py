@@ -102,7 +102,7 @@ def test_generate_without_any_tokenizer_is_one_error(lm, tmp_path):
 
 def test_bench_reports_tokens_per_s_for_fp32_and_int8(lm, tmp_path):
     from edgekit.bench.api import bench
-    from edgekit.bench.result import from_document, to_document
+    from edgekit.records.result import from_document, to_document
     from edgekit.export.api import export
 
     _, ckpt, q_dir = lm

@@ -343,7 +343,7 @@ def test_check_reads_the_bundle_beside_the_binary(runner, int8_pte, tmp_path):
 
 
 def test_bench_document_statistics_and_memory(runner, int8_pte, tmp_path):
-    from edgekit.bench.result import from_document
+    from edgekit.records.result import from_document
 
     out, samples = tmp_path / "sub" / "bench.json", tmp_path / "samples.json"
     done = run(runner, "bench", int8_pte / "model.pte", "--threads", "1", "--min-runs", "200", "--min-time", "0.2",
@@ -444,7 +444,7 @@ def _serve(argv: list[str], lines: list[str]) -> tuple[dict, list[dict], int]:
 
 
 def test_serve_protocol_matches_runner_py(runner, int8_pte):
-    from edgekit.bench.result import from_document
+    from edgekit.records.result import from_document
 
     args = [str(int8_pte / "model.pte"), "--serve", "--threads", "1"]
     ready, replies, code = _serve([str(runner), "bench", *args], SERVE_SCRIPT)

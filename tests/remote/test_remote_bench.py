@@ -17,7 +17,7 @@ import pytest
 from sshd_fixture import keygen, procs_with, sshd  # noqa: F401 - sshd is a pytest fixture
 from typer.testing import CliRunner
 
-from edgekit.bench.result import from_document
+from edgekit.records.result import from_document
 from edgekit.bundle.build import build_bundle
 from edgekit.cli.app import app
 from edgekit.core.errors import RemoteError

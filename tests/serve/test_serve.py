@@ -215,7 +215,7 @@ def test_non_loopback_bind_needs_an_api_key_and_enforces_it(digits_fp32_export):
 def test_loadtest_writes_bench_json_that_gate_reads(server, tmp_path):
     from typer.testing import CliRunner
 
-    from edgekit.bench.result import load_results
+    from edgekit.records.result import load_results
     from edgekit.cli.app import app
 
     out = tmp_path / "load.json"
@@ -234,7 +234,7 @@ def test_loadtest_writes_bench_json_that_gate_reads(server, tmp_path):
 def test_loadtest_can_start_the_server_itself(digits_fp32_export, tmp_path):
     from typer.testing import CliRunner
 
-    from edgekit.bench.result import load_results
+    from edgekit.records.result import load_results
     from edgekit.cli.app import app
 
     out = tmp_path / "load.json"

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.bench.instructions import read_section
-from edgekit.bench.stats import Spread
+from edgekit.records.instructions import read_section
+from edgekit.records.stats import Spread
 from edgekit.core.errors import InputFileError
 from edgekit.core.fileio import read_json
 
@@ -82,7 +82,7 @@ class BenchResult:
     # bench(reference=True): {"name": workload, "process_p50": [ms per round]} of the reference
     # workload timed in the same rounds (edgekit.bench.reference); None otherwise.
     reference: dict[str, Any] | None = None
-    # bench --emulate: executed aarch64 instructions on the target's core (edgekit.bench.instructions); None otherwise.
+    # bench --emulate: executed aarch64 instructions on the target's core (edgekit.records.instructions); None otherwise.
     emulated: dict[str, Any] | None = None
 
     @property
