@@ -13,7 +13,7 @@ llama.cpp: llama-cpp-python 0.3.36's vendored source, cross-built with its own C
 GGML_NATIVE=OFF, static; driven by benchmarks/llamacpp_counted.c (linked against libllama). Types:
 the package's Q4_1 file and Q4_0, Q8_0, Q4_K_M made from it by llama.cpp's own quantizer
 (llama_model_quantize with allow_requantize, from a host build: benchmarks/llamacpp_quantize.c).
-edgekit: ``edgekit-run generate`` of native bundles of the int4 program (emulate.icount_generate).
+edgekit: ``edgekit-run generate`` of native bundles of the int4 program (edgekit.llm.counts).
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d WORK/sdist && tar xzf ... -C WORK
     edgekit quantize smol256 --method int4 --target rpi5 --out smol256-int4     # from the Q4_1 GGUF
