@@ -28,7 +28,6 @@ from edgekit.core.errors import UsageError
 from edgekit.fidelity.render import binding_text, evidence_lines, output_lines, verdict_text, worst
 from edgekit.llm.artifact import METHODS, is_llm_method
 from edgekit.quantize.api import quantize
-from edgekit.quantize.each_format import failed_rows
 from edgekit.quantize.each_format import failed_rows, partial_failure
 from edgekit.quantize.progress import StepProgress
 
