@@ -26,22 +26,18 @@ from typing import Any, Callable
 import functools
 import os
 
-from edgekit.formats.artifacts import Manifest
-from edgekit.formats.artifacts import load_manifest as _load_manifest
+from edgekit.formats.artifacts import Manifest, load_manifest as _load_manifest
 from edgekit.bench.api import bench as _bench
 from edgekit.records.result import BenchResult
 from edgekit.core.bounds import check_call
 from edgekit.core.errors import EdgekitError, GateFailed, UsageError
 from edgekit.export.api import export as _export
-from edgekit.gates.evaluate import gate_results as _gate_results
-from edgekit.gates.evaluate import raise_for_status
-from edgekit.pipeline.run import PipelineConfig
-from edgekit.pipeline.run import run_pipeline as _run_pipeline
+from edgekit.gates.evaluate import gate_results as _gate_results, raise_for_status
+from edgekit.pipeline.run import PipelineConfig, run_pipeline as _run_pipeline
 from edgekit.quantize.methods import DynamicConfig, QatConfig, StaticConfig
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.registry import Method, QuantConfig, layer_lister, method, method_names, register_method, route
-from edgekit.core.targets import Target
-from edgekit.core.targets import load_target as _load_target
+from edgekit.core.targets import Target, load_target as _load_target
 from edgekit.train.loop import train as _train
 from edgekit.train.config import TrainConfig
 from edgekit.llm.generation import generate_text

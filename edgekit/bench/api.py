@@ -36,7 +36,6 @@ from edgekit.core.targets import Target, load_target
 from edgekit.core.threads import resolve_threads  # one rule for bench, generate and serve (re-exported here)
 from edgekit import formats
 from edgekit.bundle import layout, native
-from edgekit.bundle import native
 from edgekit.core.bounds import check_runs, check_threads, check_timeout
 from edgekit.emulate.sandbox import BUNDLE, WORK, bundle_sandbox
 from edgekit.native.toolchain import host_arch

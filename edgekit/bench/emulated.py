@@ -17,19 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from edgekit.records.result import BenchResult
+from edgekit.records.result import BenchResult, from_document
 from edgekit.core.errors import UsageError
 from edgekit import formats
 from edgekit.bench.api import resolve_model
 from edgekit.records.instructions import section
-from edgekit.records.result import from_document
-from edgekit.bundle import layout
-from edgekit.bundle import native
+from edgekit.bundle import layout, native
 from edgekit.core.targets import load_target
 from edgekit.emulate.bundle import open_bundle
 from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
-from edgekit.emulate.icount import RUNNERS, count_per_run
-from edgekit.emulate.icount import count_bundle
+from edgekit.emulate.icount import RUNNERS, count_per_run, count_bundle
 from edgekit.emulate.icount_plugin import plugin_qemu
 
 NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "

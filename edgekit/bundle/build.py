@@ -28,10 +28,9 @@ from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.fileio import atomic_dir, clean_stale_temps, sha256_file, temp_sibling, write_json, write_text
-from edgekit.formats.limits import check_model_fits, model_memory_mb
+from edgekit.formats.limits import check_model_fits, model_memory_mb, ResourceLimitError
 from edgekit.core.outputs import check_not_inputs, claim_output, safe_text
 from edgekit.core.targets import Target, load_target
-from edgekit.formats.limits import ResourceLimitError
 from edgekit.llm import bundle as llm
 from edgekit.llm.cached import is_cached_family
 

@@ -30,8 +30,7 @@ from edgekit.native.libraries import needed_libraries, notices_text
 from edgekit.native.ort_build import build_ort_runner
 from edgekit.native.ort_headers import API_VERSION
 from edgekit.native.ort_wheel import LIBRARY
-from edgekit.native.toolchain import CROSS
-from edgekit.native.toolchain import host_arch
+from edgekit.native.toolchain import CROSS, host_arch
 
 RUNNER = "edgekit-run"
 LIB_DIR = "lib"

@@ -7,11 +7,10 @@ from typing import Optional
 
 import typer
 
-from edgekit.cli.common import console, echo_json, handles_errors
+from edgekit.cli.common import console, echo_json, handles_errors, progress_line
 from edgekit.cli.options import TargetOpt
 from edgekit.bundle.build import build_bundle, tarball_path
 from edgekit.bundle.layout import read_bundle_json
-from edgekit.cli.common import progress_line
 from edgekit.formats.artifacts import load_manifest
 
 

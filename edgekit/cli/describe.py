@@ -12,8 +12,7 @@ from edgekit.core.errors import InputFileError
 from edgekit.bundle.layout import read_bundle_json
 from edgekit.formats.artifacts import load_manifest
 from edgekit.llm.gguf.file import llama_config, read_gguf
-from edgekit.llm.gguf.importer import gguf_path
-from edgekit.llm.gguf.importer import is_gguf_source
+from edgekit.llm.gguf.importer import gguf_path, is_gguf_source
 
 SUMMARY_SCHEMA = "edgekit.cli.describe"
 SUMMARY_VERSION = 1

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from edgekit.cli import registry_help
-from edgekit.cli.common import echo_json, handles_errors, split_csv
+from edgekit.cli import registry_help, llm_program
+from edgekit.cli.common import echo_json, handles_errors, split_csv, console
 from edgekit.cli.options import (
     DynamicAxesOpt,
     InputDtypeOpt,
@@ -21,8 +21,6 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
-from edgekit.cli import llm_program
-from edgekit.cli.common import console
 from edgekit.cli.quantize import fail_if_some_failed, render_files
 from edgekit.export.api import export
 from edgekit.sources.model_source import source_warnings

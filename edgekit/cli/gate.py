@@ -13,13 +13,10 @@ from edgekit.cli.options import (ConfigOpt, MaxDropOpt, MaxErrorRateOpt, MaxP50O
 from edgekit.records.result import load_results
 from edgekit.core.errors import EXIT_GATE_FAILED, UsageError
 from edgekit.core.fileio import write_json, write_text
-from edgekit.core.outputs import check_report_paths
-from edgekit.core.outputs import safe_text
+from edgekit.core.outputs import check_report_paths, safe_text
 from edgekit.gates.budgets import NO_BUDGET_HELP, parse_regression, resolve_budgets
 from edgekit.gates.evaluate import evaluate
-from edgekit.gates.report import COLUMNS, table_rows
-from edgekit.gates.report import to_json, to_junit_xml, to_markdown
-from edgekit.gates.report import verdict
+from edgekit.gates.report import COLUMNS, table_rows, to_json, to_junit_xml, to_markdown, verdict
 from edgekit.gates.results import FAIL, PASS
 
 HELP = (

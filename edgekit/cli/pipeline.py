@@ -26,11 +26,9 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
-from edgekit.core.errors import GateFailed
-from edgekit.core.errors import UsageError
+from edgekit.core.errors import GateFailed, UsageError
 from edgekit.pipeline.run import DEFAULT_MODEL, PipelineConfig, run_pipeline
-from edgekit.pipeline.summary import cells, headers, skipped_lines, target_cell, title
-from edgekit.pipeline.summary import target_line
+from edgekit.pipeline.summary import cells, headers, skipped_lines, target_cell, title, target_line
 from edgekit.pipeline.verdict import recommendation_line
 from edgekit.sources.state_pairs import parse_sample_axes
 

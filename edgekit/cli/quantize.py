@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from edgekit.cli import registry_help
+from edgekit.cli import registry_help, llm_program
 from edgekit.cli.common import console, echo_json, handles_errors, progress_enabled, split_csv
 from edgekit.cli.options import (
     DynamicAxesOpt,
@@ -22,7 +22,6 @@ from edgekit.cli.options import (
     TargetOpt,
     source_options as collect_source_options,
 )
-from edgekit.cli import llm_program
 from edgekit.cli.describe import manifest_summary
 from edgekit.core.errors import UsageError
 from edgekit.fidelity.render import binding_text, evidence_lines, output_lines, verdict_text, worst

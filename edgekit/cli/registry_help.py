@@ -12,8 +12,7 @@ from typing import Callable
 from typer.core import TyperCommand
 from edgekit import formats as table
 from edgekit.quantize import registry, routes
-from edgekit.quantize.registry import formats_for, get_method, method_names
-from edgekit.quantize.registry import methods_for
+from edgekit.quantize.registry import formats_for, get_method, method_names, methods_for
 
 
 def methods() -> str:

@@ -9,12 +9,10 @@ import typer
 
 from edgekit.cli.common import handles_errors
 from edgekit.core.bounds import check_threads
-from edgekit.core.errors import EdgekitError
-from edgekit.core.errors import UsageError
+from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.core.threads import resolve_threads, target_of
 from edgekit.serve.auth import bind_error
-from edgekit.serve.loader import load_served_model, probe_served_model
-from edgekit.serve.loader import served_entry
+from edgekit.serve.loader import load_served_model, probe_served_model, served_entry
 from edgekit.serve.settings import ServeSettings
 from edgekit.serve.standalone import address as url_of, open_socket, serve_forever
 

@@ -26,9 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.core.errors import EdgekitError, UsageError
-from edgekit.core.fileio import read_regular, tree_size
-from edgekit.core.fileio import make_dirs, write_text
-from edgekit.core.fileio import write_json
+from edgekit.core.fileio import read_regular, tree_size, make_dirs, write_text, write_json
 from edgekit.core.outputs import safe_text
 from edgekit.core.venv_cache import list_venvs
 

@@ -49,8 +49,7 @@ from edgekit.core.ownership import (  # noqa: F401  (the names callers know from
     read_sums,
     report_written_by_edgekit,
 )
-from edgekit.core.fileio import atomic_dir
-from edgekit.core.fileio import make_dirs, prune_empty
+from edgekit.core.fileio import atomic_dir, make_dirs, prune_empty
 
 
 class OutputBusyError(EdgekitError):

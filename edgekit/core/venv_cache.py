@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from edgekit.core.errors import UsageError
-from edgekit.core.fileio import tree_size
-from edgekit.core.fileio import write_json
+from edgekit.core.fileio import tree_size, write_json
 
 VENVS_DIR = "/opt/edgekit/venvs"
 MARKER = "edgekit-venv.json"

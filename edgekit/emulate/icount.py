@@ -34,19 +34,15 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit.records.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
-from edgekit.emulate import EmulationError
+from edgekit.emulate import EmulationError, rootfs
 from edgekit.core.errors import UsageError
 from edgekit.bundle import native
-from edgekit.emulate import rootfs
-from edgekit.emulate.host import checked_cpu
-from edgekit.emulate.host import qemu_cpus, qemu_version
+from edgekit.emulate.host import checked_cpu, qemu_cpus, qemu_version
 from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
 from edgekit.emulate.icount_root import add_host_program
 from edgekit.emulate.process import last_error, run_fenced
-from edgekit.emulate.sandbox import BUNDLE
-from edgekit.emulate.sandbox import bundle_sandbox
-from edgekit.native.build import RUNNER_NAME
-from edgekit.native.build import build_runner
+from edgekit.emulate.sandbox import BUNDLE, bundle_sandbox
+from edgekit.native.build import RUNNER_NAME, build_runner
 from edgekit.native.toolchain import CROSS
 
 CLASSES = ("simd_fp", "integer", "load", "store", "branch", "other")

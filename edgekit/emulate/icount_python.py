@@ -19,11 +19,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from edgekit.emulate import EmulationError
+from edgekit.emulate import EmulationError, host, rootfs
 from edgekit.emulate.icount import (CLASSES, DEFAULT_RUNS, INSIDE, LOG_BYTES, TIMEOUT_S, Progress, _check_settings,
                                     parse_log)
 from edgekit.board import entries as board_files
-from edgekit.emulate import host, rootfs
 from edgekit.core import venv_cache
 from edgekit.emulate.bundle import check_wheels
 from edgekit.emulate.chroot import NOISE

@@ -30,8 +30,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from edgekit.emulate import EmulationError
-from edgekit.bundle.requirements import NETWORK_SIGNS, family_text, platform_args
-from edgekit.bundle.requirements import parse_requirements
+from edgekit.bundle.requirements import NETWORK_SIGNS, family_text, platform_args, parse_requirements
 from edgekit.core.children import popen_kwargs
 
 PYPI = "https://pypi.org/simple"

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from edgekit.emulate import EmulationError
+from edgekit.emulate import EmulationError, host, rootfs
 from edgekit.emulate.report import (
     BENCH_NOTE,
     BENCH_STATUS,
@@ -37,20 +37,12 @@ from edgekit.board import entries as board_files
 from edgekit.board.check import read_output
 from edgekit.board.inputs import output_of_key
 from edgekit.bundle import native
-from edgekit.emulate import host
-from edgekit.emulate import host, rootfs
 from edgekit.emulate.board_root import make_board_root
 from edgekit.emulate.bundle_check import own_check, own_limits
 from edgekit.emulate.chroot import make_launcher
 from edgekit.emulate.host import NEVER, checked_cpu
-from edgekit.emulate.host import checked_cpu
-from edgekit.emulate.process import last_error
-from edgekit.emulate.process import run_captured
-from edgekit.emulate.process import run_fenced
-from edgekit.emulate.sandbox import BUNDLE
-from edgekit.emulate.sandbox import BUNDLE, QEMU
-from edgekit.emulate.sandbox import bundle_sandbox
-from edgekit.emulate.sandbox import copy_bundle, check_available, preexec_limits
+from edgekit.emulate.process import last_error, run_captured, run_fenced
+from edgekit.emulate.sandbox import BUNDLE, QEMU, bundle_sandbox, copy_bundle, check_available, preexec_limits
 from edgekit.native.toolchain import CROSS
 
 BENCH_RUNS = 10

@@ -34,13 +34,10 @@ from edgekit.emulate.chroot import NOISE, Launcher
 from edgekit.core.venv_cache import MARKER, VENVS_DIR  # re-exported: where the venvs live
 from edgekit.core.errors import UsageError
 from edgekit.core.fileio import write_json
-from edgekit.bundle.requirements import INDEX_URL, format_indexes, parse_requirements
-from edgekit.bundle.requirements import NETWORK_SIGNS
-from edgekit.bundle.requirements import parse_requirements
+from edgekit.bundle.requirements import INDEX_URL, format_indexes, parse_requirements, NETWORK_SIGNS
 from edgekit.core import venv_cache
 from edgekit.emulate.index_check import host_ca_bundle
-from edgekit.emulate.process import last_error
-from edgekit.emulate.process import run_streamed
+from edgekit.emulate.process import last_error, run_streamed
 from edgekit.emulate.rootfs import locked
 
 HOST_CA = "/etc/edgekit/host-ca.crt"

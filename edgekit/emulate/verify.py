@@ -23,9 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from edgekit.board import BUNDLED_NAME
-from edgekit.board import entries as board_files
-from edgekit.emulate import EmulationError
+from edgekit.board import BUNDLED_NAME, entries as board_files
+from edgekit.emulate import EmulationError, host, rootfs
 from edgekit.emulate.report import (
     BENCH_NOTE,
     BENCH_STATUS,
@@ -43,17 +42,13 @@ from edgekit.bundle import native
 from edgekit.bundle.layout import CHECK_OUTPUTS
 from edgekit.core.bounds import check_timeout
 from edgekit.core.targets import load_target
-from edgekit.emulate import host, rootfs
 from edgekit.core import venv_cache
 from edgekit.emulate.bundle import check_wheels, open_bundle
 from edgekit.emulate.bundle_check import own_check, own_limits
-from edgekit.emulate.chroot import NOISE
 from edgekit.emulate.chroot import NOISE, make_launcher
 from edgekit.emulate.host import Binfmt
-from edgekit.emulate.process import last_error, run_captured
-from edgekit.emulate.process import last_error, run_fenced
-from edgekit.emulate.sandbox import NOBODY
-from edgekit.emulate.sandbox import preexec_limits
+from edgekit.emulate.process import last_error, run_captured, run_fenced
+from edgekit.emulate.sandbox import NOBODY, preexec_limits
 from edgekit.emulate.venv import ensure_venv, with_index_url
 
 PROBE_DIR = "probe"  # the host's board package and its probe entry, in a folder of the work dir

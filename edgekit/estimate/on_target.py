@@ -11,11 +11,9 @@ from typing import Callable
 from edgekit.core.errors import EdgekitError
 from edgekit.emulate import EmulationError
 from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
-from edgekit.emulate.icount import RUNNERS
-from edgekit.emulate.icount import count_per_run
+from edgekit.emulate.icount import RUNNERS, count_per_run
 from edgekit.emulate.icount_plugin import plugin_qemu
-from edgekit.estimate.cores import for_target
-from edgekit.estimate.cores import load_cores
+from edgekit.estimate.cores import for_target, load_cores
 
 EMULATED_RUNS = 4  # instruction counts are deterministic: a few inferences give the per-inference count exactly
 MEASURED, ESTIMATED, COUNTED, HOST = "measured", "estimated", "counted", "host"

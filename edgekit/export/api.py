@@ -6,15 +6,13 @@ import shutil
 from pathlib import Path
 
 from edgekit.formats.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
-from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.errors import InputFileError, UsageError, ParityError
 from edgekit.formats import onnx_export
 from edgekit.core.outputs import commit_dir
 from edgekit.core.targets import Target, load_target
 from edgekit import formats as table
 from edgekit._version import __version__
-from edgekit.core.errors import ParityError
-from edgekit.formats.request import FloatExport
-from edgekit.formats.request import QuantizedCopy
+from edgekit.formats.request import FloatExport, QuantizedCopy
 from edgekit.quantize.each_format import Attempts
 from edgekit.sources.model_source import resolve_source
 from edgekit.sources.onnx_exporter import preferred_exporter

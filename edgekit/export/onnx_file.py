@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.formats.artifacts import Manifest
+from edgekit.formats.artifacts import Manifest, describe_file, finalize
 from edgekit._version import __version__
 from edgekit.core import onnx_files
-from edgekit.formats.artifacts import describe_file, finalize
 from edgekit.core.outputs import commit_dir
 from edgekit.formats import onnx_export
 from edgekit.formats.onnx import FORMAT

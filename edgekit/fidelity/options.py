@@ -14,8 +14,7 @@ from pathlib import Path
 from edgekit.core.errors import UsageError
 from edgekit.fidelity import evidence as ev
 from edgekit.formats.metrics import KINDS
-from edgekit.sources.state_pairs import parse_sample_axes, parse_state_pairs
-from edgekit.sources.state_pairs import stream_layout
+from edgekit.sources.state_pairs import parse_sample_axes, parse_state_pairs, stream_layout
 
 def pop_evaluation(calibrated: bool, options: dict) -> ev.EvalSettings:
     """The evaluation settings among ``options`` (removed from it; CLI-style values)."""

@@ -6,11 +6,10 @@ from typing import Callable
 
 import numpy as np
 
-from edgekit.core.errors import first_line
+from edgekit.core.errors import first_line, InputFileError, UsageError
 from edgekit import formats
 from edgekit.board.errors import BoardError, BoardUsageError
 from edgekit.board.runtimes import open_model
-from edgekit.core.errors import InputFileError, UsageError
 from edgekit.data.datasets import load_split
 
 # A batch of inputs (one array, or arrays by input name) -> a batch of outputs (e.g. logits).

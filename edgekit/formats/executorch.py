@@ -13,13 +13,9 @@ import json
 import re
 from pathlib import Path
 
-from edgekit.core.errors import first_line
+from edgekit.core.errors import first_line, EdgekitError, InputFileError, UsageError
 from edgekit.formats import Board, Files, Format, Host, Quantization, register
-from edgekit.core.errors import EdgekitError
-from edgekit.core.errors import InputFileError
-from edgekit.core.errors import UsageError
-from edgekit.core.fileio import atomic_path
-from edgekit.core.fileio import loads_json
+from edgekit.core.fileio import atomic_path, loads_json
 from edgekit.formats.onnx_export import native_output_silenced
 
 FORMAT = register(Format(

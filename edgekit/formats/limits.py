@@ -19,9 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgekit.core.errors import UsageError
+from edgekit.core.errors import UsageError, InputFileError
 from edgekit.core.targets import Target
-from edgekit.core.errors import InputFileError
 from edgekit.models import build_model
 
 MIB = 1024 * 1024

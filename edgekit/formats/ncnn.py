@@ -14,11 +14,8 @@ from pathlib import Path
 
 from edgekit.formats import Board, Files, Format, Host, register
 from edgekit.board.errors import BoardError
-from edgekit.board.runtimes.ncnn_runtime import NcnnRuntime
-from edgekit.board.runtimes.ncnn_runtime import check_param
-from edgekit.core.errors import EdgekitError, UsageError, first_line
-from edgekit.core.errors import InputFileError
-from edgekit.core.errors import UsageError
+from edgekit.board.runtimes.ncnn_runtime import NcnnRuntime, check_param
+from edgekit.core.errors import EdgekitError, UsageError, first_line, InputFileError
 from edgekit.core.fileio import atomic_path
 
 FORMAT = register(Format(

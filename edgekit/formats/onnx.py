@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from edgekit.formats import Board, Files, Format, Host, Quantization, register
+from edgekit.formats import Board, Files, Format, Host, Quantization, register, onnx_export
 from edgekit.core import onnx_files
-from edgekit.formats import onnx_export
 
 FORMAT = register(Format(
     name="onnx",

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Iterator
 
 from edgekit.core.input_spec import InputSpec
-from edgekit.core.errors import EdgekitError, UsageError, first_line
+from edgekit.core.errors import EdgekitError, UsageError, first_line, InputFileError
 from edgekit.core import onnx_files
-from edgekit.core.errors import InputFileError
 
 ROUTES = ("torchscript", "dynamo")
 CHOICES = ("auto", *ROUTES)

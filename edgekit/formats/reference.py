@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.input_spec import InputSpec
-from edgekit.core.fileio import atomic_path
+from edgekit.core.fileio import atomic_path, read_npz
 from edgekit.core.errors import InputFileError
-from edgekit.core.fileio import read_npz
 
 REFERENCE_FILE = "reference.npz"
 # An input name is everything after "input/": ONNX names are arbitrary strings ("gpu_0/data_0"),

@@ -17,9 +17,7 @@ import shutil
 from pathlib import Path
 
 from edgekit.formats import Board, Files, Format, Host, register
-from edgekit.core.errors import EdgekitError, first_line
-from edgekit.core.errors import InputFileError
-from edgekit.core.errors import UsageError
+from edgekit.core.errors import EdgekitError, first_line, InputFileError, UsageError
 from edgekit.core.fileio import atomic_path
 from edgekit.formats.onnx_export import native_output_silenced
 

@@ -6,10 +6,8 @@ torch.jit is deprecated in favour of torch.export; everything that touches it is
 
 from __future__ import annotations
 
-from edgekit.formats import Board, Files, Format, Host, Quantization, register
-from edgekit.core.errors import InputFileError
-from edgekit.core.errors import UsageError
-from edgekit.formats import torchscript_backend
+from edgekit.formats import Board, Files, Format, Host, Quantization, register, torchscript_backend
+from edgekit.core.errors import InputFileError, UsageError
 
 FORMAT = register(Format(
     name="torchscript",

@@ -10,10 +10,8 @@ import json
 import warnings
 from pathlib import Path
 from typing import Iterator
-from edgekit.core.errors import InputFileError
-from edgekit.core.errors import UsageError
-from edgekit.core.fileio import loads_json
-from edgekit.core.fileio import signature_kind
+from edgekit.core.errors import InputFileError, UsageError
+from edgekit.core.fileio import loads_json, signature_kind
 
 PROVENANCE_KEY = "edgekit.json"
 

@@ -52,9 +52,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.gates.device import Device
 from edgekit.gates.units import METRIC_BY_KEY, METRICS, Metric, get_metric, parse_limit, parse_regression
-from edgekit.core.targets import BUDGET_KEYS
+from edgekit.core.targets import BUDGET_KEYS, Target, load_target
 from edgekit.core.fileio import read_toml
-from edgekit.core.targets import Target, load_target
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.core.targets import Target

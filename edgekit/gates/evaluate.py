@@ -32,7 +32,7 @@ import math
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from edgekit.core.errors import UsageError
+from edgekit.core.errors import UsageError, GateFailed
 from edgekit.gates.fidelity import FIDELITY_METRICS, fidelity_measure
 from edgekit.gates.regression import (  # noqa: F401 - match_baseline, noise_band, timing_sigma: public here too
     DEFAULT_MIN_DELTA_MS,
@@ -66,7 +66,6 @@ from edgekit.gates.results import (
     ModelRef,
     fmt_value,
 )
-from edgekit.core.errors import GateFailed
 from edgekit.gates.report import verdict
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 from edgekit.gates.regression import count_change
 from edgekit.gates.results import FAIL, PASS, SKIP, Check, fmt_value
-from edgekit.records.instructions import CALL_NOISE
-from edgekit.records.instructions import millions
+from edgekit.records.instructions import CALL_NOISE, millions
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.records.result import BenchResult

@@ -28,10 +28,8 @@ from __future__ import annotations
 import math
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Iterable
-from edgekit.records.instructions import CALL_NOISE
-from edgekit.records.instructions import differences
-from edgekit.records.stats import ratio_interval
-from edgekit.records.stats import spread_of
+from edgekit.records.instructions import CALL_NOISE, differences
+from edgekit.records.stats import ratio_interval, spread_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.records.result import BenchResult, Timing

@@ -21,8 +21,7 @@ from edgekit.gates.results import (
     fmt_measured,
     fmt_value,
 )
-from edgekit.core.outputs import generator_mark
-from edgekit.core.outputs import safe_text
+from edgekit.core.outputs import generator_mark, safe_text
 
 GATE_SCHEMA = "edgekit.gate"
 GATE_SCHEMA_VERSION = 1

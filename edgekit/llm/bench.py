@@ -28,9 +28,7 @@ from edgekit.records.stats import spread_of
 from edgekit.board.facts import host_facts
 from edgekit.formats.artifacts import load_manifest
 from edgekit.core.children import popen_kwargs
-from edgekit.llm.cached import is_cached_family
-from edgekit.llm.cached import is_llm_artifact, program_format
-from edgekit.llm.cached import open_cached
+from edgekit.llm.cached import is_cached_family, is_llm_artifact, program_format, open_cached
 from edgekit.llm.lm_runtime import load_llm_text
 from edgekit.llm.quality import heldout_text
 

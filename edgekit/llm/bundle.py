@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgekit.core.errors import EdgekitError, UsageError
-from edgekit.bundle.native import entry_script
-from edgekit.bundle.native import run_on_host
-from edgekit.core.errors import InputFileError
+from edgekit.core.errors import EdgekitError, UsageError, InputFileError
+from edgekit.bundle.native import entry_script, run_on_host
 from edgekit.core.fileio import atomic_path
 from edgekit.llm.cached import program_cached
 from edgekit.llm.generation import encode_prompt, generate_cached

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgekit.core.errors import UsageError
-from edgekit.formats.artifacts import CHECKPOINT
-from edgekit.formats.artifacts import MANIFEST_NAME
+from edgekit.formats.artifacts import CHECKPOINT, MANIFEST_NAME
 from edgekit.core.device import select_device
 from edgekit.core.fileio import read_json
 from edgekit.formats import executorch

@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
-from edgekit.llm.template_sandbox import RenderLimit, render_bounded
+from edgekit.llm.template_sandbox import RenderLimit, render_bounded, environment
 from edgekit.core.outputs import safe_text
 from edgekit.formats.artifacts import check_carried
-from edgekit.llm.template_sandbox import environment
 
 MAX_TEMPLATE_BYTES = 256 << 10  # real ones are a few KB
 MAX_RENDERED_CHARS = 4 << 20

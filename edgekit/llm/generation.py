@@ -13,9 +13,7 @@ from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.formats.artifacts import load_manifest
-from edgekit.core.bounds import check_sampling as check
-from edgekit.core.bounds import check_seed, check_text, check_threads
-from edgekit.core.bounds import check_text
+from edgekit.core.bounds import check_sampling as check, check_seed, check_text, check_threads
 from edgekit.core.threads import resolve_threads, target_of
 from edgekit.llm.cached import is_cached_family
 from edgekit.llm.chat import build_messages, render_chat

@@ -11,14 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.formats.artifacts import CHECKPOINT
-from edgekit.core.errors import InputFileError, UsageError
+from edgekit.formats.artifacts import CHECKPOINT, MANIFEST_NAME, Manifest, check_carried
+from edgekit.core.errors import InputFileError, UsageError, EdgekitError, first_line
 from edgekit import formats
-from edgekit.formats.artifacts import MANIFEST_NAME, Manifest, check_carried
 from edgekit.core.device import select_device
-from edgekit.core.errors import EdgekitError, first_line
-from edgekit.core.fileio import read_json, sha256_file
-from edgekit.core.fileio import read_regular, sha256_file
+from edgekit.core.fileio import read_json, sha256_file, read_regular
 from edgekit.llm.chat import load_template
 from edgekit.sources.checkpoint import load_model_from_artifact
 

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.core.errors import UsageError
-from edgekit.core.errors import EdgekitError
-from edgekit.core.errors import EdgekitError, first_line
+from edgekit.core.errors import UsageError, EdgekitError, first_line
 from edgekit.formats import executorch
-from edgekit.formats.executorch import native
-from edgekit.formats.executorch import quiet_imports
+from edgekit.formats.executorch import native, quiet_imports
 from edgekit.llm.grid_int4 import MARK, replace_grid_linears
 
 PRECISIONS = ("fp32", "int8", "int4")

@@ -20,8 +20,7 @@ from pathlib import Path
 from edgekit.core.errors import EdgekitError
 from edgekit.llm.cached import open_cached
 from edgekit.llm.chat import render_chat
-from edgekit.llm.generation import TextStream, generate_cached
-from edgekit.llm.generation import check_fits, check_sampling
+from edgekit.llm.generation import TextStream, generate_cached, check_fits, check_sampling
 from edgekit.llm.lm_runtime import load_llm_text
 
 class LLMRequestError(ValueError):

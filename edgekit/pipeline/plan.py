@@ -27,14 +27,11 @@ from pathlib import Path
 
 from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import UsageError
-from edgekit import formats
-from edgekit import formats as table
+from edgekit import formats, formats as table
 from edgekit.formats.artifacts import load_manifest
 from edgekit.data.calibsets import default_calibration
-from edgekit.quantize.registry import formats_for, get_method, make_config, methods_for
-from edgekit.quantize.registry import get_method, method_for_config
-from edgekit.sources.model_source import resolve_source
-from edgekit.sources.model_source import source_warnings
+from edgekit.quantize.registry import formats_for, get_method, make_config, methods_for, method_for_config
+from edgekit.sources.model_source import resolve_source, source_warnings
 
 DEFAULT_MODEL = "digits-mobilenet"  # a MobileNet-style CNN at 32x32: what int8 is for
 

@@ -21,22 +21,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.core.errors import InputFileError, UsageError
-from edgekit.core.fileio import make_dirs, prune_empty, write_json, write_text
+from edgekit.core.errors import InputFileError, UsageError, BenchError, EdgekitError
+from edgekit.core.fileio import make_dirs, prune_empty, write_json, write_text, read_json
 from edgekit.core.outputs import claim_output
-from edgekit.pipeline.plan import DEFAULT_MODEL, Skipped, make_plan
+from edgekit.pipeline.plan import DEFAULT_MODEL, Skipped, make_plan, DEFAULT_METHODS, method_entry
 from edgekit.pipeline.summary import ratio, summary_markdown  # noqa: F401 - re-exported
 from edgekit.pipeline.verdict import SLOWER_THAN_FP32, recommend, recommendation_line  # noqa: F401 - re-exported
-from edgekit.quantize.registry import QuantConfig
+from edgekit.quantize.registry import QuantConfig, method_names
 from edgekit import formats
 from edgekit.records.result import to_document
 from edgekit.bundle.build import build_bundle
 from edgekit.formats.artifacts import load_manifest
-from edgekit.core.bounds import check_field_types
-from edgekit.core.bounds import check_runs, check_seed, check_threads
-from edgekit.core.errors import BenchError
-from edgekit.core.errors import EdgekitError
-from edgekit.core.fileio import read_json
+from edgekit.core.bounds import check_field_types, check_runs, check_seed, check_threads
 from edgekit.formats.limits import check_calibration_size, check_model_fits
 from edgekit.core.targets import load_target
 from edgekit.export.api import export
@@ -44,18 +40,12 @@ from edgekit.gates.budgets import resolve_budgets
 from edgekit.gates.evaluate import gate_results
 from edgekit.gates.report import to_json, to_junit_xml, to_markdown
 from edgekit.native.toolchain import host_arch
-from edgekit.pipeline.plan import DEFAULT_METHODS, method_entry
 from edgekit.pipeline.summary import write_report, write_summary
-from edgekit.pipeline.target import apply_to_gate
-from edgekit.pipeline.target import target_costs
-from edgekit.pipeline.target import target_ratios
+from edgekit.pipeline.target import apply_to_gate, target_costs, target_ratios
 from edgekit.pipeline.verdict import p50_ratio
 from edgekit.pipeline.verdict import slower_than_fp32, slower_warning
-from edgekit.quantize.api import SOURCE_OPTIONS
-from edgekit.quantize.api import quantize_config
-from edgekit.quantize.each_format import failed_rows
-from edgekit.quantize.each_format import reason
-from edgekit.quantize.registry import method_names
+from edgekit.quantize.api import SOURCE_OPTIONS, quantize_config
+from edgekit.quantize.each_format import failed_rows, reason
 from edgekit.sources.model_source import hf_config_file
 from edgekit.sources.state_pairs import sample_axes
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from edgekit.bench.html_report import Ratio, write_html
 from edgekit.core.fileio import write_json, write_text
 from edgekit.core.outputs import generator_mark
-from edgekit.pipeline.target import TargetCost
-from edgekit.pipeline.target import basis_line
+from edgekit.pipeline.target import TargetCost, basis_line
 from edgekit.pipeline.verdict import recommendation_line
 
 HEADERS = ("variant", "format", "size", "accuracy", "p50 ms", "p99 ms", "peak RSS", "gate")

@@ -12,13 +12,9 @@ from edgekit.quantize.steps import (
     describe_produced, error_report, finish, input_paths, new_job, resolve, write_reference,
 )
 from edgekit.core.targets import Target, load_target
-from edgekit import formats
-from edgekit import formats as table
+from edgekit import formats, formats as table
 from edgekit.data.calibsets import default_calibration
-from edgekit.quantize.registry import formats_for
-from edgekit.quantize.registry import get_method, make_config
-from edgekit.quantize.registry import method_for_config, route_for
-from edgekit.quantize.registry import route_for
+from edgekit.quantize.registry import formats_for, get_method, make_config, method_for_config, route_for
 from edgekit.sources.model_source import ModelSource
 
 # what --calib may name (quantize/calibration/data.py)

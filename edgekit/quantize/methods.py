@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.core.bounds import check_field_types
+from edgekit.core.bounds import check_field_types, check_seed
 from edgekit.core.errors import UsageError, unknown_name
 from edgekit.quantize.registry import QuantConfig, method
 from edgekit.core.targets import QUANT_TYPES
 from edgekit import formats
-from edgekit.core.bounds import check_seed
 from edgekit.data.calibsets import default_calibration
 from edgekit.quantize.toolkits.fusion import check_fusion
 

@@ -10,11 +10,9 @@ from pathlib import Path
 from edgekit.formats.artifacts import Manifest, describe_file, finalize
 from edgekit import formats
 from edgekit.core.errors import ParityError
-from edgekit.sources.model_source import hf_config_file
+from edgekit.sources.model_source import hf_config_file, resolve_source, source_warnings
 from edgekit.core.targets import Target
 from edgekit.quantize.registry import precision as method_precision
-from edgekit.sources.model_source import resolve_source
-from edgekit.sources.model_source import source_warnings
 
 
 def input_paths(source, options: dict, source_options: dict, target) -> list:

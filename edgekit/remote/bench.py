@@ -23,14 +23,13 @@ from typing import Callable, Mapping, Sequence
 
 from edgekit.records.result import BenchResult, from_document
 from edgekit.bundle.layout import WHEELS_DIR, is_bundle, read_bundle_json
-from edgekit.core.errors import InputFileError, RemoteError, UsageError
+from edgekit.core.errors import InputFileError, RemoteError, UsageError, EdgekitError
 from edgekit.remote import scripts, ssh, transfer
 from edgekit.remote.hosts import check_remote_path
 from edgekit.bundle.build import build_bundle
 from edgekit.bundle.verify import verify_checksums
 from edgekit.formats.artifacts import load_manifest
 from edgekit.core.bounds import check_timeout
-from edgekit.core.errors import EdgekitError
 from edgekit.formats.limits import check_fits
 from edgekit.core.targets import available_targets, load_target
 

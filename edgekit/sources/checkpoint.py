@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.core.errors import EdgekitError, InputFileError
-from edgekit.core.fileio import atomic_path
+from edgekit.core.fileio import atomic_path, loads_json
 from edgekit.formats.artifacts import CHECKPOINT
-from edgekit.core.fileio import loads_json
 from edgekit.core.safeload import load_plain
 from edgekit.models import build_model
 

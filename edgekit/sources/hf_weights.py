@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError, first_line
-from edgekit.core.fileio import read_json
-from edgekit.core.fileio import sha256_file
-from edgekit.core.fileio import signature_kind
+from edgekit.core.fileio import read_json, sha256_file, signature_kind
 from edgekit.core.safeload import load_plain
 
 # In the order from_pretrained prefers them.

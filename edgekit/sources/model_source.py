@@ -17,14 +17,12 @@ from typing import Any, Callable
 
 from edgekit.formats.artifacts import InputSpec, Manifest, load_manifest, parent_ref
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError, first_line
-from edgekit.core.fileio import sha256_file
+from edgekit.core.fileio import sha256_file, read_json
 from edgekit.core.bounds import model_size_problem
-from edgekit.core.fileio import read_json
 from edgekit.core.onnx_files import model_inputs
 from edgekit.core.safeload import load_plain
 from edgekit.formats.onnx_export import check_model
-from edgekit.sources import hf_weights
-from edgekit.sources import torchscript_source
+from edgekit.sources import hf_weights, torchscript_source
 from edgekit.sources.checkpoint import load_model_from_artifact
 from edgekit.sources.hf_weights import strict_mismatch
 from edgekit.sources.token_inputs import lookup_sizes, token_feed

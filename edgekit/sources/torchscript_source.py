@@ -13,8 +13,7 @@ from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.fileio import sha256_file
-from edgekit.formats.torchscript_backend import check_file
-from edgekit.formats.torchscript_backend import load_torchscript
+from edgekit.formats.torchscript_backend import check_file, load_torchscript
 
 SUFFIXES = (".pt", ".ts", ".pth", ".jit", ".torchscript")
 RUNS_CODE = ("loading a TorchScript file runs the TorchScript code inside it: use only files from a source you "

@@ -22,15 +22,12 @@ from pathlib import Path
 from edgekit.formats.artifacts import MANIFEST_NAME, Manifest, describe_file, finalize
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.core.fileio import atomic_dir, clean_stale_temps, make_dirs, swap_in_dir, temp_sibling
-from edgekit.core.outputs import safe_text
+from edgekit.core.outputs import safe_text, foreign_entries, read_proof
 from edgekit.train.batches import eval_batches
-from edgekit.sources.checkpoint import CHECKPOINT_FILE
+from edgekit.sources.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from edgekit.train.checkpoint import STATE_FILE
 from edgekit.train.tasks import evaluate
-from edgekit.core.outputs import foreign_entries
-from edgekit.core.outputs import read_proof
 from edgekit.models import build_model
-from edgekit.sources.checkpoint import load_checkpoint
 
 OWNED_FILES = (MANIFEST_NAME, CHECKPOINT_FILE, STATE_FILE, "metrics.jsonl", "tokenizer.json", "profile")
 PARTIAL_SUFFIX = ".partial"

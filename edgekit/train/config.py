@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgekit.core.errors import UsageError
-from edgekit.core.bounds import MAX_RUNS, check_field_types
-from edgekit.core.bounds import check_seed, check_threads
+from edgekit.core.bounds import MAX_RUNS, check_field_types, check_seed, check_threads
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")

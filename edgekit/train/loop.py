@@ -26,8 +26,7 @@ from edgekit.formats.artifacts import Manifest
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 from edgekit.core.fileio import prune_empty, write_json
 from edgekit.core.outputs import check_not_inputs, normalise_out, output_lock
-from edgekit.train import distributed, precision
-from edgekit.train import artifact, limits
+from edgekit.train import distributed, precision, artifact, limits
 from edgekit.train.artifact import finish
 from edgekit.train.batches import eval_batches, to_device, train_loader
 from edgekit.train.checkpoint import STATE_FILE, load_train_state
@@ -35,11 +34,9 @@ from edgekit.train.config import TrainConfig
 from edgekit.train.reporting import Meter, Progress, RunLog, profiler
 from edgekit.train.schedule import WarmupCosine, default_warmup
 from edgekit.train.state import RunState, restore, save_best, save_last
-from edgekit.train.tasks import evaluate
-from edgekit.models import build_model
-from edgekit.models import get_spec
+from edgekit.train.tasks import evaluate, task_for
+from edgekit.models import build_model, get_spec
 from edgekit.models.registry import check_model_memory
-from edgekit.train.tasks import task_for
 
 def train(config: TrainConfig, out: str | Path, progress: Progress | None = None) -> tuple[Path, Manifest]:
     """Train ``config.model`` on its task's data and leave a checkpoint artifact in ``out``.

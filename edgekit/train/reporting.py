@@ -22,8 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 from edgekit.core.errors import InputFileError
-from edgekit.core.fileio import loads_json
-from edgekit.core.fileio import write_text
+from edgekit.core.fileio import loads_json, write_text
 
 Progress = Callable[[dict], None]
 METRICS_FILE = "metrics.jsonl"

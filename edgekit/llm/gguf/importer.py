@@ -17,21 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
-from edgekit.core.outputs import safe_text
+from edgekit.core.outputs import safe_text, commit_dir
 from edgekit.llm.gguf.arch import model_config, state_key
 from edgekit.llm.gguf.file import GGUFFile, check_context, read_gguf
 from edgekit.llm.gguf.phi3_layout import unfused
 from edgekit.llm.gguf.packages import PACKAGED  # gguf:NAME (the ``llm-models`` extra)
-from edgekit.formats.artifacts import Manifest, describe_file, finalize
-from edgekit.formats.artifacts import load_manifest
+from edgekit.formats.artifacts import Manifest, describe_file, finalize, load_manifest
 from edgekit.core.device import select_device
 from edgekit.core.fileio import sha256_file, write_text
-from edgekit.core.outputs import commit_dir
 from edgekit.llm.cached import torch_cached
 from edgekit.llm.gguf.tokenizer import build_tokenizer, special_ids
 from edgekit.llm.lm_runtime import llm_text
-from edgekit.models.registry import check_model_memory
-from edgekit.models.registry import get_spec
+from edgekit.models.registry import check_model_memory, get_spec
 from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
 
 PREFIX = "gguf:"

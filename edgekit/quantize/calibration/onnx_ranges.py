@@ -18,7 +18,6 @@ import numpy as np
 
 from edgekit.quantize.calibration.calibrators import Calibrator, TensorRange
 from edgekit.core import onnx_files
-from edgekit.core.errors import InputFileError
 from edgekit.core.errors import InputFileError, UsageError
 
 

@@ -14,11 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.errors import ParityError
-from edgekit.formats.parity import INT8_MIN_COSINE
+from edgekit.formats.parity import INT8_MIN_COSINE, predictor_for
 from edgekit.formats.evaluation import onnx_predictor, torch_predictor
-from edgekit.formats.parity import predictor_for
-from edgekit.formats.reference import SEED, fixed_inputs
-from edgekit.formats.reference import write_predicted_reference
+from edgekit.formats.reference import SEED, fixed_inputs, write_predicted_reference
 from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
 

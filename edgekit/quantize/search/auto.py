@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgekit import formats as table
-from edgekit.formats.artifacts import Manifest
+from edgekit.formats.artifacts import Manifest, describe_file
 from edgekit.core.errors import EdgekitError, GateFailed, ParityError, UsageError
 from edgekit.core.outputs import commit_dir
 from edgekit.quantize.api import CALIB_KINDS, _reference_data  # the data plain quantize cuts its cases from
@@ -30,11 +30,9 @@ from edgekit.quantize.steps import (
 )
 from edgekit.core.targets import Target, load_target
 from edgekit.core import onnx_files
-from edgekit.formats.artifacts import describe_file
 from edgekit.data.calibsets import default_calibration
 from edgekit.formats.request import FloatExport
 from edgekit.quantize.registry import calibrated, get_method, make_config
-from edgekit.quantize.registry import make_config
 from edgekit.sources.onnx_exporter import preferred_exporter
 
 

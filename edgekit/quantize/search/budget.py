@@ -16,12 +16,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.core.errors import GateFailed
+from edgekit.core.errors import GateFailed, EdgekitError
 from edgekit.quantize.search import accuracy
 from edgekit.quantize.produced import Produced
 from edgekit.quantize.progress import report as report_progress
 from edgekit.formats.artifacts import describe_file
-from edgekit.core.errors import EdgekitError
 from edgekit.data.datasets import load_split
 from edgekit.formats.evaluation import task_accuracy
 from edgekit.quantize.registry import layers_for

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from edgekit.core import onnx_files
-from edgekit.core.errors import EdgekitError
-from edgekit.core.errors import unknown_name
+from edgekit.core.errors import EdgekitError, unknown_name
 
 FUSIONS = ("runtime", "no-skip-ln", "transformer")
 

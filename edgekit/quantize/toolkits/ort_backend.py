@@ -23,9 +23,7 @@ from edgekit.core.fileio import working_dir
 from edgekit.quantize.calibration.calibrators import TensorRange
 from edgekit.quantize.toolkits.recipes import OnnxRecipe
 from edgekit.core.errors import EdgekitError
-from edgekit.quantize.toolkits.onnx_subgraphs import has_subgraphs
-from edgekit.quantize.toolkits.onnx_subgraphs import lift_constants
-from edgekit.quantize.toolkits.onnx_subgraphs import walk
+from edgekit.quantize.toolkits.onnx_subgraphs import has_subgraphs, lift_constants, walk
 
 # Ops whose weights ORT quantizes: the layers a sensitivity analysis can keep in float.
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "Gather", "Attention")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from typing import Iterable, Iterator
-from edgekit.formats.executorch import export_program
-from edgekit.formats.executorch import quiet_imports
+from edgekit.formats.executorch import export_program, quiet_imports
 from edgekit.quantize.toolkits.qat import FakeQuantHooks
 
 
