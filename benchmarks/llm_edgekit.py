@@ -54,17 +54,14 @@ def _edgekit_worker(job: dict) -> dict:
     load_s = time.perf_counter() - t0
     ids = [int(i) for i in job["ids"]]
     out = {"context": lm.context}
-    if job["kind"] == "ppl":
-        import numpy as np
-
+    if job["kind"] == "ppl":  # windows of the protocol's size, or of a short-context program's (ppl_ctx, ppl_stride)
         nll, counted, t1 = 0.0, 0, time.perf_counter()
-        for w in P.ppl_windows(len(ids)):
+        for w in P.ppl_windows(len(ids), job.get("ppl_ctx", P.PPL_CTX), job.get("ppl_stride", P.PPL_STRIDE)):
             lm.reset()
             rows = lm.feed_all(ids[w.begin:w.end], 0).numpy()
             part, n = P.window_nll(rows, ids, w)
             nll, counted = nll + part, counted + n
-        out.update(tokens_counted=counted, ppl=P.perplexity(nll, counted), eval_s=time.perf_counter() - t1)
-        del np
+        out.update(tokens_counted=counted, nll_sum=nll, ppl=P.perplexity(nll, counted), eval_s=time.perf_counter() - t1)
     else:
         requests = []
         for _ in range(2):  # cold, then warm

@@ -55,52 +55,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llm_llamacpp as A  # noqa: E402  (the llama.cpp worker, quantizer and helpers)
 import llm_protocol as P  # noqa: E402
+from llm_edgekit import _edgekit_worker  # noqa: E402  (one edgekit worker for both benchmarks)
 
 EDGEKIT_TIMEOUT_S = 1800.0
-
-
-# ----------------------------------------------------------------------------------------------
-# edgekit worker: runs under the project's python, one job per process, one JSON line on stdout
-
-
-def _edgekit_worker(job: dict) -> dict:
-    """One measurement of an edgekit artifact (its ``.pte`` on ExecuTorch's Python runtime, or its
-    float checkpoint), with the llama.cpp worker's protocol."""
-    base_hwm = P.vm_bytes("VmHWM")
-    t0 = time.perf_counter()
-    from edgekit.formats.artifacts import load_manifest
-    from edgekit.llm.cached import open_cached
-
-    folder, manifest = load_manifest(job["artifact"])
-    lm = open_cached(folder, manifest, job["format"], job["threads"])
-    load_s = time.perf_counter() - t0
-    ids = [int(i) for i in job["ids"]]
-    out = {}
-    if job["kind"] == "ppl":
-        nll, counted, t1 = 0.0, 0, time.perf_counter()
-        for w in P.ppl_windows(len(ids), job["ppl_ctx"], job["ppl_stride"]):
-            lm.reset()
-            part, n = P.window_nll(lm.feed_all(ids[w.begin:w.end], 0).numpy(), ids, w)
-            nll, counted = nll + part, counted + n
-        out.update(tokens_counted=counted, nll_sum=nll, ppl=P.perplexity(nll, counted), eval_s=time.perf_counter() - t1)
-    else:
-        requests = []
-        for _ in range(2):  # cold, then warm
-            lm.reset()
-            t_start = time.perf_counter()
-            tok = P.greedy(lm.feed(ids, 0).numpy())
-            t_first = time.perf_counter()
-            generated = [tok]
-            for step in range(1, P.NEW_TOKENS):
-                tok = P.greedy(lm.feed([tok], len(ids) + step - 1).numpy())
-                generated.append(tok)
-            requests.append({**P.generation_figures(t_start, t_first, time.perf_counter()), "generated": generated})
-        cold, warm = requests
-        out.update(load_s=load_s, cold_ttft_s=cold["ttft_s"], ttft_s=warm["ttft_s"], prefill_tps=warm["prefill_tps"],
-                   decode_tps=warm["decode_tps"], generated=warm["generated"],
-                   deterministic=cold["generated"] == warm["generated"])
-    out.update(base_hwm=base_hwm, peak_rss=P.vm_bytes("VmHWM"))
-    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,14 @@ from pathlib import Path
 
 from edgekit.core.errors import UsageError
 from edgekit.emulate import EmulationError
-from edgekit.emulate.icount import CLASSES, INSIDE, LOG_BYTES, Progress, TIMEOUT_S, _sysroot, parse_log
+from edgekit.bundle import native
+from edgekit.bundle.layout import BUNDLE_JSON
+from edgekit.emulate.host import checked_cpu
+from edgekit.emulate.icount import CLASSES, INSIDE, LOG_BYTES, Progress, TIMEOUT_S, counting_tools, parse_log
+from edgekit.emulate.icount_root import add_host_program
+from edgekit.emulate.process import last_error, run_fenced
+from edgekit.emulate.sandbox import BUNDLE, bundle_sandbox
+from edgekit.llm import bundle as llm
 
 MAX_STEPS = 4096
 
@@ -28,15 +35,6 @@ def count_generate(bundle, cpu: str, *, steps: int = 8, prompt_ids: list[int] | 
                    progress: Progress | None = None, timeout_s: float = TIMEOUT_S) -> dict:
     """Counts for a language model's native bundle (``emulate.bundle.open_bundle``) on ``cpu``; the
     prompt is the bundle's check prompt unless ``prompt_ids`` are given."""
-    from edgekit.bundle import native
-    from edgekit.bundle.layout import BUNDLE_JSON
-    from edgekit.emulate.host import checked_cpu, qemu_cpus, qemu_version
-    from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
-    from edgekit.emulate.icount_root import add_host_program
-    from edgekit.emulate.process import last_error, run_fenced
-    from edgekit.emulate.sandbox import BUNDLE, bundle_sandbox
-    from edgekit.llm import bundle as llm
-
     if not native.is_native(bundle.info) or not (bundle.path / native.RUNNER).is_file():
         raise UsageError(f"{bundle.path} is not a native bundle (edgekit-run beside the model)")
     check = llm.read_check(bundle.info, str(bundle.path / BUNDLE_JSON))
@@ -45,12 +43,7 @@ def count_generate(bundle, cpu: str, *, steps: int = 8, prompt_ids: list[int] | 
         raise UsageError(f"a prompt of {len(prompt)} ids and {steps} decode steps (1..{MAX_STEPS}) must fit the "
                          f"program's context of {check['context']} tokens")
     progress = progress or (lambda message: None)
-    qemu = plugin_qemu()
-    version = qemu_version(qemu)
-    if cpu not in qemu_cpus(qemu):
-        raise EmulationError(f"{qemu} cannot emulate {cpu}")
-    library = plugin_library(version, progress)
-    sysroot = _sysroot()
+    qemu, library, sysroot = counting_tools(cpu, progress)
     model = Path(bundle.model).resolve().relative_to(bundle.path.resolve()).as_posix()
     tag = secrets.token_hex(8)  # the program cannot know it, so it cannot forge the plugin's line
     log = f"/work/icount-{tag}.log"
