@@ -349,7 +349,7 @@ def test_bench_results_parse_or_are_refused(tmp_path):
         path.write_bytes(data)
         return load_results(path)
 
-    result = fuzz("bench.result.load_results", [seed], parse, (InputFileError,), _json_mutation)
+    result = fuzz("records.result.load_results", [seed], parse, (InputFileError,), _json_mutation)
     assert result["parsed"] > 0
 
 

@@ -1,4 +1,4 @@
-"""Decisions made for the target (edgekit.pipeline.target, pipeline_verdict): with a variant's cost
+"""Decisions made for the target (edgekit.pipeline.target, edgekit.pipeline.verdict): with a variant's cost
 estimated on the target's emulated core, the recommendation, the "int8 is not paying off" warning
 and the target's latency budgets use it, not this host's timings, and say so; a variant measured on
 the board keeps its own timing, labelled as measured."""
