@@ -98,20 +98,21 @@ def count_bundle(bundle, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS
     return {**counts, "runner": f"{native.RUNNER} of the bundle"}
 
 
-def counting_tools(cpu: str, progress: Progress) -> tuple[Path, Path, Path]:
-    """QEMU with plugin support that emulates ``cpu``, the counting plugin built for it, the arm64 userland."""
+def counting_tools(cpu: str, progress: Progress) -> tuple[Path, str, Path, Path]:
+    """QEMU with plugin support that emulates ``cpu``, its version, the counting plugin built for it, the arm64
+    userland."""
     qemu = plugin_qemu()
     version = qemu_version(qemu)
     if cpu not in qemu_cpus(qemu):
         raise EmulationError(f"{qemu} cannot emulate {cpu}")
-    return qemu, plugin_library(version, progress), _sysroot()
+    return qemu, version, plugin_library(version, progress), _sysroot()
 
 
 def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads: int, runs: int,
                     progress: Progress | None, timeout_s: float) -> dict:
     """Count ``folder/runner bench folder/model`` (paths relative to ``folder``) in a sandbox holding a copy of it."""
     progress = progress or (lambda message: None)
-    qemu, library, sysroot = counting_tools(cpu, progress)
+    qemu, version, library, sysroot = counting_tools(cpu, progress)
     with bundle_sandbox(folder, [runner], arch="aarch64", libraries_from=sysroot) as box:
         add_host_program(box.root, qemu, f"{INSIDE}/qemu-aarch64")
         add_host_program(box.root, library, f"{INSIDE}/{library.name}")

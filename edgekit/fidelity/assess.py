@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from edgekit.core.errors import EdgekitError, InputFileError, ParityError
+from edgekit.core.errors import EdgekitError, InputFileError, ParityError, first_line
 from edgekit.fidelity import evidence as ev
 from edgekit.fidelity.compare import compare_batches, compare_streams
 from edgekit.formats.metrics import headline

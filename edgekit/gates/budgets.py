@@ -47,16 +47,13 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.gates.device import Device
 from edgekit.gates.units import METRIC_BY_KEY, METRICS, Metric, get_metric, parse_limit, parse_regression
 from edgekit.core.targets import BUDGET_KEYS, Target, load_target
 from edgekit.core.fileio import read_toml
-
-if TYPE_CHECKING:  # pragma: no cover
-    from edgekit.core.targets import Target
 
 PROJECT_FILE = "edgekit.toml"
 PYPROJECT_FILE = "pyproject.toml"

@@ -43,7 +43,7 @@ def count_generate(bundle, cpu: str, *, steps: int = 8, prompt_ids: list[int] | 
         raise UsageError(f"a prompt of {len(prompt)} ids and {steps} decode steps (1..{MAX_STEPS}) must fit the "
                          f"program's context of {check['context']} tokens")
     progress = progress or (lambda message: None)
-    qemu, library, sysroot = counting_tools(cpu, progress)
+    qemu, version, library, sysroot = counting_tools(cpu, progress)
     model = Path(bundle.model).resolve().relative_to(bundle.path.resolve()).as_posix()
     tag = secrets.token_hex(8)  # the program cannot know it, so it cannot forge the plugin's line
     log = f"/work/icount-{tag}.log"

@@ -133,8 +133,6 @@ def quantize_config(
         job.declared_axes = declared_axes
         if eval_warning:
             job.warnings.append(eval_warning)
-        from edgekit.quantize.job import calibration_reading
-
         job.calib_reading = calibration_reading(config)
         if getattr(config, "calib", None) is not None:
             # arrays, images or text: the first batch is checked before the model is even loaded
