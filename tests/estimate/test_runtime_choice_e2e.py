@@ -72,7 +72,10 @@ def test_pipeline_recommends_the_runtime_with_the_fewest_instructions_on_rpi5(nc
         done = runner.invoke(app, [str(a) for a in args])
         assert done.exit_code == 0, done.output
     bench = json.loads((tmp_path / "bench.json").read_text())["results"][0]["emulated"]
-    assert bench["cpu"] == "cortex-a76" and bench["instructions"]["per_run"] == counts["int8-static-ncnn"]
+    # a Python bundle's count may move by a few instructions with the number of timed calls (CI saw 310,017 vs
+    # 310,019: the interpreter's per-call state), so the two independent counts agree to 0.01 %, not to the last one
+    assert bench["cpu"] == "cortex-a76"
+    assert bench["instructions"]["per_run"] == pytest.approx(counts["int8-static-ncnn"], rel=1e-4)
 
     # the ranking as pipeline.md prints it: every counted variant once, its ratio to the cheapest recomputed here
     printed = [ROW.match(line).groups() for line in (out / "pipeline.md").read_text().splitlines() if ROW.match(line)]
