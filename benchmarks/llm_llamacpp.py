@@ -448,15 +448,20 @@ def _type_list(value: str) -> list[str]:
     return out
 
 
+def worker_main(work) -> int:
+    """A worker process: one JSON job on stdin, one JSON line on stdout, or one Error line for the driver."""
+    try:
+        print(json.dumps(work(json.loads(sys.stdin.read(P.MAX_TEXT_BYTES * 4)))))
+    except Exception as exc:  # one line for the driver
+        print(f"Error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--worker"]:
-        try:
-            print(json.dumps(_worker(json.loads(sys.stdin.read(P.MAX_TEXT_BYTES * 4)))))
-        except Exception as exc:  # one line for the driver
-            print(f"Error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return worker_main(_worker)
     parser = _Parser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llama-python", help="python of the llama-cpp-python venv "

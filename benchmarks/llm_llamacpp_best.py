@@ -321,12 +321,7 @@ def _types(value: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--edgekit-worker"]:
-        try:
-            print(json.dumps(_edgekit_worker(json.loads(sys.stdin.read(P.MAX_TEXT_BYTES * 4)))))
-        except Exception as exc:  # one line for the driver
-            print(f"Error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return A.worker_main(_edgekit_worker)
     parser = A._Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", action="append", required=True, metavar="NAME=PYTHON",
                         help="a llama.cpp build: a name and its llama-cpp-python venv's python (repeatable)")
