@@ -281,19 +281,13 @@ def test_bit_flipped_programs_end_in_one_line_within_the_step_limit(binary, expo
 
 def test_a_hung_program_ends_with_one_line_in_every_command(binary, exports, tmp_path):
     fp32 = exports["fp32"]
-    program = flipped(fp32 / "model.pte", tmp_path / "hang.pte", [HANG_FLIP])
-    probe = run([binary, "check", "--model", program, "--reference", fp32 / "reference.npz", "--timeout", "2"])
-    if "did not finish" not in probe.stderr:
-        pytest.skip("this export's bytes differ from the one the hang was found on")
+    program = endless_program(tmp_path / "hang.pte")
     for argv in (["bench", program, "--threads", "1"], ["bench", program, "--json", tmp_path / "r.json"],
                  ["check", "--model", program, "--reference", fp32 / "reference.npz", "--json", tmp_path / "c.json"],
                  ["probe", program, fp32 / "reference.npz", tmp_path / "o.npz"]):
         started = time.monotonic()
         done = run([binary, *argv, "--timeout", "2"])
-        line = one_error(done, 1)
-        # it grows its memory while it runs: on a machine short of memory the cap ends it first
-        assert f"running {program.name} did not finish within 2 s" in line or "out of memory" in line \
-            or "out_of_memory" in line, line
+        one_error(done, 1, f"running {program.name} did not finish within 2 s")
         assert time.monotonic() - started < 60
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hang.pte"]  # nothing written, no temporaries
 
