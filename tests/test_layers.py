@@ -23,13 +23,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("data", "native", "models", "records"),
     ("formats",),
     ("sources",),
-    ("fidelity",),
-    ("quantize",),
-    ("export",),
     ("bundle",),
     ("emulate",),
     ("bench",),
     ("estimate",),
+    ("fidelity",),
+    ("quantize",),
+    ("export",),
     ("gates",),
     ("remote",),
     ("llm",),
@@ -41,7 +41,6 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 _LLM_DISPATCH = "a stage hands a language model's artifact to llm/, which is built on that stage"
-_SEARCH = "the latency-aware method search times candidates and estimates them on the target's core"
 UPWARD: dict[tuple[str, str], str] = {
     ("edgekit.bench.api", "edgekit.llm.tokens_per_s"): _LLM_DISPATCH,
     ("edgekit.bundle.build", "edgekit.llm.bundle"): _LLM_DISPATCH,
@@ -58,9 +57,6 @@ UPWARD: dict[tuple[str, str], str] = {
                                                                            "quantization prepares them",
     ("edgekit.fidelity.compare", "edgekit.quantize.search.accuracy"): "fidelity compares with the accuracy "
                                                                        "search's predictors",
-    ("edgekit.quantize.search.auto", "edgekit.bench.api"): _SEARCH,
-    ("edgekit.quantize.search.budget", "edgekit.bench.api"): _SEARCH,
-    ("edgekit.quantize.search.target_choice", "edgekit.estimate.on_target"): _SEARCH,
 }
 
 RANK = {package: layer for layer, packages in enumerate(LAYERS) for package in packages}
