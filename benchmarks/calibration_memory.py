@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 kind, model, data, method = sys.argv[1:5]
 from edgekit.core.input_spec import InputSpec
-from edgekit.quantize.calibration.data import open_calibration
+from edgekit.userdata.sets import open_calibration
 spec = InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"})
 calib = open_calibration(data, spec, batch_size=32)
 if kind == "edgekit":

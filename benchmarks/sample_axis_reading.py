@@ -21,7 +21,7 @@ CHILD = r"""
 import hashlib, json, pathlib, sys, time
 import numpy as np
 from edgekit.core.input_spec import InputSpec
-from edgekit.quantize.calibration.data import CalibrationSet, NpyFile
+from edgekit.userdata.sets import CalibrationSet, NpyFile
 how, path, channels, features = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 axis = 0 if how == "axis0" else 1
 shape = (None, channels, features) if axis == 0 else (channels, None, features)

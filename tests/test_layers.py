@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("core",),
     ("data", "native", "models", "records"),
     ("formats",),
-    ("sources",),
+    ("sources", "userdata"),
     ("bundle",),
     ("emulate",),
     ("bench",),
@@ -49,14 +49,6 @@ UPWARD: dict[tuple[str, str], str] = {
     ("edgekit.export.api", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
     ("edgekit.quantize.steps", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
     ("edgekit.bundle.serving", "edgekit.serve"): "a bundle copies serve's standalone files (edgekit.serve.STANDALONE)",
-    ("edgekit.fidelity.assess", "edgekit.quantize.calibration.data"): "evidence reads the user's data with "
-                                                                       "calibration's readers",
-    ("edgekit.fidelity.options", "edgekit.quantize.calibration.data"): "evidence reads the user's data with "
-                                                                        "calibration's readers",
-    ("edgekit.fidelity.assess", "edgekit.quantize.toolkits.onnx_graphs"): "evidence runs ONNX graphs prepared as "
-                                                                           "quantization prepares them",
-    ("edgekit.fidelity.compare", "edgekit.quantize.search.accuracy"): "fidelity compares with the accuracy "
-                                                                       "search's predictors",
 }
 
 RANK = {package: layer for layer, packages in enumerate(LAYERS) for package in packages}

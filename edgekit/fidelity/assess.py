@@ -21,8 +21,7 @@ from edgekit import formats
 from edgekit.board.errors import BoardError
 from edgekit.board.runtimes import open_model
 from edgekit.formats.limits import calibration_files
-from edgekit.quantize.calibration.data import SUFFIXES, CalibrationSet
-from edgekit.quantize.toolkits.onnx_graphs import float_onnx
+from edgekit.userdata.sets import SUFFIXES, CalibrationSet
 from edgekit.sources.state_pairs import StatePair, stream_layout
 
 SETTINGS_KEY = ("fidelity", "settings")  # where a job keeps its EvalSettings (job.memo)
@@ -69,7 +68,7 @@ def float_runner(job):
 
         return run
 
-    return runtime_runner(formats.by_suffix(".onnx").name, float_onnx(job), names)
+    return runtime_runner(formats.by_suffix(".onnx").name, job.float_onnx(), names)
 
 
 def _guarded(run, what: str, error: type):

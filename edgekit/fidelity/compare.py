@@ -18,9 +18,20 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from edgekit.formats.metrics import OutputFidelity, output_kind
-from edgekit.quantize.search.accuracy import real_positions
 
 Run = Callable[[dict], list]
+
+
+def real_positions(inputs: dict, shape: tuple) -> np.ndarray | None:
+    """The (batch, position) cells of a sequence output that hold real tokens, from an integer
+    ``*mask*`` input of the same two leading sizes; None when there is no such input. Outputs at
+    padded positions are never read (pooling and heads skip them), so fidelity leaves them out."""
+    for name, value in inputs.items():
+        value = np.asarray(value)
+        if ("mask" in name.lower() and value.dtype.kind in "iub" and value.ndim == 2 and len(shape) >= 2
+                and value.shape == tuple(shape[:2]) and value.any()):
+            return value.astype(bool)
+    return None
 
 
 def _batch_of(feed: Mapping[str, np.ndarray], skip: Sequence[str] = (), axes: Mapping[str, int] | None = None) -> int:

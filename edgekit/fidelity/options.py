@@ -66,7 +66,7 @@ def plan(src, config, settings: ev.EvalSettings | None, open_calibration) -> tup
                          f"(outputs: {', '.join(src.outputs)})")
     if settings.data is not None:
         from edgekit.core.errors import InputFileError
-        from edgekit.quantize.calibration.data import calibration_kind
+        from edgekit.userdata.sets import calibration_kind
 
         if not settings.data.exists():
             raise InputFileError(f"evaluation data not found: {settings.data}")

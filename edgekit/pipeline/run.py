@@ -270,7 +270,7 @@ def _check_before_work(config: PipelineConfig, target, say: Progress, plan=None)
             say(f"Warning: {warning}")
     calib = plan.calib if plan.calib is not None else config.calib
     if any(type(run.config).calibrated for run in plan.quant_runs) and calib is not None:
-        from edgekit.quantize.calibration.data import open_calibration
+        from edgekit.userdata.sets import open_calibration
 
         warning = check_calibration_size(calib)
         if warning:

@@ -1,6 +1,6 @@
 """What every quantization route works with: the destination, scratch space, the source's manifest,
 the float model and example inputs, the calibration data. What one format derives from these (the
-float ONNX graph and its ranges: ``toolkits/onnx_graphs``; a TorchScript save: its route) lives
+prepared ONNX graph and its ranges: ``toolkits/onnx_graphs``; a TorchScript save: its route) lives
 beside that format's route or toolkit, cached in ``memo``."""
 
 from __future__ import annotations
@@ -10,12 +10,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
 
+from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.formats.onnx_export import export_onnx
 from edgekit.quantize.calibration.cache import files_fingerprint
+from edgekit.sources.onnx_exporter import preferred_exporter
 from edgekit.sources.model_source import ModelSource
 from edgekit.core.targets import Target
 from edgekit.formats.reference import example_tensors
-from edgekit.quantize.calibration.data import open_calibration
+from edgekit.userdata.sets import open_calibration
 from edgekit.sources.state_pairs import stream_layout
+
+# the float ONNX export, once per job (the memo is shared: each key names its owner)
+_FLOAT_ONNX = ("job", "float-onnx")
+_ONNX_EXPORTER = ("job", "onnx-exporter")
 
 
 @dataclass
@@ -70,9 +77,34 @@ class QuantJob:
     def example_inputs(self, batch: int = 2) -> tuple:
         return example_tensors(self.source.inputs, batch)
 
+    def float_onnx(self) -> Path:
+        """The float model as ONNX: the source's own file, else exported once into the scratch space."""
+        if _FLOAT_ONNX not in self.memo:
+            self.memo[_FLOAT_ONNX] = self.source.onnx_path if self.source.onnx_path is not None else self._export_onnx()
+        return self.memo[_FLOAT_ONNX]
+
+    def onnx_exporter(self) -> dict:
+        """Which exporter made the float ONNX, and why (empty for a source that is an ONNX file)."""
+        return self.memo.get(_ONNX_EXPORTER, {})
+
+    def _export_onnx(self) -> Path:
+        path = self.scratch / "float.onnx"
+        try:
+            done = export_onnx(
+                self.float_model(), self.example_inputs(), self.source.inputs, self.source.outputs,
+                path, self.target.onnx_opset, preferred=preferred_exporter(self.source.model_info.get("name", "")),
+            )
+            self.memo[_ONNX_EXPORTER] = {"onnx_exporter": done.route, "onnx_exporter_choice": done.choice}
+        except EdgekitError:  # already one line: a state dict that does not fit, a config transformers refuses
+            raise
+        except Exception as exc:  # the exporter raises many types; name the model and the first line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"cannot export {self.source.label} to ONNX: {first}") from None
+        return path
+
     # -- calibration ----------------------------------------------------------------------------
     def open_calibration(self, calib, batch_size: int = 32, max_samples: int | None = None, reading: dict | None = None):
-        """The calibration set ``calib`` for this model: arrays, images or text (``calibration/data.py``)."""
+        """The calibration set ``calib`` for this model: arrays, images or text (``edgekit.userdata.sets``)."""
         return open_source_calibration(self.source, calib, batch_size, max_samples,
                                        self.calib_reading if reading is None else reading, self.declared_states,
                                        self.declared_axes)

@@ -119,7 +119,7 @@ class StaticConfig(QuantConfig):
         _check_quant_type("weight type", self.weight_type)
         make_calibration(self.calibrate_method, **self.calibration_settings())  # validates the settings
         if self.calib_preprocess is not None:
-            from edgekit.quantize.calibration.images import parse_preprocess
+            from edgekit.userdata.images import parse_preprocess
 
             parse_preprocess(self.calib_preprocess)  # a bad declaration is refused before any work
 

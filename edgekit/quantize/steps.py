@@ -61,9 +61,7 @@ def write_reference(job, calib=None) -> dict:
             torch_model = model if model is not None else job.float_model()
             predict = lambda inputs: float_outputs(torch_model, inputs)  # noqa: E731
         else:
-            from edgekit.quantize.toolkits.onnx_graphs import float_onnx
-
-            predict = every_output(onnx_predictor(float_onnx(job)))
+            predict = every_output(onnx_predictor(job.float_onnx()))
         feed = calibration_feed(calib, job.source.inputs, job) if calib is not None else None
         accuracy.write_reference(path, predict, job.source.inputs, job.source.task, job.input_ranges(),
                                  feed or job.source.reference_feed)
@@ -92,7 +90,7 @@ def calibration_feed(calib, specs, job=None):
     import numpy as np
 
     from edgekit.formats.reference import BATCH_SIZES
-    from edgekit.quantize.calibration.data import fixed_batch, open_calibration
+    from edgekit.userdata.sets import fixed_batch, open_calibration
 
     opened = (job.open_calibration(calib, max(BATCH_SIZES)) if job is not None else
               open_calibration(calib, specs, batch_size=max(BATCH_SIZES)))

@@ -21,7 +21,7 @@ from conftest import one_line_error
 from edgekit.cli.app import app
 from edgekit.core.errors import InputFileError
 from edgekit.formats.limits import MAX_CALIB_FILES, MAX_CALIB_LINES
-from edgekit.quantize.calibration.data import open_calibration
+from edgekit.userdata.sets import open_calibration
 from edgekit.sources.hf_weights import MAX_SHARDS, weights_file
 
 runner = CliRunner()
@@ -85,7 +85,7 @@ def _lines(path: Path, count: int, text: bytes = b"a\n") -> Path:
 
 @pytest.mark.parametrize("text", [b"hello\n", b"\n", b"x\r\n"])
 def test_a_text_file_over_the_line_limit_is_refused_before_tokenizing_it(tmp_path, text):
-    from edgekit.quantize.calibration.text import open_text
+    from edgekit.userdata.text import open_text
 
     corpus = _lines(tmp_path / "corpus.txt", 10_000_000, text)
     tok = tmp_path / "tokenizer.json"
@@ -98,7 +98,7 @@ def test_a_text_file_over_the_line_limit_is_refused_before_tokenizing_it(tmp_pat
 
 def test_a_long_text_file_with_calib_max_samples_counts_only_what_it_uses(tmp_path):
     from edgekit.core.input_spec import InputSpec
-    from edgekit.quantize.calibration.text import open_text
+    from edgekit.userdata.text import open_text
 
     corpus = _lines(tmp_path / "corpus.txt", 10_000_000, b"hello world\n")
     tok = tmp_path / "tokenizer.json"
@@ -117,7 +117,7 @@ def _word_tokenizer(path: Path) -> None:
 
 
 def test_a_text_file_with_invalid_utf8_names_the_line_and_byte(tmp_path):
-    from edgekit.quantize.calibration.text import text_lines
+    from edgekit.userdata.text import text_lines
 
     for content, where in [(b"ok\n\xffbad\n", "line 2, byte 0"), (b"caf\xc3\n", "line 1, byte 3"),
                            (b"a\nb\nc\xed\xa0\x80\n", "line 3, byte 1")]:

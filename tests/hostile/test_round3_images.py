@@ -16,7 +16,7 @@ from conftest import one_line_error
 from corpus.hostile import leftovers
 from edgekit.cli.app import app
 from edgekit.core.errors import InputFileError
-from edgekit.quantize.calibration.images import open_image
+from edgekit.userdata.images import open_image
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 from edgekit.core.input_spec import InputSpec
 from edgekit.data import digits
 from edgekit.core.errors import InputFileError
-from edgekit.quantize.calibration.data import open_calibration
+from edgekit.userdata.sets import open_calibration
 
 SPEC = InputSpec("input", (None, 1, 8, 8), "float32", {0: "batch"})
 

@@ -25,7 +25,7 @@ from corpus.hostile import leftovers, snapshot
 from edgekit.core.input_spec import InputSpec
 from edgekit.cli.app import app
 from edgekit.core.errors import InputFileError, UsageError
-from edgekit.quantize.calibration.data import open_calibration
+from edgekit.userdata.sets import open_calibration
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402

@@ -110,7 +110,7 @@ def _write_variable_length_set(folder, lengths, rng):
 @pytest.mark.parametrize("method", ["entropy", "percentile"])
 def test_calibration_pass_over_variable_length_samples(seq_model, tmp_path, method):
     """ORT's own histogram calibrators fail on variable-length samples; the streaming ones do not."""
-    from edgekit.quantize.calibration.data import open_calibration
+    from edgekit.userdata.sets import open_calibration
     from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 
     path, spec = seq_model
@@ -127,7 +127,7 @@ def test_calibration_pass_over_variable_length_samples(seq_model, tmp_path, meth
 
 
 def test_multi_input_calibration_files(tmp_path):
-    from edgekit.quantize.calibration.data import open_calibration
+    from edgekit.userdata.sets import open_calibration
 
     ids = InputSpec("input_ids", (None, None), "int64", {0: "batch", 1: "sequence"}, (0.0, 100.0))
     mask = InputSpec("attention_mask", (None, None), "int64", {0: "batch", 1: "sequence"}, (0.0, 2.0))
@@ -150,7 +150,7 @@ def test_multi_input_calibration_files(tmp_path):
 
 def test_npy_files_are_read_batch_by_batch(tmp_path):
     """Not memory-mapped: only the batch being fed is in memory."""
-    from edgekit.quantize.calibration.data import NpyFile
+    from edgekit.userdata.sets import NpyFile
 
     data = np.arange(5 * 3 * 2, dtype=np.float32).reshape(5, 3, 2)
     np.save(tmp_path / "a.npy", data)
@@ -166,7 +166,7 @@ def test_npy_files_are_read_batch_by_batch(tmp_path):
 def test_range_cache_hits_and_invalidates(seq_model, tmp_path, monkeypatch):
     """Same model + data + method + settings: reused; change any of them: recomputed. JSON only."""
     from edgekit.quantize.calibration import cache as calib_cache
-    from edgekit.quantize.calibration.data import open_calibration
+    from edgekit.userdata.sets import open_calibration
     from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 
     monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "cache"))

@@ -79,9 +79,7 @@ def _rounded(job, name):
     import onnx
     from onnx import numpy_helper
 
-    from edgekit.quantize.toolkits.onnx_graphs import float_onnx
-
-    model = onnx.load(str(float_onnx(job)))
+    model = onnx.load(str(job.float_onnx()))
     for tensor in model.graph.initializer:
         values = numpy_helper.to_array(tensor)
         if values.dtype == np.float32:

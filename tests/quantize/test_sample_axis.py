@@ -208,7 +208,7 @@ def test_pipeline_calibrates_and_judges_along_the_declared_axis(cnf, tmp_path, m
 
 
 def test_a_npy_file_is_read_along_any_axis_without_reading_it_whole(tmp_path):
-    from edgekit.quantize.calibration.data import NpyFile
+    from edgekit.userdata.sets import NpyFile
 
     array = np.arange(3 * 7 * 4 * 2, dtype=np.float32).reshape(3, 7, 4, 2)
     np.save(tmp_path / "a.npy", array)

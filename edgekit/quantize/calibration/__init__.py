@@ -1,6 +1,6 @@
-"""Calibration: the data, the statistics, and the activation ranges static quantization needs.
+"""Calibration: the statistics and the activation ranges static quantization needs (the data itself
+is read by ``edgekit.userdata``).
 
-``data``        calibration sets: folders of .npy/.npz streamed in checked batches
 ``histogram``   a fixed-size streaming histogram (memory does not grow with the samples)
 ``calibrators`` the methods (minmax, percentile, entropy, mse): prepare, collect(batch), compute()
 ``onnx_ranges`` one pass of the data through an ONNX model, every activation into a calibrator

@@ -79,7 +79,7 @@ def dynamic(job, config) -> list[Produced]:
     if exclude or lookups:
         details["float_nodes"] = [*exclude, *lookups]
     return [Produced(FILE, FORMAT.name, {**details, **fusion, "backend": "onnxruntime.quantization", "api": "onnxruntime.quantization",
-                                         "recipe": recipe.short, "recipe_notes": notes, **onnx_graphs.exporter(job)})]
+                                         "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter()})]
 
 
 @route(StaticConfig, FORMAT.name)
@@ -109,7 +109,7 @@ def static(job, config) -> list[Produced]:
         details["float_outputs"] = ["MatMul"]
     return [Produced(FILE, FORMAT.name, {**details, **fusion, "backend": "onnxruntime.quantization", "api": "onnxruntime.quantization",
                                          "calibrate_method": config.calibrate_method,
-                                         "recipe": recipe.short, "recipe_notes": notes, **onnx_graphs.exporter(job)})]
+                                         "recipe": recipe.short, "recipe_notes": notes, **job.onnx_exporter()})]
 
 
 @route(QatConfig, FORMAT.name)

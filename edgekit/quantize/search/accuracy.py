@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.errors import ParityError
+from edgekit.fidelity.compare import real_positions
 from edgekit.formats.parity import INT8_MIN_COSINE, predictor_for
 from edgekit.formats.evaluation import onnx_predictor, torch_predictor
 from edgekit.formats.reference import SEED, fixed_inputs, write_predicted_reference
-from edgekit.quantize.toolkits.onnx_graphs import float_onnx
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,6 @@ def fidelity(predict, cases: dict) -> dict:
         sqnr.append(float(10 * np.log10((ref**2).sum() / noise)) if noise > 0 else float("inf"))
         top1.append(float((ref.argmax(-1) == got.argmax(-1)).mean()))
     return {"cosine": round(min(cos), 6), "sqnr_db": round(min(sqnr), 3), "top1_agreement": round(min(top1), 6)}
-
-
-def real_positions(inputs: dict, shape: tuple) -> np.ndarray | None:
-    """The (batch, position) cells of a sequence output that hold real tokens, from an integer
-    ``*mask*`` input of the same two leading sizes; None when there is no such input. Outputs at
-    padded positions are never read (pooling and heads skip them), so fidelity leaves them out."""
-    for name, value in inputs.items():
-        value = np.asarray(value)
-        if ("mask" in name.lower() and value.dtype.kind in "iub" and value.ndim == 2 and len(shape) >= 2
-                and value.shape == tuple(shape[:2]) and value.any()):
-            return value.astype(bool)
-    return None
 
 
 def predictor(path: Path, fmt, details: dict | None = None):
@@ -106,7 +94,7 @@ def float_predictor(job):
     """The float model as a numpy predictor (torch when there is one, else the float ONNX file)."""
     if job.source.has_torch:
         return torch_predictor(job.float_model())
-    return onnx_predictor(float_onnx(job))
+    return onnx_predictor(job.float_onnx())
 
 
 def reference_inputs(specs, batch: int, task: dict, input_ranges: dict | None = None) -> dict[str, np.ndarray]:

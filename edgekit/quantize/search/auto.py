@@ -146,7 +146,7 @@ def quantize_auto(
         raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in reading)} describe(s) how --calib or --eval-data "
                          "is read; give --calib (or --eval-data)")
     if calib_preprocess is not None:
-        from edgekit.quantize.calibration.images import parse_preprocess
+        from edgekit.userdata.images import parse_preprocess
 
         parse_preprocess(calib_preprocess)
     target = target if isinstance(target, Target) else load_target(target)
@@ -351,8 +351,6 @@ def _shapes(path) -> dict:
 
 def _float_files(job, specs: dict) -> list[tuple[str, Path]]:
     """The float model in each format of ``specs`` (name -> entry), each in a folder with a manifest, for the latency baseline."""
-    from edgekit.quantize.toolkits import onnx_graphs
-
     out = []
     for fmt, entry in specs.items():
         if entry.host.needs_torch_model and not job.source.has_torch:
@@ -361,7 +359,7 @@ def _float_files(job, specs: dict) -> list[tuple[str, Path]]:
         folder.mkdir()
         path = folder / entry.files.file_name
         if not entry.host.needs_torch_model:  # the float graph quantization started from
-            onnx_files.copy(onnx_graphs.float_onnx(job), path)
+            onnx_files.copy(job.float_onnx(), path)
         else:
             entry.ops().export_float(job.float_model(), FloatExport(
                 path=path, examples=job.example_inputs(), inputs=job.source.inputs, outputs=job.source.outputs,

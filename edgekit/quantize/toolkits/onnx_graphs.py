@@ -1,59 +1,26 @@
 """The ONNX graphs one quantize job works on, each built once per job and kept in ``job.memo``.
 
-The float model exported to ONNX (or the user's ``.onnx`` file), that graph after ONNX Runtime's
-pre-processing (what is calibrated and quantized), its fusion layouts (``fusion.py``), the
-calibrated tensor ranges of the pre-processed graph, and the target's ORT recipe for a config.
+The float model's ONNX graph (``QuantJob.float_onnx``) after ONNX Runtime's pre-processing (what is
+calibrated and quantized), its fusion layouts (``fusion.py``), the calibrated tensor ranges of the
+pre-processed graph, and the target's ORT recipe for a config.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.quantize.calibration.cache import files_fingerprint
 from edgekit.core.fileio import sha256_file
-from edgekit.formats.onnx_export import export_onnx
 from edgekit.quantize.calibration import cache as calib_cache
 from edgekit.quantize.calibration.calibrators import describe, make_calibration, make_calibrator
 from edgekit.quantize.calibration.onnx_ranges import collect_ranges
 from edgekit.quantize.job import file_names
 from edgekit.quantize.toolkits.fusion import apply_fusion
 from edgekit.quantize.toolkits.recipes import onnx_recipe
-from edgekit.sources.onnx_exporter import preferred_exporter
 
 # job.memo keys (the memo is shared with other toolkits: each key names its owner)
-_FLOAT = ("onnx-graphs", "float")
-_EXPORTER = ("onnx-graphs", "exporter")
 _PREPARED = ("onnx-graphs", "prepared")
 _FUSED = ("onnx-graphs", "fused")
-
-
-def float_onnx(job) -> Path:
-    """The float model as ONNX: the source's own file, else exported once into the job's scratch."""
-    if _FLOAT not in job.memo:
-        job.memo[_FLOAT] = job.source.onnx_path if job.source.onnx_path is not None else _export(job)
-    return job.memo[_FLOAT]
-
-
-def _export(job) -> Path:
-    path = job.scratch / "float.onnx"
-    try:
-        done = export_onnx(
-            job.float_model(), job.example_inputs(), job.source.inputs, job.source.outputs,
-            path, job.target.onnx_opset, preferred=preferred_exporter(job.source.model_info.get("name", "")),
-        )
-        job.memo[_EXPORTER] = {"onnx_exporter": done.route, "onnx_exporter_choice": done.choice}
-    except EdgekitError:  # already one line: a state dict that does not fit, a config transformers refuses
-        raise
-    except Exception as exc:  # the exporter raises many types; name the model and the first line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot export {job.source.label} to ONNX: {first}") from None
-    return path
-
-
-def exporter(job) -> dict:
-    """Which exporter made the float ONNX, and why (empty for a source that is an ONNX file)."""
-    return job.memo.get(_EXPORTER, {})
 
 
 def prepared_onnx(job) -> Path:
@@ -62,7 +29,7 @@ def prepared_onnx(job) -> Path:
         from edgekit.quantize.toolkits.ort_backend import preprocess
 
         notes: list[str] = []
-        job.memo[_PREPARED] = preprocess(float_onnx(job), job.scratch / "prepared.onnx", notes)
+        job.memo[_PREPARED] = preprocess(job.float_onnx(), job.scratch / "prepared.onnx", notes)
         job.warnings.extend(note for note in notes if note not in job.warnings)
     return job.memo[_PREPARED]
 
@@ -71,7 +38,7 @@ def fused_onnx(job, fusion: str) -> tuple[Path, dict]:
     """The prepared model in a fusion layout (``quantize/toolkits/fusion.py``), built once per layout."""
     fused = job.memo.setdefault(_FUSED, {})
     if fusion not in fused:
-        fused[fusion] = apply_fusion(prepared_onnx(job), job.scratch / f"graph-{fusion}.onnx", fusion, float_onnx(job))
+        fused[fusion] = apply_fusion(prepared_onnx(job), job.scratch / f"graph-{fusion}.onnx", fusion, job.float_onnx())
     return fused[fusion]
 
 

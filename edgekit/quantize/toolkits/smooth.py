@@ -25,7 +25,7 @@ from edgekit.quantize.search.report import OUTLIER_FACTOR, augmented_session
 from edgekit.core import onnx_files
 from edgekit.quantize.calibration.calibrators import make_calibration, make_calibrator
 from edgekit.quantize.calibration.onnx_ranges import collect_ranges
-from edgekit.quantize.search.accuracy import real_positions
+from edgekit.fidelity.compare import real_positions
 from edgekit.quantize.toolkits import onnx_graphs, ort_backend
 
 ALPHAS = (0.5, 0.65, 0.8, 0.9)

@@ -40,8 +40,8 @@ import numpy as np
 from edgekit.core.input_spec import InputSpec
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.formats.limits import calibration_files
-from edgekit.quantize.calibration.images import IMAGE_SUFFIXES, image_files, is_image, scan_images
-from edgekit.quantize.calibration.text import is_text
+from edgekit.userdata.images import IMAGE_SUFFIXES, image_files, is_image, scan_images
+from edgekit.userdata.text import is_text
 
 SUFFIXES = (".npy", ".npz")
 
@@ -204,11 +204,11 @@ def open_calibration(
     if tokenizer is not None and kind != "text":
         raise UsageError(f"--tokenizer applies to text calibration (a .txt file); calibration data {path} is {kind}")
     if kind == "images":
-        from edgekit.quantize.calibration.images import open_images
+        from edgekit.userdata.images import open_images
 
         calib = open_images(path, specs, preprocess, batch_size, max_samples)
     elif kind == "text":
-        from edgekit.quantize.calibration.text import open_text
+        from edgekit.userdata.text import open_text
 
         chosen = tokenizer if tokenizer is not None else model_tokenizer
         calib = open_text(path, specs, Path(chosen) if chosen is not None else None, batch_size, max_samples,
