@@ -1,9 +1,9 @@
 """edgekit's packages stand in layers, and imports point down: a package imports only from its own layer or below.
 
 Every import counts, lazy or not (the graph is `test_import_layers.import_graph`: imports inside functions included).
-The few upward imports that remain are listed in ``UPWARD`` with the reason each exists; a new one fails, and so
-does a listed one that is gone (delete its line). ``python tests/test_layers.py`` prints the house's measures: the
-upward imports, modules per package, and how many of edgekit's imports of its own modules sit inside functions.
+There are none upward: where a stage needs what a package above it owns, it asks ``edgekit.core.handlers`` by name
+(tests/test_handlers.py). ``python tests/test_layers.py`` prints the house's measures: the upward imports, package
+cycles, modules per package, and how many of edgekit's imports of its own modules sit inside functions.
 """
 
 from __future__ import annotations
@@ -40,17 +40,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("api", "__main__", "edgekit"),
 ]
 
-_LLM_DISPATCH = "a stage hands a language model's artifact to llm/, which is built on that stage"
-UPWARD: dict[tuple[str, str], str] = {
-    ("edgekit.bench.api", "edgekit.llm.tokens_per_s"): _LLM_DISPATCH,
-    ("edgekit.bundle.build", "edgekit.llm.bundle"): _LLM_DISPATCH,
-    ("edgekit.bundle.build", "edgekit.llm.cached"): _LLM_DISPATCH,
-    ("edgekit.emulate.verify", "edgekit.llm.emulated"): _LLM_DISPATCH,
-    ("edgekit.export.api", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
-    ("edgekit.quantize.steps", "edgekit.llm.lm_runtime"): _LLM_DISPATCH,
-    ("edgekit.bundle.serving", "edgekit.serve"): "a bundle copies serve's standalone files (edgekit.serve.STANDALONE)",
-}
-
 RANK = {package: layer for layer, packages in enumerate(LAYERS) for package in packages}
 
 
@@ -69,14 +58,54 @@ def test_every_package_has_a_layer():
     assert packages <= set(RANK), f"packages without a layer in LAYERS: {sorted(packages - set(RANK))}"
 
 
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of two or more packages that import each other, directly or round a loop (Tarjan)."""
+    edges: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        edges.setdefault(package_of(module), set()).update(
+            package_of(t) for t in targets if package_of(t) != package_of(module))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return groups
+
+
 def test_imports_point_down_the_layers():
-    found = upward_imports(import_graph())
-    new = sorted(found - set(UPWARD))
-    gone = sorted(set(UPWARD) - found)
-    assert not new, "upward imports (a package importing from a layer above it):\n" + "\n".join(
-        f"  {module} -> {target}" for module, target in new)
-    assert not gone, "listed upward imports that are gone (delete them from UPWARD):\n" + "\n".join(
-        f"  {module} -> {target}" for module, target in gone)
+    found = sorted(upward_imports(import_graph()))
+    assert not found, "upward imports (a package importing from a layer above it; ask edgekit.core.handlers):\n" + \
+        "\n".join(f"  {module} -> {target}" for module, target in found)
+
+
+def test_no_two_packages_import_each_other():
+    assert package_cycles(import_graph()) == []
+    # the finder itself: a loop through three packages is one group, a package's own modules are no loop
+    loop = {"edgekit.a.x": {"edgekit.b.y"}, "edgekit.b.y": {"edgekit.c.z"}, "edgekit.c.z": {"edgekit.a.w"},
+            "edgekit.a.w": {"edgekit.a.x"}, "edgekit.d.v": {"edgekit.a.x"}}
+    assert package_cycles(loop) == [["a", "b", "c"]]
 
 
 def test_the_layer_check_sees_a_lazy_upward_import(tmp_path):
@@ -122,6 +151,7 @@ def measures() -> dict:
         "modules_at_the_package_root": sorted(p.name for p in PACKAGE_DIR.glob("*.py")),
         "modules_per_package": dict(sorted(Counter(package_of(m) for m in graph).items())),
         "upward_imports": len(upward_imports(graph)),
+        "package_cycles": package_cycles(graph),
         "imports_of_edgekit_modules": sum(total for total, _ in counts),
         "of_them_inside_functions": sum(inside for _, inside in counts),
     }

@@ -36,6 +36,7 @@ from edgekit.core.targets import Target, load_target
 from edgekit.core.threads import resolve_threads  # one rule for bench, generate and serve (re-exported here)
 from edgekit import formats
 from edgekit.bundle import layout, native
+from edgekit.core import handlers
 from edgekit.core.bounds import check_runs, check_threads, check_timeout
 from edgekit.emulate.sandbox import BUNDLE, WORK, bundle_sandbox
 from edgekit.native.toolchain import host_arch
@@ -82,7 +83,7 @@ def bench(
     (edgekit.bench.reference) in every round and record its per-round medians in each result's
     ``reference``, so a regression gate can normalise away the machine's state.
     Language-model artifacts also get ``tokens_per_s``: ``lm_tokens`` tokens generated greedily
-    (``edgekit.llm.tokens_per_s``; 0 skips it).
+    (``edgekit.llm.tokens_per_s``, through ``edgekit.core.handlers``; 0 skips it).
     Raises UsageError for bad settings or inputs the model rejects, BenchError when a runner
     fails or times out.
     """
@@ -149,9 +150,7 @@ def bench(
                              f">= {block_size} calls and >= {MIN_BLOCK_S * 1000:g} ms"]
         results = [replace(r, notes=tuple(notes) + r.notes) for r in results]
     if lm_tokens:
-        from edgekit.llm.tokens_per_s import with_generation_rates
-
-        results = with_generation_rates(models, results, n_threads, lm_tokens)
+        results = handlers.handler(handlers.GENERATION_RATES)(models, results, n_threads, lm_tokens)
     return results
 
 

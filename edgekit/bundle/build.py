@@ -16,7 +16,7 @@ from typing import Callable
 
 from edgekit import formats
 from edgekit._version import __version__
-from edgekit.formats.artifacts import Manifest, ModelFile, load_manifest
+from edgekit.formats.artifacts import Manifest, ModelFile, is_cached_family, load_manifest
 from edgekit.board import entries as board_files
 from edgekit.bundle import layout, native
 from edgekit.bundle.compat import check_target
@@ -26,13 +26,12 @@ from edgekit.bundle.readme import native_readme_text, readme_text
 from edgekit.bundle.requirements import check_wheel_exists, download_wheels, pin
 from edgekit.bundle.tarball import is_bundle_archive, write_archive
 from edgekit.bundle.verify import write_checksums
+from edgekit.core import handlers
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.fileio import atomic_dir, clean_stale_temps, sha256_file, temp_sibling, write_json, write_text
 from edgekit.formats.limits import check_model_fits, model_memory_mb, ResourceLimitError
 from edgekit.core.outputs import check_not_inputs, claim_output, safe_text
 from edgekit.core.targets import Target, load_target
-from edgekit.llm import bundle as llm
-from edgekit.llm.cached import is_cached_family
 
 
 
@@ -90,9 +89,7 @@ def build_bundle(
         if wheels:
             raise UsageError("--wheels applies to Python bundles; a native bundle installs nothing on the board")
     if is_llm:
-        from edgekit.llm import bundle as llm
-
-        llm.check_program(folder, entry)
+        handlers.handler(handlers.LANGUAGE_MODEL_BUNDLE).check_program(folder, entry)
     reference = folder / layout.REFERENCE
     if not is_llm and not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
@@ -102,7 +99,8 @@ def build_bundle(
     if too_big:
         mismatches = [*mismatches, too_big]
     spec.ops().check_file(folder / entry.path)  # a file the runtime cannot load is the export's fault: say so now
-    llm_data = llm.check_data(folder, manifest, entry, progress) if is_llm else None
+    llm_data = (handlers.handler(handlers.LANGUAGE_MODEL_BUNDLE).check_data(folder, manifest, entry, progress)
+                if is_llm else None)
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mtime = _epoch(created)
     inputs = [folder, tgt.source if tgt.source and Path(tgt.source).is_file() else None]
@@ -180,6 +178,7 @@ def _native_files(job: BundleJob, work: Path) -> dict:
 
 def _llm_files(job: BundleJob, work: Path) -> dict:
     """A language model's native files and README (``edgekit.llm.bundle``); bundle.json's content."""
+    llm = handlers.handler(handlers.LANGUAGE_MODEL_BUNDLE)
     model_name, tgt = job.model_name, job.target
     llm.write_reference(work / layout.REFERENCE, job.llm_data)
     extra = native.add_native(work, job.spec, tgt, job.entry.precision, job.progress,

@@ -2,7 +2,8 @@
 ``requirements-serve.txt`` pinned to this host's versions (ONNX bundles only).
 
 The package is ``edgekit/serve``'s standalone modules copied byte for byte (they import nothing
-from edgekit); on the board ``python3 serve.py`` needs numpy, onnxruntime, FastAPI and uvicorn.
+from edgekit; ``edgekit.serve.handlers`` names them); on the board ``python3 serve.py`` needs numpy,
+onnxruntime, FastAPI and uvicorn.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit.bundle.requirements import Pins, host_version
-import edgekit.serve
+from edgekit.core import handlers
 
 SERVE_SCRIPT = "serve.py"
 SERVE_PACKAGE = "edgekit_serve"
@@ -21,12 +22,6 @@ SERVE_REQUIREMENTS = "requirements-serve.txt"
 # FastAPI, uvicorn and what they pull in, pinned so the board runs what was tested here.
 SERVE_DISTS = ("fastapi", "starlette", "pydantic", "pydantic-core", "typing-inspection", "annotated-types",
                "typing-extensions", "anyio", "idna", "uvicorn", "h11", "click")
-
-
-def serve_sources() -> tuple[Path, list[Path]]:
-    """(the bundle's serve.py source, the standalone modules of edgekit.serve)."""
-    package = Path(edgekit.serve.__file__).resolve().parent
-    return package / "bundle_entry.py", [package / name for name in edgekit.serve.STANDALONE]
 
 
 def serve_pins(pins: Pins) -> Pins:
@@ -37,7 +32,7 @@ def serve_pins(pins: Pins) -> Pins:
 
 def add_serving(work: Path, pins: Pins) -> dict:
     """Copy serve.py and edgekit_serve/ into the bundle being built; what bundle.json records."""
-    script, modules = serve_sources()
+    script, modules = handlers.handler(handlers.SERVER_FILES)()
     shutil.copyfile(script, work / SERVE_SCRIPT)
     os.chmod(work / SERVE_SCRIPT, 0o755)
     (work / SERVE_PACKAGE).mkdir()

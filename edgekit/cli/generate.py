@@ -77,7 +77,7 @@ def _cached(source: str) -> bool:
         return True
     try:
         from edgekit.formats.artifacts import load_manifest
-        from edgekit.llm.cached import is_cached_family
+        from edgekit.formats.artifacts import is_cached_family
 
         return is_cached_family(load_manifest(source, verify=False)[1])
     except Exception:  # noqa: BLE001 - generate_text reports a bad artifact with its own error

@@ -40,6 +40,7 @@ from edgekit.records.result import from_document
 from edgekit.board.inputs import output_of_key
 from edgekit.bundle import native
 from edgekit.bundle.layout import CHECK_OUTPUTS
+from edgekit.core import handlers
 from edgekit.core.bounds import check_timeout
 from edgekit.core.targets import load_target
 from edgekit.core import venv_cache
@@ -113,8 +114,7 @@ def verify_emulated(
         if index_url is not None:
             raise UsageError("--index-url applies to Python bundles; a native bundle installs nothing")
         if "llm" in bundle.info:  # a language model: its greedy ids, not outputs on reference inputs
-            from edgekit.llm.emulated import verify_llm
-
+            verify_llm = handlers.handler(handlers.LANGUAGE_MODEL_CHECK)
             return verify_llm(bundle, cache_dir=cache, release=release, timeout_s=timeout_s, progress=progress,
                               notes=notes)
         return verify_native(bundle, cache_dir=cache, release=release, timeout_s=timeout_s, atol=atol, bench=bench,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgekit.formats.artifacts import Manifest, ModelFile, describe_file, finalize, load_manifest, parent_ref
+from edgekit.formats.artifacts import (Manifest, ModelFile, carry_tokenizer, describe_file, finalize, load_manifest,
+                                       parent_ref)
 from edgekit.core.errors import InputFileError, UsageError, ParityError
 from edgekit.formats import onnx_export
 from edgekit.core.outputs import commit_dir
@@ -94,8 +95,6 @@ def export(
             target=target.name,
         )
         if manifest.task.get("type") == "language-modeling":  # generate/serve need the vocabulary
-            from edgekit.llm.lm_runtime import carry_tokenizer
-
             carry_tokenizer(result.parent, work)
         result = finalize(result, work)
     return Path(out), result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import re
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,14 @@ from edgekit.core.outputs import safe_text
 MANIFEST_NAME = "manifest.json"
 # Files an artifact carries beside its models, which later stages read (and what they are):
 # every one present is listed with its checksum in the manifest's ``extra_files``.
-CARRIED_FILES = {"reference.npz": "reference data", "tokenizer.json": "tokenizer",
+TOKENIZER_FILE = "tokenizer.json"  # a language model's vocabulary (Hugging Face tokenizers)
+CARRIED_FILES = {"reference.npz": "reference data", TOKENIZER_FILE: "tokenizer",
                  "chat_template.jinja": "chat template"}  # a pretrained LLM's (edgekit.llm.gguf.importer)
 MANIFEST_SCHEMA = "edgekit.manifest"
 MANIFEST_VERSION = 1
 KINDS = ("checkpoint", "quantized", "export")
 CHECKPOINT = "checkpoint"  # a training checkpoint's file; model formats come from edgekit.formats
+CACHED_FAMILY = "llama"  # the zoo name of the language models that run with a KV cache (edgekit.llm)
 
 
 @dataclass(frozen=True)
@@ -285,6 +288,24 @@ def check_carried(folder: Path, manifest: Manifest, name: str | None = None) -> 
                                  "(added or replaced after the artifact was made); rebuild the artifact")
         if not path.is_file() or path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
             raise InputFileError(f"{what} {path} does not match its manifest checksum (corrupt or changed)")
+
+
+def carry_tokenizer(parent: dict | None, dest: Path) -> None:
+    """Copy the parent artifact's ``tokenizer.json`` into a derived artifact being written at ``dest``
+    (generate and serve need the vocabulary); only the parent's own, unchanged one is carried on."""
+    if not parent or not parent.get("path"):
+        return
+    folder = Path(str(parent["path"]))
+    source = folder / TOKENIZER_FILE
+    if source.is_file() and not (dest / TOKENIZER_FILE).exists():
+        check_carried(folder, Manifest.from_dict(read_json(folder / MANIFEST_NAME, "manifest"), str(folder / MANIFEST_NAME)),
+                      TOKENIZER_FILE)
+        shutil.copyfile(source, dest / TOKENIZER_FILE)
+
+
+def is_cached_family(manifest: Manifest) -> bool:
+    """A language model that runs with a KV cache: its stages are ``edgekit.llm``'s handlers."""
+    return manifest.model.get("name") == CACHED_FAMILY
 
 
 def parent_ref(folder: Path, manifest: Manifest) -> dict:

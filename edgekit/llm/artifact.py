@@ -14,10 +14,12 @@ import shutil
 from pathlib import Path
 
 from edgekit.core.errors import UsageError
-from edgekit.formats.artifacts import Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref
+from edgekit.formats.artifacts import (
+    Manifest, check_carried, describe_file, finalize, load_manifest, parent_ref, is_cached_family,
+)
 from edgekit.core.outputs import commit_dir
 from edgekit.llm import program, quality
-from edgekit.llm.cached import is_cached_family, open_cached, program_cached, program_format
+from edgekit.llm.cached import open_cached, program_cached, program_format
 from edgekit.llm.lm_runtime import load_llm_text
 from edgekit.sources.checkpoint import load_model_from_artifact
 

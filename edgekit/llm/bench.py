@@ -26,9 +26,9 @@ from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.records.result import BenchResult, Memory, ModelInfo, Timing
 from edgekit.records.stats import spread_of
 from edgekit.board.facts import host_facts
-from edgekit.formats.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest, is_cached_family
 from edgekit.core.children import popen_kwargs
-from edgekit.llm.cached import is_cached_family, is_llm_artifact, program_format, open_cached
+from edgekit.llm.cached import is_llm_artifact, program_format, open_cached
 from edgekit.llm.lm_runtime import load_llm_text
 from edgekit.llm.quality import heldout_text
 

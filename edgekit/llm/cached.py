@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgekit.core.errors import UsageError
-from edgekit.formats.artifacts import CHECKPOINT, MANIFEST_NAME
+from edgekit.formats.artifacts import CACHED_FAMILY, CHECKPOINT, MANIFEST_NAME, is_cached_family
 from edgekit.core.device import select_device
 from edgekit.core.fileio import read_json
 from edgekit.formats import executorch
@@ -22,7 +22,7 @@ from edgekit.formats.executorch import FORMAT
 from edgekit.llm.program import load_runtime_kernels
 from edgekit.sources.checkpoint import load_model_from_artifact
 
-LLAMA = "llama"  # the zoo name of the model family that runs with a cache
+LLAMA = CACHED_FAMILY
 
 
 def program_format() -> str:
@@ -67,10 +67,6 @@ class CachedLM:
 
     def reset(self) -> None:
         self.reset_fn()
-
-
-def is_cached_family(manifest) -> bool:
-    return manifest.model.get("name") == LLAMA
 
 
 def is_llm_artifact(source) -> bool:

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
-from edgekit.formats.artifacts import load_manifest
+from edgekit.formats.artifacts import load_manifest, is_cached_family
 from edgekit.core.bounds import check_sampling as check, check_seed, check_text, check_threads
 from edgekit.core.threads import resolve_threads, target_of
-from edgekit.llm.cached import is_cached_family
 from edgekit.llm.chat import build_messages, render_chat
 from edgekit.llm.gguf.importer import is_gguf_source
 from edgekit.llm.lm_runtime import check_language_model, load_language_model, load_tokenizer

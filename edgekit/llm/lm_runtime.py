@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from edgekit.formats.artifacts import CHECKPOINT, MANIFEST_NAME, Manifest, check_carried
+from edgekit.formats.artifacts import CHECKPOINT, MANIFEST_NAME, TOKENIZER_FILE, Manifest, check_carried
 from edgekit.core.errors import InputFileError, UsageError, EdgekitError, first_line
 from edgekit import formats
 from edgekit.core.device import select_device
@@ -19,7 +19,6 @@ from edgekit.core.fileio import read_json, sha256_file, read_regular
 from edgekit.llm.chat import load_template
 from edgekit.sources.checkpoint import load_model_from_artifact
 
-TOKENIZER_FILE = "tokenizer.json"
 _MAX_PARENT_HOPS = 4
 
 
@@ -151,24 +150,6 @@ def _json_object(data, where) -> dict:
     if not isinstance(data, dict):
         raise InputFileError(f"{where} is not a tokenizer (a JSON object)")
     return data
-
-
-def carry_tokenizer(parent: dict | None, dest: Path) -> None:
-    """Copy the parent artifact's ``tokenizer.json`` into a derived artifact being written at ``dest``."""
-    import shutil
-
-    if not parent or not parent.get("path"):
-        return
-    folder = Path(str(parent["path"]))
-    source = folder / TOKENIZER_FILE
-    if source.is_file() and not (dest / TOKENIZER_FILE).exists():
-        from edgekit.formats.artifacts import MANIFEST_NAME, Manifest, check_carried
-        from edgekit.core.fileio import read_json
-
-        # only the parent's own, unchanged tokenizer is carried on (its manifest's checksum says so)
-        check_carried(folder, Manifest.from_dict(read_json(folder / MANIFEST_NAME, "manifest"), str(folder / MANIFEST_NAME)),
-                      TOKENIZER_FILE)
-        shutil.copyfile(source, dest / TOKENIZER_FILE)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from edgekit.formats.artifacts import Manifest, describe_file, finalize
+from edgekit.formats.artifacts import Manifest, carry_tokenizer, describe_file, finalize
 from edgekit import formats
 from edgekit.core.errors import ParityError
 from edgekit.sources.model_source import hf_config_file, resolve_source, source_warnings
@@ -171,8 +171,6 @@ def finish(job, files: list, quantization: dict) -> Manifest:
         target=job.target.name,
     )
     if src.task.get("type") == "language-modeling":  # generate/serve need the vocabulary
-        from edgekit.llm.lm_runtime import carry_tokenizer
-
         carry_tokenizer(src.parent, job.work)
     return finalize(result, job.work)
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from edgekit.formats.artifacts import CHECKPOINT, load_manifest, model_file_for
+from edgekit.formats.artifacts import CHECKPOINT, load_manifest, model_file_for, is_cached_family
 from edgekit.core.errors import EdgekitError, InputFileError, UsageError
 from edgekit import formats
 from edgekit.board.errors import BoardError, first_line
 from edgekit.board.served import ServedModel
 from edgekit.core.children import popen_kwargs
-from edgekit.llm.cached import is_cached_family
 from edgekit.llm.generation import check_sampling, iter_tokens
 from edgekit.llm.lm_runtime import load_language_model, load_tokenizer
 from edgekit.serve import startup_probe

@@ -158,7 +158,8 @@ def test_a_tokenizer_added_after_the_fact_is_refused(digits_checkpoint, tmp_path
 
 def test_the_tokenizer_readers_check_it_too(with_tokenizer, tmp_path):
     from edgekit.formats.artifacts import load_manifest, parent_ref
-    from edgekit.llm.lm_runtime import carry_tokenizer, load_tokenizer
+    from edgekit.formats.artifacts import carry_tokenizer
+    from edgekit.llm.lm_runtime import load_tokenizer
 
     folder, manifest = load_manifest(with_tokenizer)
     assert load_tokenizer(folder, manifest).vocab == ("<pad>", "<unk>", "a")

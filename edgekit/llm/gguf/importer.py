@@ -22,7 +22,7 @@ from edgekit.llm.gguf.arch import model_config, state_key
 from edgekit.llm.gguf.file import GGUFFile, check_context, read_gguf
 from edgekit.llm.gguf.phi3_layout import unfused
 from edgekit.llm.gguf.packages import PACKAGED  # gguf:NAME (the ``llm-models`` extra)
-from edgekit.formats.artifacts import Manifest, describe_file, finalize, load_manifest
+from edgekit.formats.artifacts import TOKENIZER_FILE, Manifest, describe_file, finalize, load_manifest
 from edgekit.core.device import select_device
 from edgekit.core.fileio import sha256_file, write_text
 from edgekit.llm.cached import torch_cached
@@ -33,7 +33,6 @@ from edgekit.sources.checkpoint import CHECKPOINT_FILE, save_checkpoint
 
 PREFIX = "gguf:"
 DEFAULT_CONTEXT = 1024  # the cache an import plans for (the GGUF's own may be 8k+: that much cache costs memory)
-TOKENIZER_FILE = "tokenizer.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 FP32_MEANS = "the GGUF's own values, dequantized to float32"
 
