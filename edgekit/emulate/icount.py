@@ -36,7 +36,8 @@ from typing import Callable
 from edgekit.records.instructions import CALL_NOISE  # noqa: F401 - the bound on two counts' difference, public here
 from edgekit.emulate import EmulationError, rootfs
 from edgekit.core.errors import UsageError
-from edgekit.bundle import native
+from edgekit.bundle import layout, native
+from edgekit.emulate.count_inputs import INPUTS_NAME, RANDOM, REFERENCE, reference_inputs, write_inputs
 from edgekit.emulate.host import checked_cpu, qemu_cpus, qemu_version
 from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
 from edgekit.emulate.icount_root import add_host_program
@@ -80,8 +81,9 @@ def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: 
         manifest = program.parent / "manifest.json"  # the inputs' names, shapes and batch axis, as on the board
         if name == program.name and manifest.is_file() and not manifest.is_symlink():
             shutil.copyfile(manifest, folder / "manifest.json")
+        reference = program.parent / "reference.npz" if name == program.name else None
         counts = count_in_folder(folder, RUNNER_NAME, name, cpu, threads=threads, runs=runs,
-                                 progress=progress, timeout_s=timeout_s)
+                                 progress=progress, timeout_s=timeout_s, inputs=reference_inputs(reference))
     return {**counts, "runner": f"edgekit-run {runner.key} (cached aarch64 build for {runner.cpu})"}
 
 
@@ -94,7 +96,7 @@ def count_bundle(bundle, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS
     _check_settings(cpu, threads, runs)
     model = Path(bundle.model).resolve().relative_to(bundle.path.resolve()).as_posix()
     counts = count_in_folder(bundle.path, native.RUNNER, model, cpu, threads=threads, runs=runs, progress=progress,
-                             timeout_s=timeout_s)
+                             timeout_s=timeout_s, inputs=reference_inputs(bundle.path / layout.REFERENCE))
     return {**counts, "runner": f"{native.RUNNER} of the bundle"}
 
 
@@ -109,15 +111,19 @@ def counting_tools(cpu: str, progress: Progress) -> tuple[Path, str, Path, Path]
 
 
 def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads: int, runs: int,
-                    progress: Progress | None, timeout_s: float) -> dict:
-    """Count ``folder/runner bench folder/model`` (paths relative to ``folder``) in a sandbox holding a copy of it."""
+                    progress: Progress | None, timeout_s: float, inputs: dict | None = None) -> dict:
+    """Count ``folder/runner bench folder/model`` (paths relative to ``folder``) in a sandbox holding a copy of it,
+    on ``inputs`` (arrays by input name: ``count_inputs``) or, without them, the runner's seeded random inputs."""
     progress = progress or (lambda message: None)
     qemu, version, library, sysroot = counting_tools(cpu, progress)
     with bundle_sandbox(folder, [runner], arch="aarch64", libraries_from=sysroot) as box:
         add_host_program(box.root, qemu, f"{INSIDE}/qemu-aarch64")
         add_host_program(box.root, library, f"{INSIDE}/{library.name}")
+        if inputs is not None:
+            write_inputs(inputs, box.root / BUNDLE.lstrip("/") / INPUTS_NAME)
         progress(f"counting instructions of {Path(model).name} on {cpu} under emulation ({runs} timed runs)")
-        counts, doc = _counted_run(box, runner, model, cpu, library.name, runs, threads, timeout_s)
+        counts, doc = _counted_run(box, runner, model, cpu, library.name, runs, threads, timeout_s,
+                                   INPUTS_NAME if inputs is not None else None)
     if counts["windows"] != 1 or counts["bad_marks"]:
         raise EmulationError(f"{runner} did not mark its timed runs once ({counts['windows']} marked, "
                              f"{counts['bad_marks']} out of order): a runner from an older edgekit? make the bundle again")
@@ -129,18 +135,19 @@ def count_in_folder(folder: Path, runner: str, model: str, cpu: str, *, threads:
         "runs": runs, "threads": threads, "qemu": version, "plugin": library.parent.name,
         "libc": str(sysroot), "counted": {"before": counts["before"], "window": window["total"], "total": counts["total"]},
         "bench": doc,  # edgekit-run's bench document (QEMU's timings: not a board's)
+        "inputs": REFERENCE if inputs is not None else RANDOM,
     }
 
 
 def _counted_run(box, runner: str, model: str, cpu: str, plugin: str, timed: int, threads: int,
-                 timeout_s: float) -> tuple[dict[str, int], dict]:
+                 timeout_s: float, inputs: str | None) -> tuple[dict[str, int], dict]:
     tag = secrets.token_hex(8)  # the program cannot know it, so it cannot forge the plugin's line
     log = f"/work/icount-{tag}.log"
     options = f"{INSIDE}/{plugin},tag={tag}" + (",atomic=on" if threads > 1 else "")
     command = [f"{INSIDE}/qemu-aarch64", "-cpu", checked_cpu(cpu), "-L", "/", "-plugin", options, "-d", "plugin",
                "-D", log, f"{BUNDLE}/{runner}", "bench", f"{BUNDLE}/{model}", "--threads", str(threads),
                "--warmup", "0", "--min-runs", str(timed), "--max-runs", str(timed), "--min-time", "0",
-               "--timeout", str(max(1, int(timeout_s)))]
+               "--timeout", str(max(1, int(timeout_s)))] + (["--input", f"{BUNDLE}/{inputs}"] if inputs else [])
     done = run_fenced(box.argv(command), what="edgekit-run under emulation with the counting plugin",
                       timeout_s=timeout_s, env=box.env, preexec=box.preexec)
     if done.returncode != 0:

@@ -23,6 +23,8 @@ from edgekit.emulate import EmulationError, host, rootfs
 from edgekit.emulate.icount import (CLASSES, DEFAULT_RUNS, INSIDE, LOG_BYTES, TIMEOUT_S, Progress, _check_settings,
                                     parse_log)
 from edgekit.board import entries as board_files
+from edgekit.bundle import layout
+from edgekit.emulate.count_inputs import INPUTS_NAME, RANDOM, REFERENCE, reference_inputs, write_inputs
 from edgekit.core import venv_cache
 from edgekit.emulate.bundle import check_wheels
 from edgekit.emulate.chroot import NOISE
@@ -73,12 +75,16 @@ def count_python_bundle(bundle, cpu: str, *, runs: int = DEFAULT_RUNS, progress:
                 if path is not None and path.is_file():
                     shutil.copyfile(path, work / path.name)
             board_files.install(work / COUNT_DIR, entries=("count_marks.py",))
+            inputs = reference_inputs(bundle.path / layout.REFERENCE)
+            if inputs is not None:
+                write_inputs(inputs, work / INPUTS_NAME)
             inside = "/" + work.relative_to(run_in.rootfs).as_posix()
             # the x86-64 qemu starts the venv's python itself: no binfmt or static interpreter in front
             fenced = replace(_fence(run_in, work), mode="binfmt", interpreter=None)
             progress(f"counting instructions of {bundle.model.name} with its Python runtime on {cpu} under "
                      f"emulation ({runs} timed runs)")
-            counts, doc = _counted_run(fenced, venv.python, inside, bundle, cpu, library.name, runs, timeout_s)
+            counts, doc = _counted_run(fenced, venv.python, inside, bundle, cpu, library.name, runs, timeout_s,
+                                       INPUTS_NAME if inputs is not None else None)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -92,13 +98,13 @@ def count_python_bundle(bundle, cpu: str, *, runs: int = DEFAULT_RUNS, progress:
         "classes": {name: round(window[name] / runs) for name in CLASSES},
         "runs": runs, "threads": 1, "qemu": version, "plugin": library.parent.name, "libc": str(fs.path),
         "counted": {"before": counts["before"], "window": window["total"], "total": counts["total"]},
-        "bench": doc, "notes": [*notes, NOTE],
+        "bench": doc, "notes": [*notes, NOTE], "inputs": REFERENCE if inputs is not None else RANDOM,
         "runner": f"count_marks.py (runner.py's bench) in the venv {venv.key} of the cached rootfs",
     }
 
 
 def _counted_run(launcher, python: str, inside: str, bundle, cpu: str, plugin: str, runs: int,
-                 timeout_s: float) -> tuple[dict, dict]:
+                 timeout_s: float, inputs: str | None) -> tuple[dict, dict]:
     import json
 
     tag = secrets.token_hex(8)  # the bundle cannot know it, so it cannot forge the plugin's line
@@ -110,6 +116,8 @@ def _counted_run(launcher, python: str, inside: str, bundle, cpu: str, plugin: s
             "--max-runs", str(runs), "--min-time", "0", "--emulated", "--mode", "emulated", "--target", bundle.target]
     if bundle.engine:
         argv += ["--engine", bundle.engine]
+    if inputs:
+        argv += ["--input", f"{inside}/{inputs}"]
     done = run_fenced(launcher.argv(argv, cwd=inside), what="count_marks.py under emulation with the counting plugin",
                       timeout_s=timeout_s, env=launcher.env({"PYTHONHASHSEED": "0"}), preexec=_fixed_layout)
     if done.returncode != 0:

@@ -5,7 +5,9 @@ the quality budget and passed its gate is the choice.
 The counts come from ``edgekit.pipeline.target`` (one thread, deterministic): ``edgekit-run``'s for
 the formats it runs natively (no Python on the board), the runtime's own wheel in a Python bundle for
 the formats that only run in one (``edgekit.pipeline.python_counts``: those counts include Python's
-per-call work, as on the board). Instructions are not time (no cache or pipeline model), so the
+per-call work, as on the board). Every variant is counted on the same inputs, its artifact's reference
+inputs (``edgekit.emulate.count_inputs``), so no ranking follows what a runner happened to be fed.
+Instructions are not time (no cache or pipeline model), so the
 choice says it is from emulated counts, and this host's timings stay beside it as host figures.
 A file counted twice (the native row runs the static ``.pte`` again) is ranked once.
 """
@@ -85,8 +87,8 @@ def _bundle_command(item: dict, target_name: str, native: Sequence[str]) -> str:
 
 def heading(choice: dict) -> str:
     return (f"Runtimes on {choice['target']}, by executed instructions per inference on its emulated {choice['core']} "
-            "(one thread, counted under QEMU; ratio to the cheapest; Python bundles include Python's per-call work; "
-            "host p50 is this machine's):")
+            "(one thread, counted under QEMU on the model's reference inputs; ratio to the cheapest; Python bundles "
+            "include Python's per-call work; host p50 is this machine's):")
 
 
 COLUMNS = ("variant", "format", "runs in", "instructions", "vs cheapest", "host p50 ms", "not chosen")

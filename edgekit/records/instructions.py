@@ -5,11 +5,13 @@
                                   "classes": {"simd_fp": ..., "integer": ..., "load": ..., "store": ...,
                                               "branch": ..., "other": ...}},
                  "runs": 20, "threads": 1, "qemu": "7.2.22", "plugin": "qemu-plugin-<key>",
-                 "libc": "/usr/aarch64-linux-gnu", "runner": "..."}
+                 "libc": "/usr/aarch64-linux-gnu", "runner": "...",
+                 "inputs": "the artifact's reference inputs (batch 1)"}
 
 Written by ``edgekit bench --emulate`` (``edgekit.bench.emulated``), read back checked (a gate must
 never compare a figure it cannot trust). Counts of two results compare only when the facts in
-``COMPARABLE`` agree: the same core, threads and counting setup.
+``COMPARABLE`` agree: the same core, threads and counting setup, and the same inputs where both say
+(``inputs``: ``edgekit.emulate.count_inputs``; older results do not).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def section(counts: dict) -> dict[str, Any]:
         "instructions": {"per_run": counts["per_run"], "startup": counts["startup"],
                          "classes": {name: counts["classes"][name] for name in CLASSES}},
         **{key: counts[key] for key in ("runs", "threads", "qemu", "plugin", "libc", "runner")},
+        **({"inputs": counts["inputs"]} if counts.get("inputs") else {}),
     }
 
 
@@ -59,12 +62,20 @@ def read_section(raw: Any) -> dict[str, Any]:
         raise ValueError("emulated.instructions.classes do not add up to per_run")
     out["instructions"] = {"per_run": per_run, "startup": _count(counts.get("startup"), "emulated.instructions.startup"),
                            "classes": classes}
+    if raw.get("inputs") is not None:
+        inputs = raw["inputs"]
+        if not isinstance(inputs, str) or not inputs or len(inputs) > MAX_TEXT or not inputs.isprintable():
+            raise ValueError(f"emulated.inputs must be printable text of 1-{MAX_TEXT} characters")
+        out["inputs"] = inputs
     return out
 
 
 def differences(new: dict, base: dict) -> list[str]:
     """Why two ``emulated`` sections' counts cannot be compared (empty: they can)."""
-    return [f"{key} {new.get(key)!r} vs {base.get(key)!r}" for key in COMPARABLE if new.get(key) != base.get(key)]
+    found = [f"{key} {new.get(key)!r} vs {base.get(key)!r}" for key in COMPARABLE if new.get(key) != base.get(key)]
+    if new.get("inputs") and base.get("inputs") and new["inputs"] != base["inputs"]:
+        found.append(f"inputs {new['inputs']!r} vs {base['inputs']!r}")
+    return found
 
 
 def millions(count: int | float) -> str:

@@ -383,6 +383,7 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     from tiny_models import build_models, tiny_mlp
 
     from edgekit.formats.artifacts import finalize, load_manifest
+    from edgekit.emulate.count_inputs import RANDOM, REFERENCE
     from edgekit.emulate.icount import CALL_NOISE
     from edgekit.formats.reference import write_reference
 
@@ -400,7 +401,11 @@ def test_bench_emulate_counts_an_onnx_model_and_a_python_bundle_of_it(tmp_path):
     assert made.exit_code == 0, made.output
     counted = _bench(bundle, "rpi4", tmp_path / "bundle.json")
     assert any("Python bundle" in note for note in counted["notes"])
-    # the same file on the same core and runner: equal but for the per-process spread
+    # the export had no reference data then: the runner's random inputs; the bundle's reference inputs now
+    assert doc["emulated"]["inputs"] == RANDOM and doc["settings"]["inputs"] != "npz"
+    assert counted["emulated"]["inputs"] == REFERENCE and counted["settings"]["inputs"] == "npz"
+    # the same file on the same core and runner: equal but for the per-process spread (an MLP's cost does not
+    # follow its input values)
     a, b = doc["emulated"]["instructions"]["per_run"], counted["emulated"]["instructions"]["per_run"]
     assert counted["emulated"]["runner"] == doc["emulated"]["runner"]
     assert abs(a - b) <= CALL_NOISE, (doc["emulated"], counted["emulated"])
