@@ -63,6 +63,35 @@ def test_the_wheel_carries_its_data_and_imports_from_the_venv(installed, tmp_pat
     assert meta.strip() == "0.1.0"
 
 
+SETUPTOOLS_WARNINGS = re.compile(r"!!|BuildBackendWarning|Setuptools\w*Warning|absent from the packages")
+
+
+@pytest.mark.slow
+def test_an_editable_install_says_no_warning_and_finds_the_targets_and_handlers(tmp_path):
+    """What .ci/setup does (pip install -e), in a fresh venv over a copy of the checkout."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for folder in ("edgekit", "targets"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    (site / "zz_host_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    done = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                 "--no-build-isolation", "-e", str(source)])
+    assert not SETUPTOOLS_WARNINGS.search(done.stdout + done.stderr), (done.stdout + done.stderr)[-3000:]
+    probe = ("import edgekit, edgekit.core.targets as t; from importlib.metadata import entry_points; "
+             "print(edgekit.__file__); print(sorted(t.available_targets())); "
+             "print(sorted(e.value for e in entry_points(group='edgekit.handlers')))")
+    lines = _run([str(python), "-c", probe], cwd=tmp_path).stdout.splitlines()
+    assert lines[0] == str(source / "edgekit" / "__init__.py")  # the checkout's files, edited in place
+    assert "rpi4" in lines[1] and "rpi5" in lines[1]  # targets/ read from the checkout, from any folder
+    assert lines[2] == "['edgekit.llm.handlers', 'edgekit.serve.handlers']"
+
+
 @pytest.mark.slow
 def test_the_readme_python_api_example_runs_on_the_installed_wheel(installed, tmp_path):
     from test_api import readme_example
