@@ -32,21 +32,31 @@ def installed(tmp_path_factory) -> Path:
     site-packages through a .pth line (added after the venv's own, so the wheel wins; the editable
     install's finder there is not activated: .pth files are read only in site directories)."""
     work = tmp_path_factory.mktemp("wheel")
-    source = work / "src"
+    source = _source_copy(work / "src")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
+          str(source)])
+    (wheel,) = (work / "dist").glob("edgekit_ml-*.whl")
+    venv = _venv_over_host_dependencies(work / "venv")
+    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
+          "-q", str(wheel)])
+    return venv
+
+
+def _source_copy(source: Path) -> Path:
+    """What a source distribution holds: the packaging files, the package and the target profiles."""
     source.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(REPO / name, source / name)
     for folder in ("edgekit", "targets"):
         shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
-          str(source)])
-    (wheel,) = (work / "dist").glob("edgekit_ml-*.whl")
-    venv = work / "venv"
+    return source
+
+
+def _venv_over_host_dependencies(venv: Path) -> Path:
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     (site / "zz_host_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)])
     return venv
 
 
@@ -69,17 +79,8 @@ SETUPTOOLS_WARNINGS = re.compile(r"!!|BuildBackendWarning|Setuptools\w*Warning|a
 @pytest.mark.slow
 def test_an_editable_install_says_no_warning_and_finds_the_targets_and_handlers(tmp_path):
     """What .ci/setup does (pip install -e), in a fresh venv over a copy of the checkout."""
-    source = tmp_path / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    for folder in ("edgekit", "targets"):
-        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    python = venv / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    (site / "zz_host_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    source = _source_copy(tmp_path / "src")
+    python = _venv_over_host_dependencies(tmp_path / "venv") / "bin" / "python"
     done = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
                  "--no-build-isolation", "-e", str(source)])
     assert not SETUPTOOLS_WARNINGS.search(done.stdout + done.stderr), (done.stdout + done.stderr)[-3000:]
