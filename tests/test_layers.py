@@ -9,6 +9,7 @@ cycles, modules per package, and how many of edgekit's imports of its own module
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -140,6 +141,28 @@ def _own_imports(path: Path) -> tuple[int, int]:
 
     visit(ast.parse(path.read_text(encoding="utf-8")), False)
     return total, inside
+
+
+def _python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_import_and_help_stay_light():
+    """A lazy import of numpy moved to the top of a module on the CLI's path fails here, in the fast subset."""
+    heavy = _python(
+        "import sys, edgekit; from edgekit.cli.app import app;"
+        "print(' '.join(m for m in ('torch', 'onnxruntime', 'onnx', 'numpy') if m in sys.modules))"
+    )
+    assert heavy.strip() == ""
+    proc = subprocess.run([sys.executable, "-m", "edgekit", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "pipeline" in proc.stdout and "quantize" in proc.stdout
+    heavy = _python(
+        "import sys; sys.argv=['edgekit', '--help'];\n"
+        "from edgekit.cli.app import app\n"
+        "try: app()\nexcept SystemExit: pass\n"
+        "print('LOADED', ' '.join(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
+    )
+    assert heavy.strip().endswith("LOADED")
 
 
 def measures() -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.errors import InputFileError
-from edgekit.formats.reference import read_reference
 
 INPUTS_NAME = "count-inputs.npz"  # beside the model in the counting sandbox
 REFERENCE = "the artifact's reference inputs (batch 1)"
@@ -22,6 +21,8 @@ RANDOM = "the runner's seeded random inputs (no reference data)"
 def reference_inputs(reference: Path | None) -> dict | None:
     """The batch-1 inputs (name -> array) of ``reference`` (an artifact's or bundle's reference.npz); None
     when there is no such file or it holds no batch-1 case. A damaged file is an InputFileError."""
+    from edgekit.formats.reference import read_reference  # numpy: not on `edgekit --help`'s path
+
     if reference is None or not reference.is_file() or reference.is_symlink():
         return None
     cases = read_reference(reference)

@@ -1,8 +1,5 @@
 """train / quantize / export through the CLI, chained through files on disk, with exit codes."""
 
-import subprocess
-import sys
-
 import pytest
 from typer.testing import CliRunner
 
@@ -79,27 +76,6 @@ def test_debug_switch_shows_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "ERROR")
     result = runner.invoke(app, ["--debug", "quantize", str(tmp_path / "missing"), "--out", str(tmp_path / "q")])
     assert result.exit_code == 2 and "Traceback" in result.stderr
-
-
-def _run(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-
-
-def test_import_and_help_stay_light():
-    heavy = _run(
-        "import sys, edgekit; from edgekit.cli.app import app;"
-        "print(' '.join(m for m in ('torch', 'onnxruntime', 'onnx', 'numpy') if m in sys.modules))"
-    )
-    assert heavy.strip() == ""
-    proc = subprocess.run([sys.executable, "-m", "edgekit", "--help"], capture_output=True, text=True)
-    assert proc.returncode == 0 and "pipeline" in proc.stdout and "quantize" in proc.stdout
-    heavy = _run(
-        "import sys; sys.argv=['edgekit', '--help'];\n"
-        "from edgekit.cli.app import app\n"
-        "try: app()\nexcept SystemExit: pass\n"
-        "print('LOADED', ' '.join(m for m in ('torch', 'onnxruntime') if m in sys.modules))"
-    )
-    assert heavy.strip().endswith("LOADED")
 
 
 def test_version():
