@@ -88,8 +88,9 @@ def build_bundle(
         native.check_native(spec, tgt)
         if wheels:
             raise UsageError("--wheels applies to Python bundles; a native bundle installs nothing on the board")
-    if is_llm:
-        handlers.handler(handlers.LANGUAGE_MODEL_BUNDLE).check_program(folder, entry)
+    llm = handlers.handler(handlers.LANGUAGE_MODEL_BUNDLE) if is_llm else None
+    if llm is not None:
+        llm.check_program(folder, entry)
     reference = folder / layout.REFERENCE
     if not is_llm and not reference.is_file():
         raise InputFileError(f"{reference} is missing; export the model again to create it")
@@ -99,8 +100,7 @@ def build_bundle(
     if too_big:
         mismatches = [*mismatches, too_big]
     spec.ops().check_file(folder / entry.path)  # a file the runtime cannot load is the export's fault: say so now
-    llm_data = (handlers.handler(handlers.LANGUAGE_MODEL_BUNDLE).check_data(folder, manifest, entry, progress)
-                if is_llm else None)
+    llm_data = llm.check_data(folder, manifest, entry, progress) if llm is not None else None
     created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mtime = _epoch(created)
     inputs = [folder, tgt.source if tgt.source and Path(tgt.source).is_file() else None]

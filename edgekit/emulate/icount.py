@@ -81,7 +81,7 @@ def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: 
         manifest = program.parent / "manifest.json"  # the inputs' names, shapes and batch axis, as on the board
         if name == program.name and manifest.is_file() and not manifest.is_symlink():
             shutil.copyfile(manifest, folder / "manifest.json")
-        reference = program.parent / "reference.npz" if name == program.name else None
+        reference = program.parent / layout.REFERENCE if name == program.name else None
         counts = count_in_folder(folder, RUNNER_NAME, name, cpu, threads=threads, runs=runs,
                                  progress=progress, timeout_s=timeout_s, inputs=reference_inputs(reference))
     return {**counts, "runner": f"edgekit-run {runner.key} (cached aarch64 build for {runner.cpu})"}

@@ -298,8 +298,8 @@ def carry_tokenizer(parent: dict | None, dest: Path) -> None:
     folder = Path(str(parent["path"]))
     source = folder / TOKENIZER_FILE
     if source.is_file() and not (dest / TOKENIZER_FILE).exists():
-        check_carried(folder, Manifest.from_dict(read_json(folder / MANIFEST_NAME, "manifest"), str(folder / MANIFEST_NAME)),
-                      TOKENIZER_FILE)
+        manifest = folder / MANIFEST_NAME
+        check_carried(folder, Manifest.from_dict(read_json(manifest, "manifest"), str(manifest)), TOKENIZER_FILE)
         shutil.copyfile(source, dest / TOKENIZER_FILE)
 
 

@@ -22,7 +22,6 @@ from edgekit.formats.executorch import FORMAT
 from edgekit.llm.program import load_runtime_kernels
 from edgekit.sources.checkpoint import load_model_from_artifact
 
-LLAMA = CACHED_FAMILY
 
 
 def program_format() -> str:
@@ -81,7 +80,7 @@ def is_llm_artifact(source) -> bool:
         data = read_json(manifest, "manifest")
     except Exception:  # noqa: BLE001 - see above
         return False
-    return isinstance(data, dict) and isinstance(data.get("model"), dict) and data["model"].get("name") == LLAMA
+    return isinstance(data, dict) and isinstance(data.get("model"), dict) and data["model"].get("name") == CACHED_FAMILY
 
 
 def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "fp32") -> CachedLM:

@@ -87,8 +87,8 @@ def _bundle_command(item: dict, target_name: str, native: Sequence[str]) -> str:
 
 def heading(choice: dict) -> str:
     return (f"Runtimes on {choice['target']}, by executed instructions per inference on its emulated {choice['core']} "
-            "(one thread, counted under QEMU on the model's reference inputs; ratio to the cheapest; Python bundles "
-            "include Python's per-call work; host p50 is this machine's):")
+            "(one thread, counted under QEMU on the model's reference inputs where it has them; ratio to the cheapest; "
+            "Python bundles include Python's per-call work; host p50 is this machine's):")
 
 
 COLUMNS = ("variant", "format", "runs in", "instructions", "vs cheapest", "host p50 ms", "not chosen")
