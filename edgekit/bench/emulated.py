@@ -50,9 +50,8 @@ def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = N
 
 
 def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
-
-
-    python_counted = [name for name in formats.names() if formats.get(name).board.counted_in_python]
+    python_counted = [name for name in formats.names()
+                      if formats.get(name).board.counted_in_python and name not in RUNNERS]
     bundle = open_bundle(path)
     if target is not None and target != bundle.target:
         raise UsageError(f"{path} is a bundle for {bundle.target}, not {target}; drop --target, or bundle it for {target}")

@@ -72,8 +72,9 @@ class Board:
     check_wheel: bool = False  # bundle asks the index whether the runtime has a wheel for the board
     standalone_server: bool = False  # bundles carry serve.py (FastAPI + the runtime, no edgekit) for it
     native_runner: bool = False  # edgekit-run (edgekit.native) runs it with no Python on the board
-    # bench --emulate counts a Python bundle of it with its own runtime (a small self-contained aarch64
-    # wheel) in the arm64 rootfs, Python's per-call work included (emulate.icount_python)
+    # its Python bundle is counted with its own runtime (a small self-contained aarch64 wheel) in the
+    # arm64 rootfs, Python's per-call work included (emulate.icount_python): by bench --emulate when
+    # edgekit-run does not run it, and by the pipeline's runtime choice beside edgekit-run's count when it does
     counted_in_python: bool = False
     preference: int = 100  # bundle/serve pick the lowest present when no format is given
 

@@ -10,7 +10,7 @@ FORMAT = register(Format(
     files=Files(file_name="model.onnx", suffixes=(".onnx",), external_data=True),
     host=Host(backend="edgekit.formats.onnx", modules=("onnxruntime", "onnx"), extra="core", needs_torch_model=False,
               table_order=10),
-    board=Board(runtime="onnxruntime", footprint_mb=64.0, preference=0, standalone_server=True),
+    board=Board(runtime="onnxruntime", footprint_mb=64.0, preference=0, standalone_server=True, counted_in_python=True),
     quantization=Quantization(layer_names="onnx", target_recipe=True),
 ))
 

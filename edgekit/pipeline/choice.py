@@ -9,7 +9,8 @@ per-call work, as on the board). Every variant is counted on the same inputs, it
 inputs (``edgekit.emulate.count_inputs``), so no ranking follows what a runner happened to be fed.
 Instructions are not time (no cache or pipeline model), so the
 choice says it is from emulated counts, and this host's timings stay beside it as host figures.
-A file counted twice (the native row runs the static ``.pte`` again) is ranked once.
+A format edgekit-run runs and a Python bundle can too (ONNX) is ranked both ways, each its own row.
+A file counted twice by one runtime (the native row runs the static ``.pte`` again) is ranked once.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ def runtime_choice(rows: Sequence, float_accuracy: float | None, max_drop_points
     budget = DEFAULT_MAX_DROP_POINTS if max_drop_points is None else max_drop_points
     native = counted_formats()
     ranked, not_counted, seen = [], [], set()
-    for row in rows:
-        cost = row.target or {}
+    for row, cost, python in _counts(rows, native):
+        runtime = _runtime(row.format, python)
         if cost.get("basis") not in COUNTED_BASES or not cost.get("instructions"):
-            not_counted.append({"variant": row.variant, "reason": cost.get("note") or "no emulated count"})
+            name = f"{row.variant} in {runtime}" if python and row.format in native else row.variant
+            not_counted.append({"variant": name, "reason": cost.get("note") or "no emulated count"})
             continue
-        key = (row.format, _digest(row.path))
+        key = (row.format, python, _digest(row.path))
         if key in seen:
             continue
         seen.add(key)
@@ -44,9 +46,9 @@ def runtime_choice(rows: Sequence, float_accuracy: float | None, max_drop_points
         over = drop is not None and drop > budget + 1e-9
         why_not = ("gate failed" if row.gate == "fail"
                    else f"quality drop {drop:.2f} pt over the {budget:g} pt budget" if over else None)
-        ranked.append({"variant": row.variant, "format": row.format, "runtime": _runtime(row.format, native),
-                       "python": row.format not in native, "instructions": int(cost["instructions"]),
-                       "host_p50_ms": row.p50_ms, "path": row.path, "why_not": why_not})
+        ranked.append({"variant": row.variant, "format": row.format, "runtime": runtime, "python": python,
+                       "instructions": int(cost["instructions"]), "host_p50_ms": row.p50_ms, "path": row.path,
+                       "why_not": why_not})
     if not ranked:
         return None
     ranked.sort(key=lambda item: (item["instructions"], item["python"]))
@@ -61,9 +63,18 @@ def runtime_choice(rows: Sequence, float_accuracy: float | None, max_drop_points
         after = None if not following else {"variant": following[0]["variant"],
                                             "ratio": following[0]["instructions"] / best["instructions"]}
         recommended = {**{k: best[k] for k in ("variant", "format", "runtime", "python", "instructions", "ratio")},
-                       "next": after, "bundle": _bundle_command(best, target.name, native)}
+                       "next": after, "bundle": _bundle_command(best, target.name)}
     return {"target": target.name, "core": target.core or target.arch, "threads": 1, "ranked": ranked,
             "recommended": recommended, "not_counted": not_counted}
+
+
+def _counts(rows: Sequence, native: Sequence[str]):
+    """(row, its cost on the target as a dict, whether Python runs it there): each row's own, then the
+    count of its Python bundle where edgekit-run runs the format too (``VariantRow.in_python``)."""
+    for row in rows:
+        yield row, row.target or {}, row.format not in native
+        if getattr(row, "in_python", None):
+            yield row, row.in_python, True
 
 
 def _digest(path: str) -> str:
@@ -73,15 +84,15 @@ def _digest(path: str) -> str:
         return str(path)
 
 
-def _runtime(fmt: str, native: Sequence[str]) -> str:
+def _runtime(fmt: str, python: bool) -> str:
     from edgekit.pipeline.python_counts import python_runtime
 
-    return "edgekit-run (no Python)" if fmt in native else f"{python_runtime(fmt)} (Python)"
+    return f"{python_runtime(fmt)} (Python)" if python else "edgekit-run (no Python)"
 
 
-def _bundle_command(item: dict, target_name: str, native: Sequence[str]) -> str:
+def _bundle_command(item: dict, target_name: str) -> str:
     folder = Path(item["path"]).parent
-    runtime = " --runtime native" if item["format"] in native else ""
+    runtime = "" if item["python"] else " --runtime native"
     return f"edgekit bundle {folder} --format {item['format']} --target {target_name}{runtime}"
 
 

@@ -41,7 +41,7 @@ from edgekit.gates.evaluate import gate_results
 from edgekit.gates.report import to_json, to_junit_xml, to_markdown
 from edgekit.native.toolchain import host_arch
 from edgekit.pipeline.summary import write_report, write_summary
-from edgekit.pipeline.target import apply_to_gate, target_costs, target_ratios
+from edgekit.pipeline.target import apply_to_gate, python_costs, target_costs, target_ratios
 from edgekit.pipeline.verdict import p50_ratio
 from edgekit.pipeline.verdict import slower_than_fp32, slower_warning
 from edgekit.quantize.api import SOURCE_OPTIONS, quantize_config
@@ -156,6 +156,8 @@ class VariantRow:
     fidelity: dict | None = None  # cosine, top1_agreement (and sqnr_db) vs the float model on fixed inputs
     target: dict | None = None  # the variant's cost on the target's board (edgekit.pipeline.target.TargetCost)
     target_ratio: float | None = None  # that cost against the fp32 variant of the same format's, on the same basis
+    # its Python bundle's cost on the target, where edgekit-run runs the format too (pipeline.target.python_costs)
+    in_python: dict | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -350,10 +352,11 @@ def _run(config: PipelineConfig, plan, target, say: Progress) -> PipelineResult:
 
     models = [(folder / entry.path, entry.format) for folder, manifest in exports for entry in manifest.files]
     costs = target_costs(models, results, target, emulate=config.emulate, threads=config.threads, progress=say)
+    in_python = python_costs(models, costs, target, threads=config.threads, progress=say)
 
     say(f"gate against {target.name} budgets")
     report = _gate(results, target, config, costs)
-    rows = _with_target(_rows(exports, results, report, plan.metric), costs)
+    rows = _with_target(_rows(exports, results, report, plan.metric), costs, in_python)
     result = PipelineResult(out, tuple(rows), report, float_accuracy, model=plan.name, metric=plan.metric,
                             skipped=(*plan.skipped, *failed), failed=tuple(failed), target_name=target.name)
     result = replace(result, recommended=recommend(rows, result.float_accuracy, _drop_budget(report)))
@@ -471,9 +474,10 @@ def _rows(exports, results, report, metric: str = "accuracy") -> list[VariantRow
     return _with_ratios(rows, results)
 
 
-def _with_target(rows: list[VariantRow], costs) -> list[VariantRow]:
+def _with_target(rows: list[VariantRow], costs, in_python) -> list[VariantRow]:
     ratios = target_ratios([r.format for r in rows], [r.variant for r in rows], costs)
-    return [replace(row, target=cost.to_dict(), target_ratio=ratio) for row, cost, ratio in zip(rows, costs, ratios)]
+    return [replace(row, target=cost.to_dict(), target_ratio=ratio, in_python=python and python.to_dict())
+            for row, cost, ratio, python in zip(rows, costs, ratios, in_python)]
 
 
 def _fidelity(metrics: dict) -> dict | None:

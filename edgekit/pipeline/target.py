@@ -28,7 +28,8 @@ from edgekit.estimate.on_target import (
 from edgekit.gates.device import Device, is_emulated, measured_on, on_device
 from edgekit.gates.results import FAIL, PASS, GateReport, fmt_value
 
-__all__ = ["ESTIMATED", "HOST", "MEASURED", "TargetCost", "apply_to_gate", "basis_line", "target_costs", "target_ratios"]
+__all__ = ["ESTIMATED", "HOST", "MEASURED", "TargetCost", "apply_to_gate", "basis_line", "python_costs", "target_costs",
+           "target_ratios"]
 Progress = Callable[[str], None]
 
 
@@ -56,10 +57,34 @@ def target_costs(models: Sequence[tuple[Path, str]], results, target, *, emulate
     return out
 
 
+def python_costs(models: Sequence[tuple[Path, str]], costs: Sequence[TargetCost], target, *, threads: int | None,
+                 progress: Progress) -> list[TargetCost | None]:
+    """For each variant edgekit-run counted whose format also runs on the board in a Python bundle of
+    its runtime's wheel (ONNX: ONNX Runtime's), that bundle's count; None for the rest.
+
+    Both run the same kernels, but the wheel is its own build of the library with Python's per-call
+    work on top: on a large model it can be the cheaper (all-MiniLM-L6-v2 on Cortex-A76: 0.999x
+    edgekit-run's), so the runtime choice ranks both rather than assume."""
+    from edgekit.pipeline.python_counts import PythonCounter, counted_in_python
+
+    counted = counted_formats()
+    in_python = PythonCounter(target, threads, progress)
+    out: list[TargetCost | None] = []
+    for (path, fmt), cost in zip(models, costs):
+        if not (cost.on_target and cost.instructions and fmt in counted and counted_in_python(fmt)):
+            out.append(None)
+            continue
+        try:
+            out.append(in_python.cost(Path(path), fmt))
+        except Unavailable as exc:
+            out.append(TargetCost(HOST, "host timing", note=str(exc)))
+    return out
+
+
 def _not_counted(fmt: str, counted: Sequence[str]) -> str:
     from edgekit import formats
 
-    in_python = [name for name in formats.names() if formats.get(name).board.counted_in_python]
+    in_python = [name for name in formats.names() if formats.get(name).board.counted_in_python and name not in counted]
     python = f" and Python bundles of {' and '.join(in_python)}" if in_python else ""
     return f"not counted: emulated counts run {' and '.join(counted)} files (edgekit-run){python}, not {fmt}"
 

@@ -79,3 +79,55 @@ def test_without_qemu_a_format_counted_in_python_keeps_host_timings_and_says_why
     cost, = target_costs([(model, "ncnn")], results, load_target("rpi5"), emulate=True, threads=None, progress=print)
     assert cost.basis == HOST and cost.note.startswith("not counted under emulation: ")
     assert "\n" not in cost.note
+
+
+def test_a_format_counted_both_ways_is_ranked_as_two_runtimes_and_the_cheaper_is_chosen(tmp_path):
+    from dataclasses import replace
+
+    python = TargetCost(COUNTED, "counted on emulated Cortex-A76", instructions=499_000).to_dict()
+    rows = [replace(row(tmp_path, "fp32-onnx", "onnx", 500_000), in_python=python),
+            row(tmp_path, "fp32-executorch", "executorch", 510_000)]
+    choice = runtime_choice(rows, 0.98, 1.0, load_target("rpi5"))
+    assert [(item["variant"], item["runtime"]) for item in choice["ranked"]] == [
+        ("fp32-onnx", "onnxruntime (Python)"), ("fp32-onnx", "edgekit-run (no Python)"),
+        ("fp32-executorch", "edgekit-run (no Python)")]
+    best = choice["recommended"]
+    assert best["python"] is True and best["next"] == {"variant": "fp32-onnx", "ratio": 500_000 / 499_000}
+    line = choice_line(choice)
+    assert line.startswith("Fastest runtime for rpi5: fp32-onnx in onnxruntime (Python's per-call work included): "
+                           "499,000 instructions per inference, the fewest of 3 counted")
+    assert line.endswith(f"Bundle it: edgekit bundle {tmp_path} --format onnx --target rpi5")  # a Python bundle
+
+    # the same two counts the other way round: edgekit-run wins, and ties go to no Python on the board
+    for native in (498_000, 499_000):
+        rows[0] = replace(row(tmp_path, "fp32-onnx", "onnx", native), in_python=python)
+        best = runtime_choice(rows, 0.98, 1.0, load_target("rpi5"))["recommended"]
+        assert (best["python"], best["instructions"]) == (False, native)
+        assert best["bundle"].endswith("--format onnx --target rpi5 --runtime native")
+
+
+def test_a_python_count_that_could_not_run_is_one_line_naming_the_runtime(tmp_path):
+    from dataclasses import replace
+
+    missing = TargetCost(HOST, "host timing", note="not counted under emulation: needs root").to_dict()
+    rows = [replace(row(tmp_path, f"{p}-onnx", "onnx", n), in_python=missing) for p, n in (("fp32", 9), ("int8", 5))]
+    choice = runtime_choice(rows, 0.98, 1.0, load_target("rpi4"))
+    assert [item["runtime"] for item in choice["ranked"]] == ["edgekit-run (no Python)"] * 2
+    assert not_counted_lines(choice) == ["Not counted on Cortex-A72: fp32-onnx in onnxruntime (Python), "
+                                         "int8-onnx in onnxruntime (Python): not counted under emulation: needs root"]
+
+
+def test_python_costs_count_only_formats_both_runners_take_and_say_why_when_they_cannot(tmp_path, monkeypatch):
+    from edgekit.pipeline.target import python_costs
+
+    onnx, pte = tmp_path / "model.onnx", tmp_path / "model.pte"
+    onnx.write_bytes(b"not counted: no qemu on PATH")
+    pte.write_bytes(b"x")
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without qemu-user
+    counted = TargetCost(COUNTED, "counted on emulated Cortex-A76", instructions=1000)
+    host = TargetCost(HOST, "host timing", note="emulation off (--no-emulate)")
+    costs = python_costs([(onnx, "onnx"), (pte, "executorch"), (onnx, "onnx")], [counted, counted, host],
+                         load_target("rpi5"), threads=None, progress=print)
+    assert costs[1] is None and costs[2] is None  # no Python bundle of a .pte; nothing native was counted
+    assert costs[0].basis == HOST and costs[0].note.startswith("not counted under emulation: ")
+    assert "\n" not in costs[0].note

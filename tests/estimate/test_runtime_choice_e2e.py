@@ -1,12 +1,12 @@
 """`edgekit pipeline --target rpi5` counts every format that runs on the board on its emulated Cortex-A76
-(ONNX in edgekit-run, ncnn in a Python bundle with its own wheel), ranks them by instructions per
-inference and recommends the cheapest (edgekit.pipeline.choice).
+(ONNX in edgekit-run and in a Python bundle with ONNX Runtime's wheel, ncnn in a Python bundle with its own
+wheel), ranks them by instructions per inference and recommends the cheapest (edgekit.pipeline.choice).
 
 Checked independently: the ncnn count the pipeline reports equals `edgekit bench BUNDLE --emulate` on a
 bundle of the same file; the printed ratios are recomputed from the printed counts; the recommendation
 is the variant with the fewest instructions among those within the accuracy budget, found from the
-per-variant rows of pipeline.json. Needs root, qemu-user and the cached arm64 rootfs with the ncnn venv
-(`bash benchmarks/emulated_verify.sh`, which .ci/run calls first); downloads nothing.
+per-variant rows of pipeline.json. Needs root, qemu-user and the cached arm64 rootfs with the ncnn and
+onnxruntime venvs (`bash benchmarks/emulated_verify.sh`, which .ci/run calls first); downloads nothing.
 """
 
 from __future__ import annotations
@@ -47,10 +47,12 @@ def ncnn_counting_ready() -> None:
     fs = find_rootfs(default_cache_dir(), "bookworm")
     if fs is None:
         pytest.skip(f"no cached bookworm arm64 rootfs in {default_cache_dir()}; {PREPARE}")
-    entry = formats.get("ncnn")
-    text = "".join(f"{dist}=={host_version(dist)}\n" for dist in board_dists(entry))  # what its bundle pins
-    if not (fs.path / VENVS_DIR.lstrip("/") / requirements_key(text, [], fs.python, entry.board.no_deps) / MARKER).is_file():
-        pytest.skip(f"no cached venv for an ncnn bundle's requirements in {fs.path}; {PREPARE}")
+    for name in ("ncnn", "onnx"):
+        entry = formats.get(name)
+        text = "".join(f"{dist}=={host_version(dist)}\n" for dist in board_dists(entry))  # what its bundle pins
+        key = requirements_key(text, [], fs.python, entry.board.no_deps)
+        if not (fs.path / VENVS_DIR.lstrip("/") / key / MARKER).is_file():
+            pytest.skip(f"no cached venv for an {name} bundle's requirements in {fs.path}; {PREPARE}")
 
 
 @pytest.mark.slow
@@ -77,24 +79,37 @@ def test_pipeline_recommends_the_runtime_with_the_fewest_instructions_on_rpi5(nc
     assert bench["cpu"] == "cortex-a76"
     assert bench["instructions"]["per_run"] == pytest.approx(counts["int8-static-ncnn"], rel=1e-4)
 
-    # the ranking as pipeline.md prints it: every counted variant once, its ratio to the cheapest recomputed here
+    # each ONNX variant is also counted in a Python bundle with ONNX Runtime's wheel: the same kernels through
+    # another build of the library, plus Python's per-call work: close to edgekit-run's count, not equal
+    in_python = {row["variant"]: row["in_python"]["instructions"] for row in summary["variants"]
+                 if (row.get("in_python") or {}).get("basis") not in (None, "host")}
+    assert set(in_python) == {"fp32-onnx", "int8-static-onnx"}, summary["variants"]
+    for variant, python in in_python.items():
+        assert 0.95 < python / counts[variant] < 1.5, (variant, python, counts[variant])
+
+    # the ranking as pipeline.md prints it: every count once, its ratio to the cheapest recomputed here
     printed = [ROW.match(line).groups() for line in (out / "pipeline.md").read_text().splitlines() if ROW.match(line)]
-    ranked = {variant: int(instructions.replace(",", "")) for variant, _, _, instructions, *_ in printed}
-    assert ranked == {variant: counts[variant] for variant in ranked}
-    assert set(ranked) >= {"fp32-onnx", "int8-static-onnx", "fp32-ncnn", "int8-static-ncnn"}
+    ranked = {(variant, "(Python)" in runs_in): int(instructions.replace(",", ""))
+              for variant, _, runs_in, instructions, *_ in printed}
+    expected = {**{(v, v.endswith("ncnn")): n for v, n in counts.items()}, **{(v, True): n for v, n in in_python.items()}}
+    assert ranked == {key: expected[key] for key in ranked} and len(ranked) == len(printed)
+    assert set(ranked) >= {("fp32-onnx", False), ("int8-static-onnx", False), ("fp32-onnx", True),
+                           ("int8-static-onnx", True), ("fp32-ncnn", True), ("int8-static-ncnn", True)}
     cheapest = min(ranked.values())
     for variant, _, runs_in, instructions, shown, _, _ in printed:
         assert float(shown) == pytest.approx(int(instructions.replace(",", "")) / cheapest, abs=0.0051)
-        assert ("(Python)" in runs_in) == variant.endswith("ncnn")
+        assert runs_in.strip() in ("edgekit-run (no Python)", "onnxruntime (Python)", "ncnn (Python)")
 
-    # the recommendation: the fewest instructions among the variants within the 1 pt accuracy budget
-    within = {row["variant"]: counts[row["variant"]] for row in summary["variants"] if row["variant"] in ranked
-              and row["gate"] != "fail" and row["accuracy"] >= summary["float_accuracy"] - 0.01}
-    best = min(within, key=within.get)
+    # the recommendation: the fewest instructions among the counts within the 1 pt accuracy budget
+    within = {(row["variant"], python): n for row in summary["variants"] for (variant, python), n in ranked.items()
+              if variant == row["variant"] and row["gate"] != "fail"
+              and row["accuracy"] >= summary["float_accuracy"] - 0.01}
+    best, python = min(within, key=lambda key: (within[key], key[1]))
     choice = summary["runtime_choice"]["recommended"]
-    assert choice["variant"] == best and choice["instructions"] == within[best]
+    assert (choice["variant"], choice["python"]) == (best, python) and choice["instructions"] == within[best, python]
     stdout = " ".join(result.stdout.split())
     assert f"Fastest runtime for rpi5: {best} in " in stdout
+    assert ("--runtime native" in choice["bundle"]) == (not python)
     assert "from emulated counts on Cortex-A76, not timed on a board" in stdout
     assert "Python bundles include Python's per-call work" in stdout
     # the format no runtime is counted for: one line saying why, the rest ranked
