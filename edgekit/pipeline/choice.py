@@ -60,7 +60,7 @@ def runtime_choice(rows: Sequence, float_accuracy: float | None, max_drop_points
     recommended = None
     if best is not None:
         following = ranked[ranked.index(best) + 1:]
-        after = None if not following else {"variant": following[0]["variant"],
+        after = None if not following else {"variant": following[0]["variant"], "runtime": following[0]["runtime"],
                                             "ratio": following[0]["instructions"] / best["instructions"]}
         recommended = {**{k: best[k] for k in ("variant", "format", "runtime", "python", "instructions", "ratio")},
                        "next": after, "bundle": _bundle_command(best, target.name)}
@@ -125,7 +125,11 @@ def choice_line(choice: dict) -> str:
         return (f"No runtime to recommend for {choice['target']}: every counted variant failed its gate or its "
                 "quality budget.")
     where = "no Python on the board" if not best["python"] else "Python's per-call work included"
-    following = "" if best["next"] is None else f" (next: {best['next']['variant']}, {best['next']['ratio']:.2f}x)"
+    after = best["next"]
+    # the same file in its other runtime is named by the runtime
+    named = after and (after["variant"] if after["variant"] != best["variant"] else
+                       f"{after['variant']} in {after['runtime'].split(' (')[0]}")
+    following = "" if after is None else f" (next: {named}, {after['ratio']:.2f}x)"
     if best["ratio"] == 1.0:
         fewest = f"the fewest of {len(choice['ranked'])} counted"
     else:

@@ -33,7 +33,8 @@ def test_the_cheapest_count_across_formats_is_the_choice_and_ratios_are_to_it(tm
     assert [item["variant"] for item in choice["ranked"]] == ["int8-static-b", "int8-static-c", "fp32-a"]
     assert [round(item["ratio"], 6) for item in choice["ranked"]] == [1.0, 1.25, 2.5]
     assert choice["recommended"]["variant"] == "int8-static-b" and choice["recommended"]["python"] is True
-    assert choice["recommended"]["next"] == {"variant": "int8-static-c", "ratio": 1.25}
+    assert choice["recommended"]["next"] == {"variant": "int8-static-c", "runtime": "edgekit-run (no Python)",
+                                             "ratio": 1.25}
     line = choice_line(choice)
     assert line.startswith("Fastest runtime for rpi5: int8-static-b in ncnn (Python's per-call work included): "
                            "120,000 instructions per inference, the fewest of 3 counted (next: int8-static-c, 1.25x)")
@@ -92,10 +93,12 @@ def test_a_format_counted_both_ways_is_ranked_as_two_runtimes_and_the_cheaper_is
         ("fp32-onnx", "onnxruntime (Python)"), ("fp32-onnx", "edgekit-run (no Python)"),
         ("fp32-executorch", "edgekit-run (no Python)")]
     best = choice["recommended"]
-    assert best["python"] is True and best["next"] == {"variant": "fp32-onnx", "ratio": 500_000 / 499_000}
+    assert best["python"] is True and best["next"] == {"variant": "fp32-onnx", "runtime": "edgekit-run (no Python)",
+                                                       "ratio": 500_000 / 499_000}
     line = choice_line(choice)
     assert line.startswith("Fastest runtime for rpi5: fp32-onnx in onnxruntime (Python's per-call work included): "
-                           "499,000 instructions per inference, the fewest of 3 counted")
+                           "499,000 instructions per inference, the fewest of 3 counted (next: fp32-onnx in "
+                           "edgekit-run, 1.00x)")
     assert line.endswith(f"Bundle it: edgekit bundle {tmp_path} --format onnx --target rpi5")  # a Python bundle
 
     # the same two counts the other way round: edgekit-run wins, and ties go to no Python on the board
