@@ -58,7 +58,7 @@ def _edgekit_worker(job: dict) -> dict:
         nll, counted, t1 = 0.0, 0, time.perf_counter()
         for w in P.ppl_windows(len(ids), job.get("ppl_ctx", P.PPL_CTX), job.get("ppl_stride", P.PPL_STRIDE)):
             lm.reset()
-            rows = lm.feed_all(ids[w.begin:w.end], 0).numpy()
+            rows = lm.feed_all(ids[w.begin:w.end - 1], 0, keep_from=w.scored_rows.start).numpy()  # the scored rows
             part, n = P.window_nll(rows, ids, w)
             nll, counted = nll + part, counted + n
         out.update(tokens_counted=counted, nll_sum=nll, ppl=P.perplexity(nll, counted), eval_s=time.perf_counter() - t1)

@@ -32,9 +32,9 @@ def program_format() -> str:
 @dataclass
 class CachedLM:
     """``feed(ids, start) -> logits`` (1-D float32 torch tensor of the token after ``ids``);
-    ``feed_all`` the logits of every position fed."""
+    ``feed_all`` the logits of every position fed (or of the positions from ``keep_from`` on)."""
 
-    feed_fn: Callable[[list[int], int], Any]  # -> (T, vocab) float32 logits of every fed position
+    feed_fn: Callable[[list[int], int], Any]  # -> (T, vocab) float32 logits of the fed positions (see all_positions)
     reset_fn: Callable[[], None]
     context: int  # cache positions: prompt + new tokens never exceed it
     format: str
@@ -42,12 +42,13 @@ class CachedLM:
     path: Path
     max_feed: int  # the most ids one call takes (a program's planned prefill length)
     feed_last_fn: Callable[[list[int], int], Any] | None = None  # -> (vocab,) logits of the last position only
+    all_positions: bool = True  # False: feed_fn returns only the last fed position's row, (1, vocab)
 
     def feed(self, ids: list[int], start: int):
         if self.feed_last_fn is not None:
             self._check(ids, start)
             return self.feed_last_fn(ids, start)
-        return self.feed_all(ids, start)[-1]
+        return self.feed_all(ids, start, keep_from=len(ids) - 1)[-1]
 
     def _check(self, ids: list[int], start: int) -> None:
         if not ids:
@@ -55,14 +56,24 @@ class CachedLM:
         if start < 0 or start + len(ids) > self.context:
             raise UsageError(f"{start + len(ids)} tokens do not fit this model's context of {self.context} tokens")
 
-    def feed_all(self, ids: list[int], start: int):
-        """Like ``feed``, but the (T, vocab) logits of every fed position (perplexity needs them)."""
+    def feed_all(self, ids: list[int], start: int, keep_from: int = 0):
+        """Like ``feed``, but the (T - keep_from, vocab) logits of the fed positions ``keep_from`` on
+        (perplexity needs them). A program that returns only the last position's logits is fed
+        ``ids[:keep_from + 1]`` at once and every later id in a call of its own."""
         import torch
 
         self._check(ids, start)
-        parts = [self.feed_fn(ids[at:at + self.max_feed], start + at)  # past the planned length: in slices
-                 for at in range(0, len(ids), self.max_feed)]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        if not 0 <= keep_from < len(ids):
+            raise UsageError(f"keep_from {keep_from} is not a position of the {len(ids)} ids fed")
+        at_once = len(ids) if self.all_positions else keep_from + 1
+        parts = [self.feed_fn(ids[at:min(at + self.max_feed, at_once)], start + at)  # past max_feed: in slices
+                 for at in range(0, at_once, self.max_feed)]
+        if self.all_positions:
+            rows = parts[0] if len(parts) == 1 else torch.cat(parts)
+            return rows[keep_from:]
+        rows = [parts[-1][-1:]] + [self.feed_fn([token], start + pos)[-1:]
+                                   for pos, token in enumerate(ids[at_once:], at_once)]
+        return rows[0] if len(rows) == 1 else torch.cat(rows)
 
     def reset(self) -> None:
         self.reset_fn()
@@ -101,8 +112,12 @@ def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "f
 
 def program_cached(path: Path, details: dict, threads: int | None = None) -> CachedLM:
     """An ExecuTorch program written by ``edgekit.llm.program`` as a ``CachedLM``: its ``forward``
-    is ``(tokens (1, T), input_pos (T,)) -> logits (1, T, vocab)`` and its cache is program state."""
+    is ``(tokens (1, T), input_pos (T,)) -> logits`` of the last position, (1, 1, vocab) (the
+    manifest's ``"logits": "last position"``), or, made by an older edgekit, of every position,
+    (1, T, vocab); its cache is program state."""
     import torch
+
+    from edgekit.llm.program import LAST_POSITION
 
 
     context = int(details["context"])
@@ -126,7 +141,8 @@ def program_cached(path: Path, details: dict, threads: int | None = None) -> Cac
         position past the last one fed, so what an earlier, longer one left there is unseen."""
 
     load()
-    return CachedLM(feed, reset, context, executorch.FORMAT.name, str(details.get("precision", "fp32")), path, max_feed)
+    return CachedLM(feed, reset, context, executorch.FORMAT.name, str(details.get("precision", "fp32")), path, max_feed,
+                    all_positions=details.get("logits") != LAST_POSITION)
 
 
 def open_cached(folder: Path, manifest, fmt: str | None = None, threads: int | None = None,

@@ -1,7 +1,8 @@
 """A Llama-family model as an ExecuTorch program with its KV cache inside: fp32, int8 or int4.
 
-The program's ``forward(tokens (1, T), input_pos (T,))`` is ``Llama.step``: T up to
-``max_prefill`` for the prompt, then 1 per new token; each layer's cache is a mutable buffer of
+The program's ``forward(tokens (1, T), input_pos (T,))`` is ``Llama.step`` returning the last
+position's logits (1, 1, vocab) (programs of older edgekits return every position's, (1, T, vocab);
+readers take the last row of either): T up to ``max_prefill`` for the prompt, then 1 per new token; each layer's cache is a mutable buffer of
 the program, the linears delegated to XNNPACK. The cache is updated and attended to either with
 ExecuTorch's standard operators (``kernels="portable"``: an in-place ``index_put`` and attention
 over the positions fed so far; ``edgekit-run`` runs it on a board, no Python) or with its fused LLM
@@ -39,6 +40,8 @@ MAX_PREFILL = 128  # prompt tokens one call takes; longer prompts go in slices (
 # with ExecuTorch's fused LLM kernels, which only its Python package carries (host only).
 KERNELS = ("portable", "llm")
 DEFAULT_KERNELS = "portable"
+# the manifest's "logits" of a program that returns only the last fed position's (older ones: every position's)
+LAST_POSITION = "last position"
 
 
 # The shared libraries of the executorch wheel that hold its LLM kernels (llama::update_cache,
@@ -188,6 +191,7 @@ def export_program(model, precision: str, path: Path, provenance: dict, group_si
         model.use_fused_kernels(False)
     details = {"variant": f"{precision}-executorch", "delegate": "xnnpack", "api": "torch.export",
                "kv_cache": "static, inside the program", "context": int(model.max_len), "max_prefill": max_prefill,
+               "logits": LAST_POSITION,
                "quantization": recipe, "precision": precision, "kernels": kernels}
     say("lowering to XNNPACK (minutes for a 100M-parameter model)")
     details["delegated_subgraphs"] = executorch.lower(program, path, {**provenance, **details},

@@ -97,13 +97,13 @@ def measure(lm, ids: list[int], window: int = DEFAULT_WINDOW, stride: int = DEFA
     nll, count, agree = 0.0, 0, 0
     for begin, end, first in windows(len(ids), window, stride):
         lm.reset()
-        logits = lm.feed_all(ids[begin:end], 0)
-        rows = logits[first - 1 - begin:end - 1 - begin].double()
+        # the rows that predict ids[first:end]: positions first-1 .. end-2 of the window
+        rows = lm.feed_all(ids[begin:end - 1], 0, keep_from=first - 1 - begin).double()
         target = torch.tensor(ids[first:end], dtype=torch.long)
         nll += float(-(torch.log_softmax(rows, dim=-1).gather(1, target[:, None])).sum())
         count += len(target)
         if reference is not None:
             reference.reset()
-            ref = reference.feed_all(ids[begin:end], 0)[first - 1 - begin:end - 1 - begin]
+            ref = reference.feed_all(ids[begin:end - 1], 0, keep_from=first - 1 - begin)
             agree += int((rows.argmax(dim=-1) == ref.argmax(dim=-1)).sum())
     return Quality(math.exp(nll / count), count, agree / count if reference is not None else None)

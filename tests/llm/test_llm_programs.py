@@ -127,6 +127,100 @@ def test_the_recorded_perplexity_is_the_programs_own(tiny_llm):
     assert manifest.files[0].details["quality"]["perplexity"] == pytest.approx(math.exp(float(nll) / 199), rel=1e-3)
 
 
+def _raw_logits(pte, ids, start=0):
+    """What the program's ``forward`` itself returns for ``ids`` at ``start`` (a fresh load)."""
+    import torch
+
+    from edgekit.formats import executorch
+    from edgekit.llm.program import load_runtime_kernels
+
+    load_runtime_kernels()
+    method = executorch.load_method(pte)
+    return method.execute((torch.tensor([ids]), torch.arange(start, start + len(ids))))[0]
+
+
+@pytest.mark.parametrize("which, quantized, rel", [(1, False, 1e-4), (2, True, 0.05)])
+def test_the_program_returns_only_the_last_positions_logits(tiny_llm, which, quantized, rel):
+    """Each program's output is (1, 1, vocab): the last row of the every-position logits of the
+    float model's plain causal forward (no cache), for int4 after the same torchao quantization in
+    torch (int4 moves a random tiny model's logits by ~25 % of their norm; the lowered kernels'
+    own rounding, ~2.5 %); the manifest says so."""
+    import torch
+
+    from edgekit.llm.program import load_kernels, quantize_module
+
+    folder = tiny_llm[which]
+    details = json.loads((folder / "manifest.json").read_text())["files"][0]["details"]
+    assert details["logits"] == "last position"
+    got = _raw_logits(folder / "model.pte", PROMPT * 3)
+    model = _float_module(tiny_llm[0]).eval()
+    if quantized:
+        load_kernels()
+        quantize_module(model, details["precision"], details["quantization"]["group_size"])
+    with torch.no_grad():
+        want = model(torch.tensor([PROMPT * 3]))[:, -1:]
+    assert tuple(got.shape) == (1, 1, 300)
+    assert float((got - want).norm() / want.norm()) < rel
+    assert int(got.argmax()) == int(want.argmax())
+
+
+def test_perplexity_through_a_last_only_program_is_the_float_models(tiny_llm):
+    """Overlapping windows (64 ids every 24) scored through the fp32 program, which returns one
+    row per call, equal perplexity computed by hand from the float module's every-position logits
+    over the same windows (each window from scratch, each id scored once)."""
+    import torch
+
+    from edgekit.llm.quality import measure, windows
+
+    ids = [(i * 37 + 11) % 300 for i in range(150)]
+    spans = [(0, 64, 1), (24, 88, 64), (48, 112, 88), (72, 136, 112), (96, 150, 136)]
+    assert windows(len(ids), 64, 24) == spans
+    model = _float_module(tiny_llm[0]).eval()
+    nll = 0.0
+    for begin, end, first in spans:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[begin:end]]))[0].double()
+        rows = torch.log_softmax(logits[first - 1 - begin:end - 1 - begin], dim=-1)
+        nll -= float(rows.gather(1, torch.tensor(ids[first:end])[:, None]).sum())
+    got = measure(_open(tiny_llm[1], "executorch"), ids, window=64, stride=24)
+    assert got.tokens == 149
+    assert got.perplexity == pytest.approx(math.exp(nll / 149), rel=1e-5)
+
+
+def test_a_program_of_every_positions_logits_still_runs(tiny_llm, tmp_path):
+    """A program as older edgekits wrote it (forward -> (1, T, vocab), no "logits" in its details):
+    generation takes its last row and perplexity its rows, as from a last-only program."""
+    import torch
+
+    from edgekit.formats import executorch
+    from edgekit.llm.cached import program_cached
+    from edgekit.llm.program import load_kernels
+
+    class EveryPosition(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, tokens, input_pos):
+            return self.model.step(tokens, input_pos)
+
+    load_kernels()
+    model = _float_module(tiny_llm[0]).eval()
+    length = torch.export.Dim("tokens", min=1, max=128)
+    with torch.no_grad():
+        exported = torch.export.export(EveryPosition(model), (torch.zeros(1, 2, dtype=torch.long), torch.arange(2)),
+                                       dynamic_shapes=({1: length}, {0: length}), strict=False)
+    executorch.lower(exported, tmp_path / "old.pte", {}, in_place_buffers=True)
+    assert tuple(_raw_logits(tmp_path / "old.pte", PROMPT).shape) == (1, len(PROMPT), 300)
+    old = program_cached(tmp_path / "old.pte", {"context": 256, "max_prefill": 128}, threads=1)
+    new = _open(tiny_llm[1], "executorch")
+    assert _greedy(old, PROMPT * 20, 8) == _greedy(new, PROMPT * 20, 8)  # 160 ids: two prefill slices
+    old.reset()
+    new.reset()
+    assert torch.allclose(old.feed_all(PROMPT, 0, keep_from=3), new.feed_all(PROMPT, 0, keep_from=3),
+                          rtol=1e-4, atol=1e-4)
+
+
 def test_generate_runs_the_int4_program(tiny_llm):
     """Greedy ids from `edgekit generate` on the int4 artifact are the program's own argmax chain."""
     _, _, int4 = tiny_llm
