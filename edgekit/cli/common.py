@@ -66,6 +66,9 @@ def handles_errors(func: Callable) -> Callable:
                     # kernel notices, transformers, ONNX Runtime's quantizer, torchao): errors
                     # still pass, and --debug shows everything.
                     logging.disable(logging.WARNING)
+                # JAX (litert-torch's) warns at every fork once imported; edgekit forks only to start
+                # programs (the child execs at once), and a pipeline starts dozens after a tflite export
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
                 return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise

@@ -63,7 +63,6 @@ def convert(program_or_model, examples: tuple, inputs, path: Path, quant_config=
     """``program_or_model`` converted at batch 1 and written as ``path``; the converter's facts."""
     import tempfile
 
-
     _check_inputs(inputs)
     with quiet():
         import litert_torch

@@ -141,3 +141,22 @@ def test_a_malformed_tflite_is_one_line(content, tmp_path):
     bad.write_bytes(content)
     result = runner.invoke(app, ["bench", str(bad), "--min-runs", "1", "--min-time", "0", "--warmup", "0"])
     assert "model.tflite" in one_line_error(result, 1)  # bench's exit for a model that will not load
+
+
+def test_programs_started_after_an_export_print_no_jax_fork_warning(digits_checkpoint, tmp_path):
+    # JAX warns at every fork of a process that imported it, and a pipeline starts dozens of programs
+    # after its tflite export (bench workers and sandboxes, with a preexec function: a real fork)
+    script = ("import subprocess, sys\n"
+              "from typer.testing import CliRunner\n"
+              "from edgekit.cli.app import app\n"
+              "done = CliRunner().invoke(app, ['export', sys.argv[1], '--format', 'tflite', '--out', sys.argv[2]])\n"
+              "assert done.exit_code == 0, done.output\n"
+              "import jax\n"
+              "done = CliRunner().invoke(app, ['bench', sys.argv[2], '--processes', '1', '--min-runs', '2', "
+              "'--min-time', '0'])\n"
+              "assert done.exit_code == 0, done.output\n"
+              "sys.stderr.write(done.output)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(digits_checkpoint), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "default"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "JAX is multithreaded" not in done.stderr
