@@ -149,8 +149,8 @@ def measure(args) -> dict:
         quantize_s[gguf_type] = round(time.perf_counter() - t_q, 1) if made else None
         A._say(f"{gguf_type}: {'made' if made else 'reused'} {files[gguf_type]}")
 
-    if args.edgekit:
-        pte, details = _edgekit_artifact(args.edgekit)
+    programs = {folder: _edgekit_artifact(folder) for folder in args.edgekit}
+    if programs:
         from edgekit.native.build import build_runner
         from edgekit.native.toolchain import host_arch
 
@@ -166,12 +166,13 @@ def measure(args) -> dict:
             for gguf_type, path in files.items():
                 configs.append(Config(f"llama.cpp {build} {gguf_type}", "llama", t, path, path.stat().st_size,
                                       python=python, build=build, type=gguf_type))
-        if args.edgekit:
-            configs.append(Config(f"edgekit-run {details['precision']}", "edgekit-run", t, pte, details["bytes"],
-                                  runner=str(runner), context=details["context"], artifact=args.edgekit))
+        for folder, (pte, details) in programs.items():  # several: each named by its folder too
+            which = details["precision"] + (f" {Path(folder).name}" if len(programs) > 1 else "")
+            configs.append(Config(f"edgekit-run {which}", "edgekit-run", t, pte, details["bytes"],
+                                  runner=str(runner), context=details["context"], artifact=folder))
             if args.edgekit_python:
-                configs.append(Config(f"edgekit python {details['precision']}", "executorch", t, pte,
-                                      details["bytes"], context=details["context"], artifact=args.edgekit))
+                configs.append(Config(f"edgekit python {which}", "executorch", t, pte,
+                                      details["bytes"], context=details["context"], artifact=folder))
         if args.checkpoint:
             configs.append(Config("edgekit checkpoint fp32 (torch)", "checkpoint", t, folder / ckpt.path, ckpt.bytes,
                                   context=int(ckpt.details["context"]), artifact=args.checkpoint))
@@ -330,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: Q4_1,Q4_0,Q4_K_M,Q8_0)")
     parser.add_argument("--threads", type=A._thread_list, default=[1, 2], help="thread counts (default: 1,2)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default: %(default)s)")
-    parser.add_argument("--edgekit", metavar="FOLDER", help="an edgekit artifact with a .pte: run on edgekit-run")
+    parser.add_argument("--edgekit", action="append", default=[], metavar="FOLDER",
+                        help="an edgekit artifact with a .pte: run on edgekit-run (repeatable: programs side by side)")
     parser.add_argument("--edgekit-python", action="store_true",
                         help="also run that .pte on ExecuTorch's Python runtime")
     parser.add_argument("--checkpoint", metavar="FOLDER", help="an edgekit artifact whose float checkpoint to run")

@@ -135,7 +135,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True, help="holds llama_cpp_python-0.3.36/ and the builds")
     parser.add_argument("--bundle", action="append", default=[], metavar="CORE=DIR",
-                        help="a native bundle of the int4 program for that core (cortex-a72=dist/smol-rpi4)")
+                        help="a native bundle of the int4 program for that core (cortex-a72=dist/smol-rpi4); "
+                        "repeatable, also for one core: programs side by side, each named by its folder")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--types", default=",".join(TYPES))
     parser.add_argument("--json", type=Path)
@@ -151,7 +152,10 @@ def main() -> None:
     prompt = P.prompt_ids(gguf)
     ids = ",".join(map(str, prompt))
     files = quantized(args.work, src, gguf)
-    bundles = dict(item.split("=", 1) for item in args.bundle)
+    bundles: dict[str, list[str]] = {}
+    for item in args.bundle:
+        cpu, _, folder = item.partition("=")
+        bundles.setdefault(cpu, []).append(folder)
     rows = []
     for cpu in CORES:
         driver = cross_build(args.work, src, cpu)
@@ -161,14 +165,17 @@ def main() -> None:
                          "ids": [int(i) for i in out.split(",")]})
             print(f"{cpu} llama.cpp {kind}: {rows[-1]['prompt'] / 1e6:.2f} M / prompt token, "
                   f"{rows[-1]['decode'] / 1e6:.2f} M / decoded token", flush=True)
-        if cpu in bundles:
-            c = count_generate(open_bundle(Path(bundles[cpu])), cpu, steps=args.steps, prompt_ids=prompt)
-            rows.append({"cpu": cpu, "runtime": "edgekit-run", "type": "int4 .pte", "prompt": c["per_prompt_token"],
+        for folder in bundles.get(cpu, []):
+            c = count_generate(open_bundle(Path(folder)), cpu, steps=args.steps, prompt_ids=prompt)
+            kind = "int4 .pte" if len(bundles[cpu]) == 1 else Path(folder).name
+            print(f"{cpu} edgekit-run {kind}: {c['per_prompt_token'] / 1e6:.2f} M / prompt token, "
+                  f"{c['per_decoded_token'] / 1e6:.2f} M / decoded token", flush=True)
+            rows.append({"cpu": cpu, "runtime": "edgekit-run", "type": kind, "prompt": c["per_prompt_token"],
                          "decode": c["per_decoded_token"], "decode_simd_fp": c["decode"]["simd_fp"] / args.steps,
                          "ids": c["tokens"]})
     print(f"\nSmolLM2-135M, {P.PROMPT_TOKENS} prompt ids in one call, {args.steps} decode steps, 1 thread, "
           f"aarch64 instructions per token (M) under QEMU")
-    print(f"{'core':<11} {'runtime':<12} {'type':<10} {'/prompt tok':>12} {'/decoded tok':>13} {'SIMD/FP':>8}  "
+    print(f"{'core':<11} {'runtime':<12} {'type':<16} {'/prompt tok':>12} {'/decoded tok':>13} {'SIMD/FP':>8}  "
           f"{'x best (prompt, decode)':>24}")
     summary = {}
     for cpu in CORES:
@@ -178,7 +185,7 @@ def main() -> None:
         best_prompt = min(ours, key=lambda r: r["prompt"])
         for r in mine:
             r["x_best"] = (r["prompt"] / best_prompt["prompt"], r["decode"] / best["decode"])
-            print(f"{cpu:<11} {r['runtime']:<12} {r['type']:<10} {r['prompt'] / 1e6:>12.2f} {r['decode'] / 1e6:>13.2f} "
+            print(f"{cpu:<11} {r['runtime']:<12} {r['type']:<16} {r['prompt'] / 1e6:>12.2f} {r['decode'] / 1e6:>13.2f} "
                   f"{r['decode_simd_fp'] / 1e6:>8.2f}  {r['x_best'][0]:>11.2f}x {r['x_best'][1]:>11.2f}x")
         q4_1 = next((r for r in ours if r["type"] == "Q4_1"), None)
         for r in mine:
