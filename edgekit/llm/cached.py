@@ -119,7 +119,6 @@ def program_cached(path: Path, details: dict, threads: int | None = None) -> Cac
 
     from edgekit.llm.program import LAST_POSITION
 
-
     context = int(details["context"])
     max_feed = int(details.get("max_prefill", context))
     loaded: dict = {}

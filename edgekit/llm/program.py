@@ -2,12 +2,12 @@
 
 The program's ``forward(tokens (1, T), input_pos (T,))`` is ``Llama.step`` returning the last
 position's logits (1, 1, vocab) (programs of older edgekits return every position's, (1, T, vocab);
-readers take the last row of either): T up to ``max_prefill`` for the prompt, then 1 per new token; each layer's cache is a mutable buffer of
-the program, the linears delegated to XNNPACK. The cache is updated and attended to either with
-ExecuTorch's standard operators (``kernels="portable"``: an in-place ``index_put`` and attention
-over the positions fed so far; ``edgekit-run`` runs it on a board, no Python) or with its fused LLM
-kernels (``kernels="llm"``: ``llama::update_cache``, ``llama::custom_sdpa``; only the ``executorch``
-Python package has them).
+readers take the last row of either): T up to ``max_prefill`` for the prompt, then 1 per new
+token; each layer's cache is a mutable buffer of the program, the linears delegated to XNNPACK.
+The cache is updated and attended to either with ExecuTorch's standard operators
+(``kernels="portable"``: an in-place ``index_put`` and attention over the positions fed so far;
+``edgekit-run`` runs it on a board, no Python) or with its fused LLM kernels (``kernels="llm"``:
+``llama::update_cache``, ``llama::custom_sdpa``; only the ``executorch`` Python package has them).
 
 Precisions (torchao ``quantize_`` on the module before ``torch.export``):
 
