@@ -58,6 +58,7 @@ SLOW_FILES: dict[str, str] = {
     "tests/models/test_lm_int8.py": "10+ CPU-s, cut at 45 s",
     "tests/models/test_models_text.py": "9+ CPU-s, cut at 45 s",
     "tests/native/test_native_onnx.py": "9+ CPU-s, cut at 45 s",
+    "tests/native/test_native_ncnn.py": "11 CPU-s with its aarch64 runner cached (building it: ~40 CPU-s more)",
     "tests/native/test_native_runner.py": "4+ CPU-s, cut at 45 s",
     "tests/quantize/test_calibration_sources.py": "10+ CPU-s, cut at 45 s",
     "tests/quantize/test_calibration_streaming.py": "9+ CPU-s, cut at 45 s",

@@ -38,8 +38,10 @@ RUN_SCRIPT = "run.sh"
 NOTICES = "THIRD_PARTY_NOTICES.txt"
 RUNTIME_NAME = "executorch-native"
 ORT_RUNTIME_NAME = "onnxruntime-native"
-# board runtimes (Board.runtime) whose own wheel carries a C library edgekit-run binds natively
-LIBRARY_RUNTIMES = {"onnxruntime": ORT_RUNTIME_NAME}
+NCNN_RUNTIME_NAME = "ncnn-native"
+# board runtimes (Board.runtime) with a C library edgekit-run runs on: ONNX Runtime's from its wheel,
+# ncnn's built from its source distribution
+LIBRARY_RUNTIMES = {"onnxruntime": ORT_RUNTIME_NAME, "ncnn": NCNN_RUNTIME_NAME}
 RUNTIMES = ("python", "native")
 CHECK_TIMEOUT_S = 600.0
 Progress = Callable[[str], None]
@@ -67,6 +69,8 @@ def add_native(work: Path, spec: formats.Format, target: Target, precision: str,
     """Put the runner, its libraries, run.sh (``script``, else the output check's) and the notices into
     the bundle being built (its model: ``spec``'s file name); what bundle.json records about them."""
     model_name = spec.files.file_name
+    if not spec.board.native_runner and spec.board.runtime == "ncnn":
+        return _add_ncnn(work, model_name, target, precision, progress, script)
     if not spec.board.native_runner and spec.board.runtime in LIBRARY_RUNTIMES:
         return _add_library_runtime(work, model_name, target, precision, progress, script)
 
@@ -113,6 +117,35 @@ def _add_library_runtime(work: Path, model_name: str, target: Target, precision:
                    "runtime_label": f"ONNX Runtime {dist.version}", "onnxruntime_version": dist.version,
                    "onnxruntime_source": dist.source, "onnxruntime_wheel_sha256": dist.wheel_sha256,
                    "c_api_version": API_VERSION, "build_key": runner.key},
+    }
+
+
+def _add_ncnn(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
+              script: str | None) -> dict:
+    """The ncnn build of edgekit-run and libncnn.so built from the installed ncnn's source."""
+    from edgekit.native.ncnn_build import build_ncnn_runner
+    from edgekit.native.ncnn_source import LIBRARY as NCNN_LIBRARY
+
+    runner = build_ncnn_runner(target.arch, target.mcpu or None, progress)
+    shutil.copyfile(runner.binary, work / RUNNER)
+    os.chmod(work / RUNNER, 0o755)
+    (work / LIB_DIR).mkdir()
+    shutil.copyfile(runner.library, work / LIB_DIR / NCNN_LIBRARY)
+    (work / RUN_SCRIPT).write_text(script or run_script(model_name, target, precision), encoding="utf-8")
+    os.chmod(work / RUN_SCRIPT, 0o755)
+    dist = runner.dist
+    licence = dist.license.read_text(encoding="utf-8", errors="replace").strip() if dist.license.is_file() else ""
+    (work / NOTICES).write_text(
+        f"edgekit-run is edgekit's own code, compiled against ncnn's C API header; lib/{NCNN_LIBRARY} is ncnn "
+        f"{dist.version} (https://github.com/Tencent/ncnn), built from its source distribution on the package index "
+        f"(SHA-256 {dist.sdist_sha256}), under the licence it ships:\n\n== LICENSE.txt ==\n\n{licence}\n",
+        encoding="utf-8")
+    return {
+        "runtime": {"name": NCNN_RUNTIME_NAME, "version": dist.version},
+        "native": {"runner": RUNNER, "entry": RUN_SCRIPT, "libraries": [f"{LIB_DIR}/{NCNN_LIBRARY}"],
+                   "arch": target.arch, "cpu": target.mcpu or None, "compiler": runner.toolchain.version,
+                   "runtime_label": f"ncnn {dist.version}", "ncnn_version": dist.version,
+                   "ncnn_sdist_sha256": dist.sdist_sha256, "build_key": runner.key},
     }
 
 

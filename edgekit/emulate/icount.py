@@ -53,9 +53,10 @@ MAX_THREADS = 64
 TIMEOUT_S = 1800.0
 INSIDE = "/qemu-plugin"  # where the host's qemu-aarch64, its libraries' loader and the plugin lie in the sandbox
 LOG_BYTES = 1 << 20
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.(pte|onnx)")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.(pte|onnx|param)")
 # the formats a cached aarch64 edgekit-run runs, each with its own build (one backend per binary)
 RUNNERS = {"executorch": "ExecuTorch programs (.pte)", "onnx": "ONNX models (.onnx)"}
+MODEL_NAMES = {"onnx": "model.onnx", "ncnn": "model.ncnn.param"}
 Progress = Callable[[str], None]
 
 
@@ -76,8 +77,10 @@ def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: 
         shutil.copyfile(runner.binary, folder / RUNNER_NAME)
         os.chmod(folder / RUNNER_NAME, 0o755)
         shutil.copytree(runner.folder / "lib", folder / "lib")
-        name = program.name if SAFE_NAME.fullmatch(program.name) else f"model{program.suffix if fmt == 'onnx' else '.pte'}"
+        name = program.name if SAFE_NAME.fullmatch(program.name) else MODEL_NAMES.get(fmt, "model.pte")
         shutil.copyfile(program, folder / name)
+        if fmt == "ncnn" and program.with_suffix(".bin").is_file():  # the graph's weights, beside it
+            shutil.copyfile(program.with_suffix(".bin"), (folder / name).with_suffix(".bin"))
         manifest = program.parent / "manifest.json"  # the inputs' names, shapes and batch axis, as on the board
         if name == program.name and manifest.is_file() and not manifest.is_symlink():
             shutil.copyfile(manifest, folder / "manifest.json")
@@ -190,6 +193,10 @@ def _bench_document(stdout: str, timed: int) -> dict:
 
 
 def _build_runner(fmt: str, cpu: str, progress: Progress | None):
+    if fmt == "ncnn":
+        from edgekit.native.ncnn_build import build_ncnn_runner
+
+        return build_ncnn_runner("aarch64", cpu, progress)
     if fmt == "onnx":
         from edgekit.native.ort_build import build_ort_runner
 

@@ -37,6 +37,7 @@ KERNELS = ("libexecutorch_kernels_optimized.so", "libexecutorch_kernels_quantize
 BACKEND_SOURCES = {
     "executorch": ("program.cpp", "runtime_setup.cpp", "executorch_log.cpp"),
     "onnxruntime": ("ort_backend.cpp", "ort_library.cpp", "ort_library.h"),
+    "ncnn": ("ncnn_backend.cpp",),
 }
 BUILT = "build.json"  # written last into a finished build's folder
 BUILD_PREFIX = ".build."  # a build in progress, in the entry's folder
