@@ -26,7 +26,7 @@ from edgekit.bundle import layout, native
 from edgekit.core.targets import load_target
 from edgekit.emulate.bundle import open_bundle
 from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
-from edgekit.emulate.icount import RUNNERS, count_per_run, count_bundle
+from edgekit.emulate.icount import RUNNERS, SOURCE_BUILT, count_per_run, count_bundle
 from edgekit.emulate.icount_plugin import plugin_qemu
 
 NOTE = ("instructions: executed aarch64 instructions per inference on the target's core, counted under QEMU "
@@ -50,15 +50,16 @@ def bench_emulated(paths: Iterable[str | os.PathLike], *, target: str | None = N
 
 
 def _bundle(path: Path, target: str | None, threads: int, runs: int, progress: Progress | None) -> BenchResult:
+    on_wheel_library = [name for name in RUNNERS if name not in SOURCE_BUILT]
     python_counted = [name for name in formats.names()
-                      if formats.get(name).board.counted_in_python and name not in RUNNERS]
+                      if formats.get(name).board.counted_in_python and name not in on_wheel_library]
     bundle = open_bundle(path)
     if target is not None and target != bundle.target:
         raise UsageError(f"{path} is a bundle for {bundle.target}, not {target}; drop --target, or bundle it for {target}")
     cpu, notes = _cpu(bundle.target)
     if native.is_native(bundle.info):
         counts = count_bundle(bundle, cpu, threads=threads, runs=runs, progress=progress)
-    elif bundle.format in RUNNERS:  # a Python bundle: its model, run by edgekit-run on the same runtime's kernels
+    elif bundle.format in on_wheel_library:  # a Python bundle: its model, run by edgekit-run on the same runtime's kernels
         counts = count_per_run(bundle.model, bundle.format, cpu, threads=threads, runs=runs, progress=progress)
         runtime = bundle.info.get("runtime") or {}
         notes.append(f"a Python bundle: its model was counted with edgekit's own aarch64 edgekit-run, on the kernels of "
@@ -86,7 +87,7 @@ def _program(path: Path, target: str | None, threads: int, runs: int, progress: 
     model = resolve_model(path)
     if model.format not in RUNNERS:
         raise UsageError(f"bench --emulate counts {', '.join(RUNNERS.values())} and native bundles; "
-                         f"{model.path.name} is {model.format}: export it with --format executorch or onnx")
+                         f"{model.path.name} is {model.format}: export it with --format {' or '.join(RUNNERS)}")
     cpu, notes = _cpu(target)
     counts = count_per_run(model.path, model.format, cpu, threads=threads, runs=runs, progress=progress)
     entry = model.entry

@@ -55,7 +55,11 @@ INSIDE = "/qemu-plugin"  # where the host's qemu-aarch64, its libraries' loader 
 LOG_BYTES = 1 << 20
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.(pte|onnx|param)")
 # the formats a cached aarch64 edgekit-run runs, each with its own build (one backend per binary)
-RUNNERS = {"executorch": "ExecuTorch programs (.pte)", "onnx": "ONNX models (.onnx)"}
+RUNNERS = {"executorch": "ExecuTorch programs (.pte)", "onnx": "ONNX models (.onnx)", "ncnn": "ncnn models (.param)"}
+# the formats whose edgekit-run library is built from the runtime's source, not taken from the wheel a
+# Python bundle pins (ONNX Runtime's and ExecuTorch's are the wheel's): their Python bundles are counted
+# with their own wheel, not with edgekit-run
+SOURCE_BUILT = ("ncnn",)
 MODEL_NAMES = {"onnx": "model.onnx", "ncnn": "model.ncnn.param"}
 Progress = Callable[[str], None]
 

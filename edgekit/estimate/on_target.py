@@ -86,7 +86,9 @@ class Counter:
 
     def _counts(self, path: Path, fmt: str) -> dict:
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            weights = path.with_suffix(".bin") if fmt == "ncnn" else None  # ncnn's graph names no weights: both files
+            digest = hashlib.sha256(path.read_bytes() + (weights.read_bytes() if weights and weights.is_file() else b"")
+                                    ).hexdigest()
             if digest not in self.counted:
                 cpu, note = qemu_cpu_for(self.target.core, tuple(qemu_cpus(plugin_qemu())))
                 if note:

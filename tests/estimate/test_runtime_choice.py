@@ -25,7 +25,7 @@ def test_the_cheapest_count_across_formats_is_the_choice_and_ratios_are_to_it(tm
     from edgekit.estimate.on_target import counted_formats
 
     native, *_ = counted_formats()
-    rows = [row(tmp_path, "fp32-a", native, 300_000), row(tmp_path, "int8-static-b", "ncnn", 120_000),
+    rows = [row(tmp_path, "fp32-a", native, 300_000), row(tmp_path, "int8-static-b", "tflite", 120_000),
             row(tmp_path, "int8-static-c", native, 150_000),
             row(tmp_path, "fp32-d", "torchscript", None, note="not counted: no runtime of it is counted"),
             row(tmp_path, "int8-static-d", "torchscript", None, note="not counted: no runtime of it is counted")]
@@ -36,10 +36,10 @@ def test_the_cheapest_count_across_formats_is_the_choice_and_ratios_are_to_it(tm
     assert choice["recommended"]["next"] == {"variant": "int8-static-c", "runtime": "edgekit-run (no Python)",
                                              "ratio": 1.25}
     line = choice_line(choice)
-    assert line.startswith("Fastest runtime for rpi5: int8-static-b in ncnn (Python's per-call work included): "
+    assert line.startswith("Fastest runtime for rpi5: int8-static-b in ai-edge-litert (Python's per-call work included): "
                            "120,000 instructions per inference, the fewest of 3 counted (next: int8-static-c, 1.25x)")
     assert "from emulated counts on Cortex-A76, not timed on a board" in line
-    assert line.endswith(f"Bundle it: edgekit bundle {tmp_path} --format ncnn --target rpi5")
+    assert line.endswith(f"Bundle it: edgekit bundle {tmp_path} --format tflite --target rpi5")
     # the two uncounted variants share a reason: one line
     assert not_counted_lines(choice) == ["Not counted on Cortex-A76: fp32-d, int8-static-d: no runtime of it is counted"]
 

@@ -145,3 +145,13 @@ def test_verify_and_bench_emulated_count_the_native_bundle(rpi4_bundles, tmp_pat
     assert result["runtime"]["name"] == "ncnn-native"
     assert result["emulated"]["cpu"] == "cortex-a72" and result["emulated"]["runner"] == "edgekit-run of the bundle"
     assert result["emulated"]["instructions"]["per_run"] > 10_000
+
+    # the export's own file, counted by edgekit's cached runner for the core (what pipeline --target ranks):
+    # the same build and reference inputs as the bundle's, so the same count but for the runs' fixed share
+    plain = tmp_path / "plain.json"
+    done = cli.invoke(app, ["bench", str(rpi4_bundles["fp32"].parent / "fp32" / "model.ncnn.param"), "--emulate",
+                            "--target", "rpi4", "--json", str(plain)])
+    assert done.exit_code == 0, done.output[-2000:]
+    counted = json.loads(plain.read_text())["results"][0]["emulated"]
+    assert counted["runner"].startswith("edgekit-run ") and counted["cpu"] == "cortex-a72"
+    assert counted["instructions"]["per_run"] == pytest.approx(result["emulated"]["instructions"]["per_run"], rel=1e-3)
