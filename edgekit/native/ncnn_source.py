@@ -166,8 +166,7 @@ def _build(sdist: Path, toolchain: Toolchain, cmake: str, entry: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=".build.", dir=entry) as tmp:
         work = Path(tmp)
-        with tarfile.open(sdist, "r:gz") as archive:
-            archive.extractall(work / "src", filter="data")
+        _unpack(sdist, work / "src")
         roots = [p for p in (work / "src").iterdir() if (p / "CMakeLists.txt").is_file()]
         if len(roots) != 1:
             raise EdgekitError(f"{sdist.name} does not hold one CMake project; it cannot build ncnn's library")
@@ -194,6 +193,19 @@ def _build(sdist: Path, toolchain: Toolchain, cmake: str, entry: Path) -> None:
         if final.exists():
             shutil.rmtree(final)
         os.replace(staged, final)
+
+
+def _unpack(sdist: Path, dest: Path) -> None:
+    """The sdist's files and folders (member names checked: relative, inside ``dest``; no links or devices)."""
+    with tarfile.open(sdist, "r:gz") as archive:
+        members = archive.getmembers()
+        for member in members:
+            parts = Path(member.name).parts
+            if not (member.isfile() or member.isdir()) or Path(member.name).is_absolute() or ".." in parts \
+                    or member.size > MAX_SDIST_BYTES:
+                raise EdgekitError(f"{sdist.name} holds an unexpected member {member.name[:120]!r}; not unpacking it")
+            member.mode = 0o755 if member.isdir() else 0o644
+        archive.extractall(dest, members=members)
 
 
 def _toolchain_file(toolchain: Toolchain, work: Path) -> Path:

@@ -155,3 +155,27 @@ def test_verify_and_bench_emulated_count_the_native_bundle(rpi4_bundles, tmp_pat
     counted = json.loads(plain.read_text())["results"][0]["emulated"]
     assert counted["runner"].startswith("edgekit-run ") and counted["cpu"] == "cortex-a72"
     assert counted["instructions"]["per_run"] == pytest.approx(result["emulated"]["instructions"]["per_run"], rel=1e-3)
+
+
+@pytest.mark.parametrize("member", ["../escape.txt", "/abs/path.txt", "link"])
+def test_an_sdist_member_outside_its_folder_or_a_link_is_refused_before_unpacking(tmp_path, member):
+    import io
+    import tarfile
+
+    from edgekit.core.errors import EdgekitError
+    from edgekit.native.ncnn_source import _unpack
+
+    sdist = tmp_path / "ncnn-0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        good = tarfile.TarInfo("ncnn-0/CMakeLists.txt")
+        good.size = 3
+        archive.addfile(good, io.BytesIO(b"abc"))
+        bad = tarfile.TarInfo(member)
+        if member == "link":
+            bad.type, bad.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        else:
+            bad.size = 3
+        archive.addfile(bad, io.BytesIO(b"abc") if member != "link" else None)
+    with pytest.raises(EdgekitError, match="unexpected member"):
+        _unpack(sdist, tmp_path / "src")
+    assert not (tmp_path / "src").exists()  # nothing unpacked
