@@ -165,13 +165,13 @@ def test_a_board_bundle_is_not_timed_on_this_host(rpi4_bundle):
 @pytest.mark.parametrize("case", ["torchscript-only", "32-bit", "wheels"])
 def test_native_refusals_are_one_line_and_write_nothing(case, int8_pte, digits_checkpoint, tmp_path):
     before = snapshot(tmp_path)
-    if case == "torchscript-only":  # ONNX runs natively too (edgekit.native.ort_build); TorchScript does not
+    if case == "torchscript-only":  # ONNX and ncnn run natively too (ort_build, ncnn_build); TorchScript does not
         from edgekit.export.api import export
 
         export(digits_checkpoint, tmp_path / "ts-export", formats=("torchscript",), target="rpi4")
         before = snapshot(tmp_path)
         result = _bundle(tmp_path / "ts-export", "rpi4", tmp_path / "out")
-        message = "--runtime native runs onnx, executorch programs; this model is torchscript"
+        message = "--runtime native runs onnx, executorch, ncnn programs; this model is torchscript"
     elif case == "32-bit":
         target = tmp_path / "pi-armv7.toml"
         text = (Path(__file__).resolve().parents[2] / "targets" / "rpi4.toml").read_text()
