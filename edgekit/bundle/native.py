@@ -69,10 +69,9 @@ def add_native(work: Path, spec: formats.Format, target: Target, precision: str,
     """Put the runner, its libraries, run.sh (``script``, else the output check's) and the notices into
     the bundle being built (its model: ``spec``'s file name); what bundle.json records about them."""
     model_name = spec.files.file_name
-    if not spec.board.native_runner and spec.board.runtime == "ncnn":
-        return _add_ncnn(work, model_name, target, precision, progress, script)
     if not spec.board.native_runner and spec.board.runtime in LIBRARY_RUNTIMES:
-        return _add_library_runtime(work, model_name, target, precision, progress, script)
+        add = _LIBRARY_ADDERS[spec.board.runtime]
+        return add(work, model_name, target, precision, progress, script)
 
     runner = build_runner(target.arch, target.mcpu or None, progress)
     libraries = needed_libraries(work / model_name, runner)
@@ -147,6 +146,10 @@ def _add_ncnn(work: Path, model_name: str, target: Target, precision: str, progr
                    "runtime_label": f"ncnn {dist.version}", "ncnn_version": dist.version,
                    "ncnn_sdist_sha256": dist.sdist_sha256, "build_key": runner.key},
     }
+
+
+# how each of LIBRARY_RUNTIMES goes into a bundle: its build of edgekit-run, its library and notices
+_LIBRARY_ADDERS = {"onnxruntime": _add_library_runtime, "ncnn": _add_ncnn}
 
 
 def check_limits(precision: str) -> list[str]:

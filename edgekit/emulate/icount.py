@@ -24,12 +24,14 @@ library, QEMU's version and the plugin; the result records them, so a gate compa
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
 import secrets
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +45,7 @@ from edgekit.emulate.icount_plugin import plugin_library, plugin_qemu
 from edgekit.emulate.icount_root import add_host_program
 from edgekit.emulate.process import last_error, run_fenced
 from edgekit.emulate.sandbox import BUNDLE, bundle_sandbox
-from edgekit.native.build import RUNNER_NAME, build_runner
+from edgekit.native.build import RUNNER_NAME
 from edgekit.native.toolchain import CROSS
 
 CLASSES = ("simd_fp", "integer", "load", "store", "branch", "other")
@@ -54,14 +56,39 @@ TIMEOUT_S = 1800.0
 INSIDE = "/qemu-plugin"  # where the host's qemu-aarch64, its libraries' loader and the plugin lie in the sandbox
 LOG_BYTES = 1 << 20
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.(pte|onnx|param)")
-# the formats a cached aarch64 edgekit-run runs, each with its own build (one backend per binary)
-RUNNERS = {"executorch": "ExecuTorch programs (.pte)", "onnx": "ONNX models (.onnx)", "ncnn": "ncnn models (.param)"}
-# the formats whose edgekit-run library is built from the runtime's source, not taken from the wheel a
-# Python bundle pins (ONNX Runtime's and ExecuTorch's are the wheel's): their Python bundles are counted
-# with their own wheel, not with edgekit-run
-SOURCE_BUILT = ("ncnn",)
-MODEL_NAMES = {"onnx": "model.onnx", "ncnn": "model.ncnn.param"}
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CountedFormat:
+    """A format a cached aarch64 ``edgekit-run`` runs, with the build of it that has its backend (one
+    backend per binary)."""
+
+    label: str  # in messages: "ONNX models (.onnx)"
+    model_name: str  # the file's name when the user's is not a safe one
+    build: str  # "module:function" building edgekit-run with this backend: (arch, cpu, progress) -> a runner
+    # its library is the one the wheel of its Python bundle carries (ExecuTorch's, ONNX Runtime's), so a
+    # Python bundle's model may be counted with edgekit-run; ncnn's is built from source, so its Python
+    # bundles are counted with their own wheel
+    wheel_library: bool = True
+    companions: tuple[str, ...] = ()  # suffixes of files the model file reads beside it (ncnn's weights)
+
+
+COUNTED = {
+    "executorch": CountedFormat("ExecuTorch programs (.pte)", "model.pte", "edgekit.native.build:build_runner"),
+    "onnx": CountedFormat("ONNX models (.onnx)", "model.onnx", "edgekit.native.ort_build:build_ort_runner"),
+    "ncnn": CountedFormat("ncnn models (.param)", "model.ncnn.param", "edgekit.native.ncnn_build:build_ncnn_runner",
+                          wheel_library=False, companions=(".bin",)),
+}
+RUNNERS = {fmt: counted.label for fmt, counted in COUNTED.items()}  # the formats counted, for messages
+SOURCE_BUILT = tuple(fmt for fmt, counted in COUNTED.items() if not counted.wheel_library)
+
+
+def companion_files(program: Path, fmt: str) -> list[Path]:
+    """The files beside ``program`` that its runtime reads with it (ncnn's ``.bin`` weights), those present."""
+    spec = COUNTED.get(fmt)
+    found = [Path(program).with_suffix(suffix) for suffix in (spec.companions if spec else ())]
+    return [path for path in found if path.is_file()]
 
 
 def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: int = DEFAULT_RUNS,
@@ -81,10 +108,10 @@ def count_per_run(program: Path, fmt: str, cpu: str, *, threads: int = 1, runs: 
         shutil.copyfile(runner.binary, folder / RUNNER_NAME)
         os.chmod(folder / RUNNER_NAME, 0o755)
         shutil.copytree(runner.folder / "lib", folder / "lib")
-        name = program.name if SAFE_NAME.fullmatch(program.name) else MODEL_NAMES.get(fmt, "model.pte")
+        name = program.name if SAFE_NAME.fullmatch(program.name) else COUNTED[fmt].model_name
         shutil.copyfile(program, folder / name)
-        if fmt == "ncnn" and program.with_suffix(".bin").is_file():  # the graph's weights, beside it
-            shutil.copyfile(program.with_suffix(".bin"), (folder / name).with_suffix(".bin"))
+        for companion in companion_files(program, fmt):  # ncnn's weights, beside its graph
+            shutil.copyfile(companion, (folder / name).with_suffix(companion.suffix))
         manifest = program.parent / "manifest.json"  # the inputs' names, shapes and batch axis, as on the board
         if name == program.name and manifest.is_file() and not manifest.is_symlink():
             shutil.copyfile(manifest, folder / "manifest.json")
@@ -197,16 +224,8 @@ def _bench_document(stdout: str, timed: int) -> dict:
 
 
 def _build_runner(fmt: str, cpu: str, progress: Progress | None):
-    if fmt == "ncnn":
-        from edgekit.native.ncnn_build import build_ncnn_runner
-
-        return build_ncnn_runner("aarch64", cpu, progress)
-    if fmt == "onnx":
-        from edgekit.native.ort_build import build_ort_runner
-
-        return build_ort_runner("aarch64", cpu, progress)
-
-    return build_runner("aarch64", cpu, progress)
+    module, function = COUNTED[fmt].build.split(":")
+    return getattr(importlib.import_module(module), function)("aarch64", cpu, progress)
 
 
 def _check_settings(cpu: str, threads: int, runs: int) -> None:

@@ -11,7 +11,7 @@ from typing import Callable
 from edgekit.core.errors import EdgekitError
 from edgekit.emulate import EmulationError
 from edgekit.emulate.host import qemu_cpu_for, qemu_cpus
-from edgekit.emulate.icount import RUNNERS, count_per_run
+from edgekit.emulate.icount import RUNNERS, companion_files, count_per_run
 from edgekit.emulate.icount_plugin import plugin_qemu
 from edgekit.estimate.cores import for_target, load_cores
 
@@ -86,9 +86,8 @@ class Counter:
 
     def _counts(self, path: Path, fmt: str) -> dict:
         try:
-            weights = path.with_suffix(".bin") if fmt == "ncnn" else None  # ncnn's graph names no weights: both files
-            digest = hashlib.sha256(path.read_bytes() + (weights.read_bytes() if weights and weights.is_file() else b"")
-                                    ).hexdigest()
+            digest = hashlib.sha256(b"".join(part.read_bytes() for part in (path, *companion_files(path, fmt)))
+                                    ).hexdigest()  # ncnn's graph names no weights: both files
             if digest not in self.counted:
                 cpu, note = qemu_cpu_for(self.target.core, tuple(qemu_cpus(plugin_qemu())))
                 if note:
