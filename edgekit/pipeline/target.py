@@ -85,8 +85,13 @@ def _not_counted(fmt: str, counted: Sequence[str]) -> str:
     from edgekit import formats
 
     in_python = [name for name in formats.names() if formats.get(name).board.counted_in_python and name not in counted]
-    python = f" and Python bundles of {' and '.join(in_python)}" if in_python else ""
-    return f"not counted: emulated counts run {' and '.join(counted)} files (edgekit-run){python}, not {fmt}"
+    python = f" and Python bundles of {_listed(in_python)}" if in_python else ""
+    return f"not counted: emulated counts run {_listed(counted)} files (edgekit-run){python}, not {fmt}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def target_ratios(formats: Sequence[str], variants: Sequence[str], costs: Sequence[TargetCost]) -> list[float | None]:

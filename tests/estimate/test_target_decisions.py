@@ -122,7 +122,7 @@ def test_without_qemu_the_rows_keep_host_timings_and_say_why(tmp_path, monkeypat
     assert all(c.basis == HOST for c in costs("rpi4"))
     assert notes[0].startswith("not counted under emulation: counting instructions needs qemu-aarch64")
     assert notes[1] == notes[0]  # the ONNX row is not counted either, for the same reason
-    assert notes[2] == ("not counted: emulated counts run executorch and onnx and ncnn files (edgekit-run) and Python "
+    assert notes[2] == ("not counted: emulated counts run executorch, onnx and ncnn files (edgekit-run) and Python "
                         "bundles of tflite, not torchscript")
     assert {c.note for c in costs("rpi4", emulate=False)} == {"emulation off (--no-emulate)"}
     assert {c.label for c in costs("x86-64")} == {"measured on x86_64"}  # this host is an x86-64 target's board
