@@ -1,5 +1,6 @@
 // edgekit-run generate: greedy tokens from a language-model program that keeps its KV cache inside
-// (edgekit's LLM .pte: forward(tokens (1, T) int64, input_pos (T,) int64) -> (1, T, vocab) logits).
+// (edgekit's LLM .pte: forward(tokens (1, T) int64, input_pos (T,) int64) -> the last position's logits,
+// (1, 1, vocab); programs of older edgekits return every position's, (1, T, vocab)).
 //
 // Token ids in, token ids out: the tokenizer stays with the caller (the host's edgekit, or a
 // bundle's check). The prompt goes in slices of the program's planned prefill length, then one
@@ -57,7 +58,8 @@ struct Pick {
   float watched_logit = 0;  // the logit of the id asked about (-1: none)
 };
 
-// The argmax of the last position's logits in a (1, T, vocab) float32 output, and the logit of `watch`.
+// The argmax of the last row of a (1, T, vocab) float32 output (T is 1 for today's programs), and the logit
+// of `watch`.
 Pick last_pick(const Array& logits, int64_t watch) {
   if (logits.shape.size() != 3 || logits.shape[0] != 1 || logits.shape[2] < 1) {
     throw RunError("the program's output is " + shape_text(logits.shape) + ", not (1, T, vocab) logits");
