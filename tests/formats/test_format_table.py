@@ -39,6 +39,10 @@ OTHER_MEANING = {
     "edgekit/quantize/routes/torchscript.py": "model source kinds (a TorchScript file as the float model)",
     "edgekit/emulate/icount.py": "the native edgekit-run builds (one backend per binary), as native/build.py names them",
     "edgekit/estimate/on_target.py": "the .pte default of the native runner build a file is counted with",
+    "edgekit/native/ncnn_source.py": "the ncnn distribution whose source distribution the native library is built from",
+    "edgekit/native/ncnn_build.py": "the ncnn backend of edgekit-run (one backend per binary), as native/build.py names them",
+    "edgekit/bundle/native.py": "board runtimes by distribution (Board.runtime) whose library edgekit-run runs; ncnn's "
+                                "distribution has its format's name",
 }
 ALLOWED = {**BOARD_SCRIPTS, **OTHER_MEANING}
 
