@@ -10,18 +10,13 @@ as it is (``edgekit-run`` and ``lib/libncnn.so``), written under a temporary nam
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from edgekit._version import __version__
-from edgekit.core.cache import entry_dir
-from edgekit.native.build import BUILT, RUNNER_NAME, _built, _locked, _remove_killed_builds, compile_program, sources
+from edgekit.native.build import RUNNER_NAME
+from edgekit.native.library_build import build_key, build_with_library, entry_for
 from edgekit.native.ncnn_source import LIBRARY, NcnnLibrary, ncnn_library
 from edgekit.native.toolchain import Toolchain, find_toolchain
 
@@ -66,56 +61,13 @@ def build_ncnn_runner(arch: str, cpu: str | None = None, progress: Progress | No
     progress = progress or (lambda message: None)
     toolchain = find_toolchain(arch)
     dist = ncnn_library(arch, progress)
-    key = _key(toolchain, dist, cpu)
-
-    entry = entry_dir("native", f"{ENTRY_PREFIX}-{arch}-{key}")
-    runner = NcnnRunner(entry, arch, cpu, key, toolchain, dist)
-    with _locked(entry / ".build.lock"):
-        if _built(entry, key) and runner.library.is_file():
-            return runner
-        _remove_killed_builds(entry)
-        progress(f"compiling {RUNNER_NAME} (ncnn {dist.version}) for {arch}{f' ({cpu})' if cpu else ''} "
-                 f"with {Path(toolchain.cxx).name}")
-        with tempfile.TemporaryDirectory(prefix=".build.", dir=entry) as tmp:
-            staged = Path(tmp) / RUNNER_NAME
-            compile_program(toolchain, sources(BACKEND), compile_flags(toolchain, dist, cpu),
-                            lambda objects: link_argv(toolchain, dist, objects, staged), staged)
-            (Path(tmp) / "lib").mkdir()
-            shutil.copyfile(dist.library, Path(tmp) / "lib" / LIBRARY)
-            for name in (RUNNER_NAME, "lib"):
-                final = entry / name
-                if final.is_dir() and not final.is_symlink():
-                    shutil.rmtree(final)
-                elif final.exists() or final.is_symlink():
-                    final.unlink()
-                os.replace(Path(tmp) / name, final)
-        from edgekit.core.fileio import write_json
-
-        write_json(entry / BUILT, {"schema": "edgekit.native-build", "backend": BACKEND, "key": key, "arch": arch,
-                                   "cpu": cpu, "compiler": toolchain.version, "ncnn_version": dist.version,
-                                   "sdist_sha256": dist.sdist_sha256})
-        _prune_older(entry, arch, cpu)
-    return runner
-
-
-def _key(toolchain: Toolchain, dist: NcnnLibrary, cpu: str | None) -> str:
-    digest = hashlib.sha256()
-    for path in sources(BACKEND):
-        digest.update(f"{path.name}\n".encode() + path.read_bytes())
     stat = dist.library.stat()
-    digest.update(json.dumps([__version__, toolchain.arch, toolchain.version, cpu, dist.version, dist.sdist_sha256,
-                              f"{stat.st_size} {stat.st_mtime_ns}"]).encode())
-    return digest.hexdigest()[:16]
-
-
-def _prune_older(current: Path, arch: str, cpu: str | None) -> None:
-    """Builds of the same architecture and core from other sources or libraries: superseded."""
-    for other in current.parent.glob(f"{ENTRY_PREFIX}-{arch}-*"):
-        if other == current or other.is_symlink() or not other.is_dir():
-            continue
-        try:
-            doc = json.loads((other / BUILT).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not a finished build of ours (or one in progress): left alone
-        if isinstance(doc, dict) and doc.get("backend") == BACKEND and doc.get("arch") == arch and doc.get("cpu") == cpu:
-            shutil.rmtree(other, ignore_errors=True)
+    key = build_key(BACKEND, [__version__, toolchain.arch, toolchain.version, cpu, dist.version, dist.sdist_sha256,
+                              f"{stat.st_size} {stat.st_mtime_ns}"])
+    entry = entry_for(ENTRY_PREFIX, arch, key)
+    build_with_library(entry, backend=BACKEND, prefix=ENTRY_PREFIX, key=key, toolchain=toolchain, cpu=cpu,
+                       flags=compile_flags(toolchain, dist, cpu),
+                       link=lambda objects, out: link_argv(toolchain, dist, objects, out), library=dist.library,
+                       library_name=LIBRARY, what=f"ncnn {dist.version}", progress=progress,
+                       facts={"ncnn_version": dist.version, "sdist_sha256": dist.sdist_sha256})
+    return NcnnRunner(entry, arch, cpu, key, toolchain, dist)

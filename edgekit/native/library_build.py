@@ -1,0 +1,79 @@
+"""``edgekit-run`` built with a backend over a runtime's C library (``ort_build``: ONNX Runtime's from
+its wheel; ``ncnn_build``: ncnn's built from its source): what the two builds share.
+
+One build per (sources, library, compiler, CPU flags), cached in the ``native`` part of edgekit's
+cache as a folder that runs as it is (``edgekit-run`` and ``lib/<library>``), written under a
+temporary name and renamed; builds of the same architecture and core that it supersedes are removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from edgekit.core.cache import entry_dir
+from edgekit.core.fileio import write_json
+from edgekit.native.build import BUILT, RUNNER_NAME, _built, _locked, _remove_killed_builds, compile_program, sources
+from edgekit.native.toolchain import Toolchain
+
+Progress = Callable[[str], None]
+
+
+def build_key(backend: str, facts: list) -> str:
+    """The build's key: ``backend``'s sources and the ``facts`` (JSON-able) it is built from."""
+    digest = hashlib.sha256()
+    for path in sources(backend):
+        digest.update(f"{path.name}\n".encode() + path.read_bytes())
+    digest.update(json.dumps(facts).encode())
+    return digest.hexdigest()[:16]
+
+
+def entry_for(prefix: str, arch: str, key: str) -> Path:
+    return entry_dir("native", f"{prefix}-{arch}-{key}")
+
+
+def build_with_library(entry: Path, *, backend: str, prefix: str, key: str, toolchain: Toolchain, cpu: str | None,
+                       flags: list[str], link: Callable[[list[Path], Path], list[str]], library: Path,
+                       library_name: str, facts: dict, what: str, progress: Progress) -> None:
+    """Compile ``backend``'s edgekit-run into ``entry`` beside ``lib/<library_name>`` (a copy of
+    ``library``), unless a finished build of ``key`` is there; ``facts`` go into its build.json."""
+    arch = toolchain.arch
+    with _locked(entry / ".build.lock"):
+        if _built(entry, key) and (entry / "lib" / library_name).is_file():
+            return
+        _remove_killed_builds(entry)
+        progress(f"compiling {RUNNER_NAME} ({what}) for {arch}{f' ({cpu})' if cpu else ''} "
+                 f"with {Path(toolchain.cxx).name}")
+        with tempfile.TemporaryDirectory(prefix=".build.", dir=entry) as tmp:
+            staged = Path(tmp) / RUNNER_NAME
+            compile_program(toolchain, sources(backend), flags, lambda objects: link(objects, staged), staged)
+            (Path(tmp) / "lib").mkdir()
+            shutil.copyfile(library, Path(tmp) / "lib" / library_name)
+            for name in (RUNNER_NAME, "lib"):
+                final = entry / name
+                if final.is_dir() and not final.is_symlink():
+                    shutil.rmtree(final)
+                elif final.exists() or final.is_symlink():
+                    final.unlink()
+                os.replace(Path(tmp) / name, final)
+        write_json(entry / BUILT, {"schema": "edgekit.native-build", "backend": backend, "key": key, "arch": arch,
+                                   "cpu": cpu, "compiler": toolchain.version, **facts})
+        _prune_older(entry, prefix, backend, arch, cpu)
+
+
+def _prune_older(current: Path, prefix: str, backend: str, arch: str, cpu: str | None) -> None:
+    """Builds of the same backend, architecture and core from other sources or libraries: superseded."""
+    for other in current.parent.glob(f"{prefix}-{arch}-*"):
+        if other == current or other.is_symlink() or not other.is_dir():
+            continue
+        try:
+            doc = json.loads((other / BUILT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not a finished build of ours (or one in progress): left alone
+        if isinstance(doc, dict) and doc.get("backend") == backend and doc.get("arch") == arch and doc.get("cpu") == cpu:
+            shutil.rmtree(other, ignore_errors=True)
