@@ -112,9 +112,9 @@ def torch_cached(model, path: Path, fmt: str = "checkpoint", precision: str = "f
 
 def program_cached(path: Path, details: dict, threads: int | None = None) -> CachedLM:
     """An ExecuTorch program written by ``edgekit.llm.program`` as a ``CachedLM``: its ``forward``
-    is ``(tokens (1, T), input_pos (T,)) -> logits`` of the last position, (1, 1, vocab) (the
-    manifest's ``"logits": "last position"``), or, made by an older edgekit, of every position,
-    (1, T, vocab); its cache is program state."""
+    is ``(tokens (1, T), input_pos (T,), key_pos (S,)) -> logits`` of the last position, (1, 1,
+    vocab) (the manifest's ``"logits": "last position"``), or, made by an older edgekit, of every
+    position, (1, T, vocab), and without ``key_pos``; its cache is program state."""
     import torch
 
     from edgekit.llm.program import LAST_POSITION
@@ -128,11 +128,14 @@ def program_cached(path: Path, details: dict, threads: int | None = None) -> Cac
             torch.set_num_threads(threads)
         load_runtime_kernels()  # the program calls ExecuTorch's LLM kernels besides XNNPACK
         loaded["method"] = executorch.load_method(path)
+        loaded["key_pos"] = loaded["method"].metadata.num_inputs() == 3  # made with the key_pos input
 
     def feed(ids: list[int], start: int):
         tokens = torch.tensor([ids], dtype=torch.long)
-        positions = torch.arange(start, start + len(ids), dtype=torch.long)
-        return loaded["method"].execute((tokens, positions))[0][0].float()
+        inputs = (tokens, torch.arange(start, start + len(ids), dtype=torch.long))
+        if loaded["key_pos"]:  # the cells filled once these ids are in
+            inputs += (torch.arange(start + len(ids), dtype=torch.long),)
+        return loaded["method"].execute(inputs)[0][0].float()
 
     def reset():
         """Nothing to clear: a conversation fed from position 0 overwrites the cache as it goes, and

@@ -1,10 +1,11 @@
 """A Llama-family model as an ExecuTorch program with its KV cache inside: fp32, int8 or int4.
 
-The program's ``forward(tokens (1, T), input_pos (T,))`` is ``Llama.step`` returning the last
-position's logits (1, 1, vocab) (programs of older edgekits return every position's, (1, T, vocab);
-readers take the last row of either): T up to ``max_prefill`` for the prompt, then 1 per new
-token; each layer's cache is a mutable buffer of the program, the linears delegated to XNNPACK.
-The cache is updated and attended to either with ExecuTorch's standard operators
+The program's ``forward(tokens (1, T), input_pos (T,), key_pos (S,))`` is ``Llama.step`` returning
+the last position's logits (1, 1, vocab) (programs of older edgekits return every position's, (1, T,
+vocab); readers take the last row of either): T up to ``max_prefill`` for the prompt, then 1 per new
+token; ``key_pos`` is 0 .. S-1 with S the last fed position + 1, the cells attended to (programs of
+older edgekits, and those with the fused kernels, have no third input); each layer's cache is a
+mutable buffer of the program, the linears delegated to XNNPACK. The cache is updated and attended to either with ExecuTorch's standard operators
 (``kernels="portable"``: an in-place ``index_put`` and attention over the positions fed so far;
 ``edgekit-run`` runs it on a board, no Python) or with its fused LLM kernels (``kernels="llm"``:
 ``llama::update_cache``, ``llama::custom_sdpa``; only the ``executorch`` Python package has them).
@@ -42,6 +43,10 @@ KERNELS = ("portable", "llm")
 DEFAULT_KERNELS = "portable"
 # the manifest's "logits" of a program that returns only the last fed position's (older ones: every position's)
 LAST_POSITION = "last position"
+# the manifest's "attention" of a program whose third input, key_pos (S,) = 0 .. S-1, sizes its
+# attention by the cells filled so far (older programs, and those with the fused kernels, read
+# the whole cache or find the filled cells themselves)
+FILLED_ONLY = "positions 0..S-1 of key_pos (S,)"
 
 
 # The shared libraries of the executorch wheel that hold its LLM kernels (llama::update_cache,
@@ -180,18 +185,22 @@ def export_program(model, precision: str, path: Path, provenance: dict, group_si
     model.use_fused_kernels(kernels == "llm")
     length = torch.export.Dim("tokens", min=1, max=max_prefill)
     examples = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
+    shapes = ({1: length}, {0: length})
+    sized_attention = not model.fused_kernels  # the third input, key_pos: attention over the filled cells only
+    if sized_attention:
+        examples += (torch.arange(3),)
+        shapes += ({0: torch.export.Dim("keys", min=1, max=int(model.max_len))},)
     say("torch.export")
     try:
         with torch.no_grad():
-            program = torch.export.export(CachedStep(model), examples, dynamic_shapes=({1: length}, {0: length}),
-                                          strict=False)
+            program = torch.export.export(CachedStep(model), examples, dynamic_shapes=shapes, strict=False)
     except Exception as exc:  # noqa: BLE001 - torch.export raises many types
         raise EdgekitError(f"torch.export cannot capture the language model: {first_line(exc, 300)}") from None
     finally:
         model.use_fused_kernels(False)
     details = {"variant": f"{precision}-executorch", "delegate": "xnnpack", "api": "torch.export",
                "kv_cache": "static, inside the program", "context": int(model.max_len), "max_prefill": max_prefill,
-               "logits": LAST_POSITION,
+               "logits": LAST_POSITION, **({"attention": FILLED_ONLY} if sized_attention else {}),
                "quantization": recipe, "precision": precision, "kernels": kernels}
     say("lowering to XNNPACK (minutes for a 100M-parameter model)")
     details["delegated_subgraphs"] = executorch.lower(program, path, {**provenance, **details},

@@ -136,7 +136,10 @@ def _raw_logits(pte, ids, start=0):
 
     load_runtime_kernels()
     method = executorch.load_method(pte)
-    return method.execute((torch.tensor([ids]), torch.arange(start, start + len(ids))))[0]
+    inputs = (torch.tensor([ids]), torch.arange(start, start + len(ids)))
+    if method.metadata.num_inputs() == 3:  # key_pos: the cells filled once the ids are in
+        inputs += (torch.arange(start + len(ids)),)
+    return method.execute(inputs)[0]
 
 
 @pytest.mark.parametrize("which, quantized, rel", [(1, False, 1e-4), (2, True, 0.05)])
@@ -214,11 +217,47 @@ def test_a_program_of_every_positions_logits_still_runs(tiny_llm, tmp_path):
     assert tuple(_raw_logits(tmp_path / "old.pte", PROMPT).shape) == (1, len(PROMPT), 300)
     old = program_cached(tmp_path / "old.pte", {"context": 256, "max_prefill": 128}, threads=1)
     new = _open(tiny_llm[1], "executorch")
-    assert _greedy(old, PROMPT * 20, 8) == _greedy(new, PROMPT * 20, 8)  # 160 ids: two prefill slices
+    want = _greedy(new, PROMPT * 20, 8)
+    assert _greedy(old, PROMPT * 20, 8) == want  # 160 ids: two prefill slices
+    # edgekit-run takes the two-input program too (no key_pos: it attends to the whole cache)
+    done = _run_native("generate", tmp_path / "old.pte", "--prompt-ids", ",".join(map(str, PROMPT * 20)),
+                       "--context", 256, "--max-new-tokens", 8)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"] == want
     old.reset()
     new.reset()
     assert torch.allclose(old.feed_all(PROMPT, 0, keep_from=3), new.feed_all(PROMPT, 0, keep_from=3),
                           rtol=1e-4, atol=1e-4)
+
+
+def test_a_portable_program_attends_to_the_cells_its_key_pos_names(tiny_llm):
+    """The int4 program (portable kernels) takes key_pos (S,) as its third input and attends to the
+    cache's first S cells only: decoding after a short prompt gives the float model's next-token
+    logits with key_pos covering the cells fed, and the manifest says so. With key_pos one cell
+    short, the last fed id's own key is not seen, and the logits move (the cells past S are not read)."""
+    import torch
+
+    from edgekit.formats import executorch
+    from edgekit.llm.program import FILLED_ONLY, load_kernels, quantize_module
+
+    folder = tiny_llm[2]
+    details = json.loads((folder / "manifest.json").read_text())["files"][0]["details"]
+    assert details["attention"] == FILLED_ONLY
+    load_kernels()
+    method = executorch.load_method(folder / "model.pte")
+    assert method.metadata.num_inputs() == 3
+    prompt = PROMPT * 2
+    n = len(prompt)
+    method.execute((torch.tensor([prompt]), torch.arange(n), torch.arange(n)))
+    step = (torch.tensor([[prompt[-1]]]), torch.tensor([n]))
+    full = method.execute((*step, torch.arange(n + 1)))[0]
+    short = method.execute((*step, torch.arange(n)))[0]  # the same cell written again; its key unseen
+    model = _float_module(tiny_llm[0]).eval()
+    quantize_module(model, "int4", details["quantization"]["group_size"])
+    with torch.no_grad():
+        want = model(torch.tensor([prompt + [prompt[-1]]]))[:, -1:]
+    assert float((full - want).norm() / want.norm()) < 0.05
+    assert float((short - full).norm() / full.norm()) > 1e-3
 
 
 def test_generate_runs_the_int4_program(tiny_llm):
@@ -390,6 +429,48 @@ def test_bad_generate_arguments_are_one_line(tiny_llm, args, code, message):
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], done.stderr
 
 
+def test_the_native_runner_picks_the_first_largest_logit_and_refuses_nan(tmp_path):
+    """``edgekit-run generate`` over a program whose logits are a table row per id (a vocabulary of
+    301, not a multiple of the runner's four running maxima): the first id of the largest logit,
+    ties and the last id included, and one ``Error:`` line where a row holds NaN."""
+    import torch
+
+    from edgekit.formats import executorch
+
+    vocab = 301
+    table = torch.zeros(vocab, vocab)
+    table[1, 123] = table[1, 200] = 5.0  # a tie: the first wins
+    table[2, vocab - 1] = 7.0  # the last id, past the last group of four
+    table[3, 0] = 1.0  # the first id
+    table[4, 17] = float("nan")
+    table[4, 40] = 9.0
+
+    class Table(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", table)
+
+        def forward(self, tokens, input_pos):
+            return self.table[tokens] + input_pos.unsqueeze(0).unsqueeze(-1).float() * 0
+
+    length = torch.export.Dim("tokens", min=1, max=8)
+    exported = torch.export.export(Table(), (torch.zeros(1, 2, dtype=torch.long), torch.arange(2)),
+                                   dynamic_shapes=({1: length}, {0: length}), strict=False)
+    executorch.lower(exported, tmp_path / "table.pte", {})
+
+    def first_pick(prompt_id):
+        return _run_native("generate", tmp_path / "table.pte", "--prompt-ids", prompt_id, "--context", 8,
+                           "--max-new-tokens", 1)
+
+    for prompt_id, want in ((1, 123), (2, vocab - 1), (3, 0)):
+        done = first_pick(prompt_id)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["tokens"] == [want]
+    done = first_pick(4)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == ["Error: the program's logits hold NaN"]
+
+
 @pytest.fixture(scope="module")
 def llm_bundle(tiny_llm, tmp_path_factory):
     out = tmp_path_factory.mktemp("llm-bundle") / "rpi4"
@@ -492,3 +573,22 @@ def test_the_prompt_and_the_decode_steps_are_counted_apart_on_the_boards_core(ll
     # one decode step costs about the same at positions a few tokens apart
     assert six["per_decoded_token"] == pytest.approx(two["per_decoded_token"], rel=0.1)
     assert two["per_prompt_token"] == two["prefill"]["total"] / len(bundle.info["llm"]["prompt_ids"])
+
+
+def test_a_decode_step_costs_what_the_cells_filled_cost_on_the_boards_core(llm_bundle):
+    """The int4 program attends to the cells filled so far (key_pos), not to the whole cache: on the
+    Pi 4's core a decode step after a 200-id prompt costs more instructions than one after 8 ids
+    (measured 1.24x; a program that attends to all 256 cells costs the same at both)."""
+    from edgekit.emulate import EmulationError
+    from edgekit.emulate.bundle import open_bundle
+    from edgekit.emulate.icount_plugin import find_header
+    from edgekit.llm.counts import count_generate
+
+    try:
+        find_header()
+    except EmulationError:
+        pytest.skip("needs QEMU's plugin header (bash edgekit/emulate/plugin/fetch_header.sh; .ci/setup does)")
+    bundle = open_bundle(llm_bundle)
+    short, long = PROMPT, PROMPT * 25
+    counts = {len(ids): count_generate(bundle, "cortex-a72", steps=2, prompt_ids=ids) for ids in (short, long)}
+    assert counts[200]["per_decoded_token"] > 1.1 * counts[8]["per_decoded_token"]

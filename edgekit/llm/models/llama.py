@@ -103,8 +103,11 @@ class Attention(nn.Module):
 
     def make_cache(self, fused: bool) -> None:
         """Fresh (zero) cache buffers in the layout of the fused kernels or of plain torch ops."""
+        # one spare cell on the plain path: the positions attended to (a prefix of the cache whose
+        # length is an input's size under export) are then never the whole cache, a case torch.export
+        # would otherwise have to tell apart (narrow returns the cache itself)
         shape = (1, self.max_len, self.n_kv_heads, self.head_dim) if fused else \
-            (self.n_kv_heads, self.max_len, self.head_dim)
+            (self.n_kv_heads, self.max_len + 1, self.head_dim)
         device = self.wq.weight.device
         self.register_buffer("k_cache", torch.zeros(shape, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, device=device), persistent=False)
@@ -146,13 +149,14 @@ class Attention(nn.Module):
 
         ``start`` (an int, or a SymInt under export) selects ExecuTorch's fused cache update and
         causal attention kernels (``llama::update_cache``, ``llama::custom_sdpa``); None, plain
-        torch ops with ``hidden`` (``hidden_scores`` of the positions seen)."""
+        torch ops with ``hidden`` (``hidden_scores`` of the cache's first positions, those attended to)."""
         q, k, v = self._project(x, cos, sin)
         n, t = x.shape[:2]
         if start is None:
             self.k_cache.index_copy_(1, input_pos, k[0].transpose(0, 1).to(self.k_cache.dtype))
             self.v_cache.index_copy_(1, input_pos, v[0].transpose(0, 1).to(self.v_cache.dtype))
-            out = self._attend(q, self.k_cache, self.v_cache, hidden)
+            seen = hidden.shape[-1]  # the cells attended to, a prefix of the cache (all of it without key_pos)
+            out = self._attend(q, self.k_cache.narrow(1, 0, seen), self.v_cache.narrow(1, 0, seen), hidden)
         else:
             torch.ops.llama.update_cache(k, self.k_cache, start)
             torch.ops.llama.update_cache(v, self.v_cache, start)
@@ -252,10 +256,13 @@ class Llama(nn.Module):
             x = layer(x, *views[kind])
         return self.output(self.norm(x))
 
-    def step(self, tokens, input_pos, last_only: bool = False):
+    def step(self, tokens, input_pos, last_only: bool = False, key_pos=None):
         """(1, T) ids at the consecutive positions ``input_pos`` (T,) int64 -> (1, T, vocab) logits,
         through the cache; ``last_only``: (1, 1, vocab), the last position's (generation needs no
         other, and a prompt's logits are T x vocab floats: 134 MB for 128 tokens of Gemma 3's 262,144).
+        ``key_pos`` (S,): the cache positions attended to, 0 .. S-1 with S at least the last fed
+        position + 1 (None: the whole cache); a program's third input, so that its attention reads
+        the cells filled so far, not all ``max_len`` of them.
 
         Keys past the last position are never read, so what a longer earlier conversation left in
         the cache there does not leak into this one.
@@ -266,7 +273,7 @@ class Llama(nn.Module):
             torch._check_is_size(start)
             torch._check(start + tokens.shape[1] <= self.max_len)
         else:
-            keys = torch.arange(self.max_len, device=tokens.device)
+            keys = torch.arange(self.max_len, device=tokens.device) if key_pos is None else key_pos
         x = self.embed(tokens)
         views = self.attention_views(input_pos, keys, x.dtype)
         for layer, kind in zip(self.layers, self.layer_kinds):
@@ -289,14 +296,17 @@ class Llama(nn.Module):
 
 
 class CachedStep(nn.Module):
-    """``forward(tokens, input_pos)`` = ``model.step(..., last_only=True)``: the module
+    """``forward(tokens, input_pos, key_pos)`` = ``model.step(..., last_only=True)``: the module
     ``torch.export`` captures for a program that keeps its KV cache between calls. It returns the
     last position's logits (1, 1, vocab): a prompt's other rows are read by no one, and the LM head
-    over them was a fifth of a 128-token prefill's multiply-adds and a 25 MB output for SmolLM2."""
+    over them was a fifth of a 128-token prefill's multiply-adds and a 25 MB output for SmolLM2.
+    ``key_pos`` sizes the attention by the positions filled (a dimension of an input, which the
+    XNNPACK delegate takes, where one computed from ``input_pos``'s values it would not); with
+    ExecuTorch's fused kernels (``model.fused_kernels``) there is none: they read ``input_pos``."""
 
     def __init__(self, model: Llama):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens, input_pos):
-        return self.model.step(tokens, input_pos, last_only=True)
+    def forward(self, tokens, input_pos, key_pos=None):
+        return self.model.step(tokens, input_pos, last_only=True, key_pos=key_pos)

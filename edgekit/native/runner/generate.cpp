@@ -1,6 +1,7 @@
 // edgekit-run generate: greedy tokens from a language-model program that keeps its KV cache inside
-// (edgekit's LLM .pte: forward(tokens (1, T) int64, input_pos (T,) int64) -> the last position's logits,
-// (1, 1, vocab); programs of older edgekits return every position's, (1, T, vocab)).
+// (edgekit's LLM .pte: forward(tokens (1, T) int64, input_pos (T,) int64, key_pos (S,) int64) -> the last
+// position's logits, (1, 1, vocab); key_pos = 0 .. S-1, the cells filled once the ids are in, sizes the
+// attention; programs of older edgekits have no key_pos and return every position's logits, (1, T, vocab)).
 //
 // Token ids in, token ids out: the tokenizer stays with the caller (the host's edgekit, or a
 // bundle's check). The prompt goes in slices of the program's planned prefill length, then one
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -58,8 +60,27 @@ struct Pick {
   float watched_logit = 0;  // the logit of the id asked about (-1: none)
 };
 
-// The argmax of the last row of a (1, T, vocab) float32 output (T is 1 for today's programs), and the logit
-// of `watch`.
+// The largest of `v`, NaN where one is NaN: four running maxima with no branch (the compiler keeps
+// them in vector registers), where one compare-and-branch per id cost the Pi 5's core half a million
+// instructions per token over a 49,152-id vocabulary.
+float largest(const float* v, int64_t n) {
+  float m[4] = {v[0], v[0], v[0], v[0]};
+  int32_t nan[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) {
+      float x = v[i + k];
+      m[k] = x > m[k] ? x : m[k];
+      nan[k] |= x != x;
+    }
+  }
+  for (; i < n; ++i) m[0] = v[i] > m[0] ? v[i] : m[0], nan[0] |= v[i] != v[i];
+  if (nan[0] | nan[1] | nan[2] | nan[3]) return std::numeric_limits<float>::quiet_NaN();
+  return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+}
+
+// The argmax of the last row of a (1, T, vocab) float32 output (T is 1 for today's programs): the first
+// id of the largest logit, and the logit of `watch`.
 Pick last_pick(const Array& logits, int64_t watch) {
   if (logits.shape.size() != 3 || logits.shape[0] != 1 || logits.shape[2] < 1) {
     throw RunError("the program's output is " + shape_text(logits.shape) + ", not (1, T, vocab) logits");
@@ -68,15 +89,14 @@ Pick last_pick(const Array& logits, int64_t watch) {
   if (rows < 1 || logits.data.size() != static_cast<size_t>(rows * vocab) * 4) {
     throw RunError("the program's logits have no data for their shape");
   }
-  const char* row = logits.data.data() + static_cast<size_t>((rows - 1) * vocab) * 4;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  std::memcpy(row.data(), logits.data.data() + static_cast<size_t>((rows - 1) * vocab) * 4, row.size() * 4);
+  float top = largest(row.data(), vocab);
+  if (top != top) throw RunError("the program's logits hold NaN");
   Pick pick;
-  for (int64_t i = 0; i < vocab; ++i) {
-    float v;
-    std::memcpy(&v, row + 4 * i, 4);
-    if (v != v) throw RunError("the program's logits hold NaN");
-    if (i == 0 || v > pick.best_logit) pick.best = i, pick.best_logit = v;
-    if (i == watch) pick.watched_logit = v;
-  }
+  pick.best = std::find(row.begin(), row.end(), top) - row.begin();
+  pick.best_logit = top;
+  if (watch >= 0 && watch < vocab) pick.watched_logit = row[static_cast<size_t>(watch)];
   return pick;
 }
 
@@ -125,13 +145,15 @@ int generate_command(const std::vector<std::string>& argv) {
   Model program(model);
   const auto& inputs = program.inputs();
   const auto& outputs = program.outputs();
-  bool shaped = inputs.size() == 2 && inputs[0].is_tensor() && inputs[1].is_tensor() && inputs[0].known &&
-                inputs[1].known && inputs[0].dtype == DType::Int64 && inputs[1].dtype == DType::Int64 &&
-                inputs[0].sizes.size() == 2 && inputs[1].sizes.size() == 1 && !outputs.empty() &&
-                outputs[0].sizes.size() == 3;
+  auto ids_input = [&](size_t i, size_t rank) {
+    return inputs[i].is_tensor() && inputs[i].known && inputs[i].dtype == DType::Int64 && inputs[i].sizes.size() == rank;
+  };
+  bool key_pos = inputs.size() == 3;
+  bool shaped = (inputs.size() == 2 || key_pos) && ids_input(0, 2) && ids_input(1, 1) && (!key_pos || ids_input(2, 1)) &&
+                !outputs.empty() && outputs[0].sizes.size() == 3;
   if (!shaped) {
     throw UsageError(basename_of(model) + " is not a language-model program with its cache inside "
-                     "(forward(tokens (1, T) int64, input_pos (T,) int64) -> (1, T, vocab) logits)");
+                     "(forward(tokens (1, T) int64, input_pos (T,) int64[, key_pos (S,) int64]) -> logits)");
   }
   int64_t max_prefill = std::max<int64_t>(1, inputs[0].sizes[1]);
   int64_t vocab = outputs[0].sizes[2];
@@ -153,11 +175,14 @@ int generate_command(const std::vector<std::string>& argv) {
   if (!(near_tie >= 0 && near_tie <= 100)) throw UsageError("--near-tie must be between 0 and 100 logits");
 
   auto pick = [&](const std::vector<int64_t>& ids, int64_t start, int64_t watch) {
-    std::vector<int64_t> positions(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) positions[i] = start + static_cast<int64_t>(i);
+    int64_t filled = start + static_cast<int64_t>(ids.size());
+    std::vector<int64_t> cells(static_cast<size_t>(filled));
+    for (int64_t i = 0; i < filled; ++i) cells[static_cast<size_t>(i)] = i;
     Array tokens = int64_array(ids, {1, static_cast<int64_t>(ids.size())});
-    Array pos = int64_array(positions, {static_cast<int64_t>(ids.size())});
-    return last_pick(program.predict({&tokens, &pos}), watch);
+    Array pos = int64_array(std::vector<int64_t>(cells.begin() + start, cells.end()), {static_cast<int64_t>(ids.size())});
+    if (!key_pos) return last_pick(program.predict({&tokens, &pos}), watch);
+    Array keys = int64_array(cells, {filled});
+    return last_pick(program.predict({&tokens, &pos, &keys}), watch);
   };
   auto run = [&](const std::vector<int64_t>& ids, int64_t start) { return pick(ids, start, -1).best; };
   auto feed_prompt = [&](int64_t watch) {  // from position 0: what an earlier call left is overwritten, never read
