@@ -5,10 +5,11 @@ the last position's logits (1, 1, vocab) (programs of older edgekits return ever
 vocab); readers take the last row of either): T up to ``max_prefill`` for the prompt, then 1 per new
 token; ``key_pos`` is 0 .. S-1 with S the last fed position + 1, the cells attended to (programs of
 older edgekits, and those with the fused kernels, have no third input); each layer's cache is a
-mutable buffer of the program, the linears delegated to XNNPACK. The cache is updated and attended to either with ExecuTorch's standard operators
-(``kernels="portable"``: an in-place ``index_put`` and attention over the positions fed so far;
-``edgekit-run`` runs it on a board, no Python) or with its fused LLM kernels (``kernels="llm"``:
-``llama::update_cache``, ``llama::custom_sdpa``; only the ``executorch`` Python package has them).
+mutable buffer of the program, the linears delegated to XNNPACK. The cache is updated and attended
+to either with ExecuTorch's standard operators (``kernels="portable"``: an in-place ``index_put``
+and attention over the positions fed so far; ``edgekit-run`` runs it on a board, no Python) or with
+its fused LLM kernels (``kernels="llm"``: ``llama::update_cache``, ``llama::custom_sdpa``; only the
+``executorch`` Python package has them).
 
 Precisions (torchao ``quantize_`` on the module before ``torch.export``):
 

@@ -149,7 +149,7 @@ class Attention(nn.Module):
 
         ``start`` (an int, or a SymInt under export) selects ExecuTorch's fused cache update and
         causal attention kernels (``llama::update_cache``, ``llama::custom_sdpa``); None, plain
-        torch ops with ``hidden`` (``hidden_scores`` of the cache's first positions, those attended to)."""
+        torch ops with ``hidden`` (``hidden_scores`` of the cache's first cells, those attended to)."""
         q, k, v = self._project(x, cos, sin)
         n, t = x.shape[:2]
         if start is None:
