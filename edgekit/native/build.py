@@ -74,12 +74,18 @@ def sources(backend: str = "executorch") -> list[Path]:
     return found
 
 
+def common_flags(toolchain: Toolchain, cpu: str | None) -> list[str]:
+    """What every backend's build of edgekit-run compiles with: C++17, -O2, the core's tuning,
+    hardening, and edgekit's version."""
+    return ["-std=c++17", "-O2", *toolchain.cpu_flags(cpu), "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2",
+            f'-DEDGEKIT_RUN_VERSION="{__version__}"']
+
+
 def compile_flags(toolchain: Toolchain, dist: ExecutorchDist, cpu: str | None) -> list[str]:
     include = dist.include
     return [
-        "-std=c++17", "-O2", *toolchain.cpu_flags(cpu),
-        "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2", "-DC10_USING_CUSTOM_GENERATED_MACROS",
-        f'-DEDGEKIT_RUN_VERSION="{__version__}"', f'-DEDGEKIT_EXECUTORCH_VERSION="{dist.version}"',
+        *common_flags(toolchain, cpu), "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        f'-DEDGEKIT_EXECUTORCH_VERSION="{dist.version}"',
         "-I", str(include), "-I", str(include / "executorch" / "runtime" / "core" / "portable_type" / "c10"),
     ]
 
@@ -140,13 +146,7 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
             for name in (*LINKED, *KERNELS):
                 if (dist.lib / name).is_file():
                     shutil.copyfile(dist.lib / name, Path(tmp) / "lib" / name)
-            for name in (RUNNER_NAME, "lib"):
-                final = entry / name
-                if final.is_dir() and not final.is_symlink():
-                    shutil.rmtree(final)
-                elif final.exists() or final.is_symlink():
-                    final.unlink()
-                os.replace(Path(tmp) / name, final)
+            install_staged(Path(tmp), entry)
         from edgekit.core.fileio import write_json
 
         write_json(entry / BUILT, {"schema": "edgekit.native-build", "key": key, "arch": arch, "cpu": cpu,
@@ -154,6 +154,18 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
                                    "executorch_source": dist.source, "wheel_sha256": dist.wheel_sha256})
         _prune_older(entry, arch, cpu)
     return runner
+
+
+def install_staged(staged: Path, entry: Path) -> None:
+    """Move a finished build's ``edgekit-run`` and ``lib/`` from ``staged`` into ``entry``, over what
+    an earlier build left there (each by one rename)."""
+    for name in (RUNNER_NAME, "lib"):
+        final = entry / name
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final)
+        elif final.exists() or final.is_symlink():
+            final.unlink()
+        os.replace(staged / name, final)
 
 
 def _remove_killed_builds(entry: Path) -> None:

@@ -10,18 +10,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 from edgekit.core.cache import entry_dir
 from edgekit.core.fileio import write_json
-from edgekit.native.build import BUILT, RUNNER_NAME, _built, _locked, _remove_killed_builds, compile_program, sources
+from edgekit.native.build import (BUILT, RUNNER_NAME, _built, _locked, _remove_killed_builds, compile_program,
+                                  install_staged, sources)
 from edgekit.native.toolchain import Toolchain
 
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LibraryRunner:
+    """A built ``edgekit-run`` over a runtime's C library (``LIBRARY_NAME``, in its ``lib/``); each
+    backend's runner adds what its library was built from."""
+
+    LIBRARY_NAME: ClassVar[str] = ""
+    folder: Path
+    arch: str
+    cpu: str | None
+    key: str
+    toolchain: Toolchain
+
+    @property
+    def binary(self) -> Path:
+        return self.folder / RUNNER_NAME
+
+    @property
+    def library(self) -> Path:
+        return self.folder / "lib" / self.LIBRARY_NAME
 
 
 def build_key(backend: str, facts: list) -> str:
@@ -54,13 +76,7 @@ def build_with_library(entry: Path, *, backend: str, prefix: str, key: str, tool
             compile_program(toolchain, sources(backend), flags, lambda objects: link(objects, staged), staged)
             (Path(tmp) / "lib").mkdir()
             shutil.copyfile(library, Path(tmp) / "lib" / library_name)
-            for name in (RUNNER_NAME, "lib"):
-                final = entry / name
-                if final.is_dir() and not final.is_symlink():
-                    shutil.rmtree(final)
-                elif final.exists() or final.is_symlink():
-                    final.unlink()
-                os.replace(Path(tmp) / name, final)
+            install_staged(Path(tmp), entry)
         write_json(entry / BUILT, {"schema": "edgekit.native-build", "backend": backend, "key": key, "arch": arch,
                                    "cpu": cpu, "compiler": toolchain.version, **facts})
         _prune_older(entry, prefix, backend, arch, cpu)

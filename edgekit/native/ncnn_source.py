@@ -24,16 +24,16 @@ import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urljoin, urlsplit
 
 from edgekit.core.cache import entry_dir
-from edgekit.core.errors import EdgekitError, UsageError
+from edgekit.core.errors import EdgekitError
 from edgekit.core.fileio import write_json
 from edgekit.native.build import _locked
 from edgekit.native.toolchain import CROSS, Toolchain, find_toolchain
+from edgekit.native.wheel import installed_version as wheel_version
 
 DIST = "ncnn"
 LIBRARY = "libncnn.so"  # its name in a bundle's lib/ (the runner's NEEDED entry)
@@ -65,11 +65,8 @@ class NcnnLibrary:
 
 
 def installed_version() -> str:
-    try:
-        return metadata.version(DIST)
-    except metadata.PackageNotFoundError:
-        raise UsageError("a native ncnn bundle builds the installed ncnn's library from its source: "
-                         "pip install ncnn") from None
+    return wheel_version(DIST, "a native ncnn bundle builds the installed ncnn's library from its source: "
+                               "pip install ncnn")
 
 
 def ncnn_library(arch: str, progress: Progress | None = None) -> NcnnLibrary:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 from edgekit._version import __version__
-from edgekit.native.build import RUNNER_NAME
-from edgekit.native.library_build import build_key, build_with_library, entry_for
+from edgekit.native.build import common_flags
+from edgekit.native.library_build import LibraryRunner, build_key, build_with_library, entry_for
 from edgekit.native.ort_headers import api_version, ort_include
 from edgekit.native.ort_wheel import LIBRARY, OrtDist, onnxruntime_dist
 from edgekit.native.toolchain import Toolchain, find_toolchain
@@ -29,29 +29,16 @@ Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class OrtRunner:
+class OrtRunner(LibraryRunner):
     """A built ``edgekit-run`` with the ONNX Runtime backend, and what it was built from."""
 
-    folder: Path
-    arch: str
-    cpu: str | None
-    key: str
-    toolchain: Toolchain
+    LIBRARY_NAME: ClassVar[str] = LIBRARY
     dist: OrtDist
     api_version: int
 
-    @property
-    def binary(self) -> Path:
-        return self.folder / RUNNER_NAME
-
-    @property
-    def library(self) -> Path:
-        return self.folder / "lib" / LIBRARY
-
 
 def compile_flags(toolchain: Toolchain, include: Path, cpu: str | None) -> list[str]:
-    return ["-std=c++17", "-O2", *toolchain.cpu_flags(cpu), "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2",
-            f'-DEDGEKIT_RUN_VERSION="{__version__}"', "-I", str(include)]
+    return [*common_flags(toolchain, cpu), "-I", str(include)]
 
 
 def link_argv(toolchain: Toolchain, objects: list[Path], out: Path) -> list[str]:

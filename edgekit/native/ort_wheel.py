@@ -15,13 +15,13 @@ import json
 import shutil
 import zipfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.native.toolchain import host_arch
 from edgekit.native.wheel import PLATFORMS, PYTHON_TAG, download, unpack_pinned
+from edgekit.native.wheel import installed_version as wheel_version
 from edgekit.core.cache import entry_dir
 from edgekit.core.fileio import write_json
 
@@ -50,10 +50,7 @@ class OrtDist:
 
 
 def installed_version() -> str:
-    try:
-        return metadata.version(DIST)
-    except metadata.PackageNotFoundError:
-        raise UsageError("a native ONNX bundle ships the onnxruntime package's library: pip install onnxruntime") from None
+    return wheel_version(DIST, "a native ONNX bundle ships the onnxruntime package's library: pip install onnxruntime")
 
 
 def onnxruntime_dist(arch: str, progress: Progress | None = None) -> OrtDist:

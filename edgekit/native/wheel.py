@@ -63,12 +63,13 @@ class ExecutorchDist:
         return self.root / "lib"
 
 
-def installed_version() -> str:
+def installed_version(dist: str = DIST, missing: str = "the native runtime builds against the executorch "
+                      "package's libraries: pip install 'edgekit-ml[executorch]'") -> str:
+    """The installed version of the ``dist`` package; ``missing`` is the one-line error without it."""
     try:
-        return metadata.version(DIST)
+        return metadata.version(dist)
     except metadata.PackageNotFoundError:
-        raise UsageError("the native runtime builds against the executorch package's libraries: "
-                         "pip install 'edgekit-ml[executorch]'") from None
+        raise UsageError(missing) from None
 
 
 def executorch_dist(arch: str, progress: Progress | None = None) -> ExecutorchDist:
