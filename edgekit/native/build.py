@@ -152,7 +152,7 @@ def build_runner(arch: str, cpu: str | None = None, progress: Progress | None = 
         write_json(entry / BUILT, {"schema": "edgekit.native-build", "key": key, "arch": arch, "cpu": cpu,
                                    "compiler": toolchain.version, "executorch_version": dist.version,
                                    "executorch_source": dist.source, "wheel_sha256": dist.wheel_sha256})
-        _prune_older(entry, arch, cpu)
+        prune_superseded(entry, "runner", arch, cpu)
     return runner
 
 
@@ -176,18 +176,19 @@ def _remove_killed_builds(entry: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _prune_older(current: Path, arch: str, cpu: str | None) -> None:
-    """Builds of the same architecture and core from other sources or libraries: superseded. The
-    cache keeps one build per (arch, cpu) so it does not grow with every edgekit upgrade."""
-    for other in current.parent.glob(f"runner-{arch}-*"):
+def prune_superseded(current: Path, prefix: str, arch: str, cpu: str | None, backend: str | None = None) -> None:
+    """Builds of the same backend, architecture and core from other sources or libraries: superseded.
+    The cache keeps one build per (backend, arch, cpu) so it does not grow with every edgekit upgrade
+    (ExecuTorch's builds name no backend)."""
+    for other in current.parent.glob(f"{prefix}-{arch}-*"):
         if other == current or other.is_symlink() or not other.is_dir():
             continue
         try:
             doc = json.loads((other / BUILT).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not a finished build of ours (or one in progress): left alone
-        if isinstance(doc, dict) and doc.get("schema") == "edgekit.native-build" and doc.get("arch") == arch \
-                and doc.get("cpu") == cpu:
+        if isinstance(doc, dict) and doc.get("schema") == "edgekit.native-build" and doc.get("backend") == backend \
+                and doc.get("arch") == arch and doc.get("cpu") == cpu:
             shutil.rmtree(other, ignore_errors=True)
 
 

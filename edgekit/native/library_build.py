@@ -19,7 +19,7 @@ from typing import Callable, ClassVar
 from edgekit.core.cache import entry_dir
 from edgekit.core.fileio import write_json
 from edgekit.native.build import (BUILT, RUNNER_NAME, _built, _locked, _remove_killed_builds, compile_program,
-                                  install_staged, sources)
+                                  install_staged, prune_superseded, sources)
 from edgekit.native.toolchain import Toolchain
 
 Progress = Callable[[str], None]
@@ -79,17 +79,4 @@ def build_with_library(entry: Path, *, backend: str, prefix: str, key: str, tool
             install_staged(Path(tmp), entry)
         write_json(entry / BUILT, {"schema": "edgekit.native-build", "backend": backend, "key": key, "arch": arch,
                                    "cpu": cpu, "compiler": toolchain.version, **facts})
-        _prune_older(entry, prefix, backend, arch, cpu)
-
-
-def _prune_older(current: Path, prefix: str, backend: str, arch: str, cpu: str | None) -> None:
-    """Builds of the same backend, architecture and core from other sources or libraries: superseded."""
-    for other in current.parent.glob(f"{prefix}-{arch}-*"):
-        if other == current or other.is_symlink() or not other.is_dir():
-            continue
-        try:
-            doc = json.loads((other / BUILT).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not a finished build of ours (or one in progress): left alone
-        if isinstance(doc, dict) and doc.get("backend") == backend and doc.get("arch") == arch and doc.get("cpu") == cpu:
-            shutil.rmtree(other, ignore_errors=True)
+        prune_superseded(entry, prefix, arch, cpu, backend)

@@ -14,7 +14,6 @@ Vulkan, no OpenMP, no tools; one ``libncnn.so`` without a versioned SONAME, so a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from urllib.parse import urljoin, urlsplit
 
 from edgekit.core.cache import entry_dir
 from edgekit.core.errors import EdgekitError
-from edgekit.core.fileio import write_json
+from edgekit.core.fileio import sha256_file, write_json
 from edgekit.native.build import _locked
 from edgekit.native.toolchain import CROSS, Toolchain, find_toolchain
 from edgekit.native.wheel import installed_version as wheel_version
@@ -105,7 +104,7 @@ def fetch_sdist(version: str, progress: Progress) -> tuple[Path, str]:
         pinned = KNOWN_SHA256.get(version)
         if pinned and want != pinned:
             raise EdgekitError(f"the package index's SHA-256 of {name} ({want}) is not the one edgekit pins ({pinned})")
-        if path.is_file() and _sha256(path) == want:
+        if path.is_file() and sha256_file(path) == want:
             return path, want
         if url is None:
             url, want = _index_entry(version, name)
@@ -116,7 +115,7 @@ def fetch_sdist(version: str, progress: Progress) -> tuple[Path, str]:
             except BaseException:
                 os.unlink(out.name)
                 raise
-        got = _sha256(Path(out.name))
+        got = sha256_file(Path(out.name))
         if got != want:
             os.unlink(out.name)
             raise EdgekitError(f"{name} from the package index has SHA-256 {got}, not the index's {want}; not using it")
@@ -240,11 +239,3 @@ def _ready_in(entry: Path, version: str, arch: str) -> NcnnLibrary | None:
             return NcnnLibrary(version, arch, dist / LIBRARY, dist / "include", dist / LICENSE,
                                str(doc.get("sdist_sha256")))
     return None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

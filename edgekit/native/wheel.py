@@ -11,7 +11,6 @@ which pip checks), and unpacked into the ``native`` part of edgekit's cache.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from typing import Callable
 from edgekit.core.errors import EdgekitError, UsageError
 from edgekit.native.toolchain import host_arch
 from edgekit.core.cache import entry_dir
-from edgekit.core.fileio import write_json
+from edgekit.core.fileio import sha256_file, write_json
 
 DIST = "executorch"
 PYTHON_TAG = "cp311"
@@ -124,7 +123,7 @@ def unpack_pinned(wheel: Path, entry: Path, known: str | None, extract: Callable
                   progress: Progress) -> str:
     """``wheel`` checked against the SHA-256 edgekit pins (``known``; removed when it differs), ``extract``ed
     into a staging folder that then replaces ``entry/dist`` whole; the wheel's SHA-256."""
-    digest = _sha256(wheel)
+    digest = sha256_file(wheel)
     if known is not None and digest != known:
         wheel.unlink()
         raise EdgekitError(f"the downloaded {wheel.name} has SHA-256 {digest}, not the {known} edgekit pins; "
@@ -207,11 +206,3 @@ def _read_ready(path: Path) -> dict | None:
         if isinstance(doc, dict) and doc.get("schema") == "edgekit.native-wheel":
             return doc
     return None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from edgekit.core.errors import InputFileError, UsageError
 from edgekit.core.cache import entry_dir
+from edgekit.core.fileio import sha256_file
 
 
 @dataclass(frozen=True)
@@ -60,18 +61,10 @@ def packaged_path(name: str) -> Path:
     return _joined(name, entry, found)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _joined(name: str, entry: Packaged, chunks: list[Path]) -> Path:
     folder = entry_dir("models", name)
     target = folder / entry.file
-    if target.is_file() and not target.is_symlink() and _sha256(target) == entry.sha256:
+    if target.is_file() and not target.is_symlink() and sha256_file(target) == entry.sha256:
         return target
     temporary = folder / f".{entry.file}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     digest = hashlib.sha256()
