@@ -27,6 +27,7 @@ from edgekit.core.targets import Target
 from edgekit.board.check import read_output
 from edgekit.native.build import build_runner
 from edgekit.native.libraries import needed_libraries, notices_text
+from edgekit.native.library_build import LibraryRunner
 from edgekit.native.ort_build import build_ort_runner
 from edgekit.native.ort_headers import API_VERSION
 from edgekit.native.ort_wheel import LIBRARY
@@ -92,16 +93,22 @@ def add_native(work: Path, spec: formats.Format, target: Target, precision: str,
     }
 
 
+def _add_library_runner(work: Path, runner: LibraryRunner, script: str) -> None:
+    """A runtime's build of edgekit-run into ``work``: the runner, its library in lib/, and the
+    entry script."""
+    shutil.copyfile(runner.binary, work / RUNNER)
+    os.chmod(work / RUNNER, 0o755)
+    (work / LIB_DIR).mkdir()
+    shutil.copyfile(runner.library, work / LIB_DIR / runner.library.name)
+    (work / RUN_SCRIPT).write_text(script, encoding="utf-8")
+    os.chmod(work / RUN_SCRIPT, 0o755)
+
+
 def _add_library_runtime(work: Path, model_name: str, target: Target, precision: str, progress: Progress,
                          script: str | None) -> dict:
     """The ONNX Runtime build of edgekit-run and the wheel's libonnxruntime.so (bound at run time)."""
     runner = build_ort_runner(target.arch, target.mcpu or None, progress)
-    shutil.copyfile(runner.binary, work / RUNNER)
-    os.chmod(work / RUNNER, 0o755)
-    (work / LIB_DIR).mkdir()
-    shutil.copyfile(runner.library, work / LIB_DIR / LIBRARY)
-    (work / RUN_SCRIPT).write_text(script or run_script(model_name, target, precision), encoding="utf-8")
-    os.chmod(work / RUN_SCRIPT, 0o755)
+    _add_library_runner(work, runner, script or run_script(model_name, target, precision))
     dist = runner.dist
     parts = [f"edgekit-run is edgekit's own code, compiled against ONNX Runtime's C API header (MIT); lib/{LIBRARY} "
              f"is ONNX Runtime {dist.version} (https://github.com/microsoft/onnxruntime), from its onnxruntime wheel, "
@@ -126,12 +133,7 @@ def _add_ncnn(work: Path, model_name: str, target: Target, precision: str, progr
     from edgekit.native.ncnn_source import LIBRARY as NCNN_LIBRARY
 
     runner = build_ncnn_runner(target.arch, target.mcpu or None, progress)
-    shutil.copyfile(runner.binary, work / RUNNER)
-    os.chmod(work / RUNNER, 0o755)
-    (work / LIB_DIR).mkdir()
-    shutil.copyfile(runner.library, work / LIB_DIR / NCNN_LIBRARY)
-    (work / RUN_SCRIPT).write_text(script or run_script(model_name, target, precision), encoding="utf-8")
-    os.chmod(work / RUN_SCRIPT, 0o755)
+    _add_library_runner(work, runner, script or run_script(model_name, target, precision))
     dist = runner.dist
     licence = dist.license.read_text(encoding="utf-8", errors="replace").strip() if dist.license.is_file() else ""
     (work / NOTICES).write_text(
