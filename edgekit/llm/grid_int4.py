@@ -47,7 +47,7 @@ def grid_codes(weight, block: int = BLOCK):
 
 
 def grid_linear(linear, codes):
-    """The exact replacement of ``linear`` (an ``nn.Linear`` without bias) from ``grid_codes``."""
+    """The exact replacement of ``linear`` (an ``nn.Linear``; its bias, if any, kept in float) from ``grid_codes``."""
     import torch
     from torch import nn
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -76,27 +76,29 @@ def grid_linear(linear, codes):
                       filter_fn=lambda module, fqn: isinstance(module, nn.Linear))
             setattr(self.main, MARK, True)
             setattr(self.offset, MARK, True)
+            self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
 
         @property
         def weight(self):  # code that asks a linear for its device or dtype
             return self.main.weight
 
         def forward(self, x):
-            return self.main(x) + self.offset(x.unflatten(-1, (self.groups, BLOCK)).sum(-1))
+            out = self.main(x) + self.offset(x.unflatten(-1, (self.groups, BLOCK)).sum(-1))
+            return out if self.bias is None else out + self.bias
 
     return GridInt4Linear()
 
 
 def replace_grid_linears(model, skip=("output",)) -> int:
-    """Replace every bias-free ``nn.Linear`` of ``model`` (but ``skip``) whose weights are on a 4-bit
-    grid; how many were."""
+    """Replace every ``nn.Linear`` of ``model`` (but ``skip``) whose weights are on a 4-bit grid (a
+    bias, as Qwen2's query/key/value projections have, stays float); how many were."""
     from torch import nn
 
     replaced = 0
     for parent_name, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
             fqn = f"{parent_name}.{name}" if parent_name else name
-            if not isinstance(child, nn.Linear) or child.bias is not None or fqn in skip:
+            if not isinstance(child, nn.Linear) or fqn in skip:
                 continue
             codes = grid_codes(child.weight)
             if codes is not None:

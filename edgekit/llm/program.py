@@ -32,7 +32,7 @@ from pathlib import Path
 from edgekit.core.errors import UsageError, EdgekitError, first_line
 from edgekit.formats import executorch
 from edgekit.formats.executorch import native, quiet_imports
-from edgekit.llm.grid_int4 import MARK, replace_grid_linears
+from edgekit.llm.grid_int4 import MARK, grid_codes, replace_grid_linears
 
 PRECISIONS = ("fp32", "int8", "int4")
 DEFAULT_GROUP_SIZE = 32
@@ -125,8 +125,13 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
     """Quantize ``model`` (an ``edgekit.llm.models.llama.Llama``) in place for export; what was done."""
     import torch
 
+    from edgekit.llm.models.llama import join_shared_inputs
+
+    joined = join_shared_inputs(model, _same_route(precision, group_size))
+    shared = {"joined_linears": f"{joined} groups: each layer's query/key/value and gate/up projections as one "
+                                "product over their shared input"} if joined else {}
     if precision == "fp32":
-        return {"precision": "fp32", "weights": "float32 (the source's values)"}
+        return {"precision": "fp32", "weights": "float32 (the source's values)", **shared}
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
@@ -142,9 +147,18 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
     else:
         kept = replace_grid_linears(model) if group_size == 32 else 0
         int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
-        quantize_(model, int4, filter_fn=body)
         linears = (f"int4 weights in groups of {group_size} (symmetric), int8 activations per token at run time "
                    "(torchao 8da4w)")
+        if kept:
+            # A file that stores some matrices in 4-bit blocks gave the others more bits on purpose
+            # (Q4_K_M: Q5_0, Q6_K, Q8_0 for the sensitive ones); int4 would undo that choice, which
+            # cost Gemma 3 270M 247 % of perplexity (int8 for them: +2.3 % over float in all).
+            higher = sum(1 for fqn, module in model.named_modules() if body(module, fqn))
+            quantize_(model, int8, filter_fn=body)
+            linears = (f"the source's 4-bit blocks in int4 ({kept} linears); the {higher} it stores in more bits "
+                       "in int8 per output channel; int8 activations per token at run time") if higher else linears
+        else:
+            quantize_(model, int4, filter_fn=body)
     quantize_(model, int8, filter_fn=lambda module, fqn: fqn == "output" and isinstance(module, torch.nn.Linear))
     model.tok_embeddings = Int8Embedding.replace(model.tok_embeddings)
     return {
@@ -158,8 +172,18 @@ def quantize_module(model, precision: str, group_size: int = DEFAULT_GROUP_SIZE)
         "embedding": "int8 per row (symmetric)",
         "float": ["RMSNorm weights", "rotary tables", "KV cache", "attention scores and softmax"],
         **({"group_size": group_size} if precision == "int4" else {}),
+        **shared,
         "api": "torchao quantize_",
     }
+
+
+def _same_route(precision: str, group_size: int):
+    """Which linears may be joined: those the quantizer treats alike. An int4 program keeps a GGUF's
+    4-bit blocks only where a whole linear is on the grid (``replace_grid_linears``), so a linear on
+    it is never joined with one that is not (Q4_K_M files mix Q4_K with Q6_K projections)."""
+    if precision != "int4" or group_size != 32:
+        return lambda parts: True
+    return lambda parts: len({grid_codes(part.weight) is None for part in parts}) == 1
 
 
 def check_kernels(kernels: str) -> None:

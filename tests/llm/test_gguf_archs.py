@@ -223,8 +223,8 @@ def test_qwen2_with_biases(tmp_path):
                                                                             "ffn_up.weight": "Q5_K"}, "qwen2")
     source = manifest.model["source"]
     assert source["quant_types"] == {"F32": 22, "Q4_K": 2, "Q5_K": 2}
-    assert source["int4_codes"] == "Q4_K codes kept exactly (each 32 values m + d*q, q in 0..15); Q5_K dequantized " \
-                                   "here and re-quantized to int4 for an int4 program"
+    assert source["int4_codes"] == "Q4_K codes kept exactly (each 32 values m + d*q, q in 0..15); Q5_K in int8 per " \
+                                   "output channel (the file gives them more than 4 bits)"
 
 
 def test_qwen3_with_query_key_norms_and_its_own_head_size(tmp_path):

@@ -58,3 +58,89 @@ def test_the_grid_linear_is_the_float_linear_up_to_activation_rounding():
         requantized = plain(x)
     grid_err, plain_err = float((grid - want).abs().mean()), float((requantized - want).abs().mean())
     assert grid_err < 0.25 * plain_err, (grid_err, plain_err)  # only the int8 activations' rounding is left
+
+
+def test_linears_sharing_an_input_are_joined_only_where_the_quantizer_treats_them_alike(monkeypatch):
+    """Query/key/value and gate/up become one product each (one quantized input, one kernel call)
+    when all their parts take the same route; the program's function does not change."""
+    import copy
+
+    from edgekit.llm import program
+    from edgekit.llm.models.llama import Llama
+
+    program.load_kernels()  # the int8 embedding's operator
+    torch.manual_seed(0)
+    model = Llama(vocab_size=64, dim=64, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96).eval()
+    attention, feed_forward = model.layers[0].attention, model.layers[0].feed_forward
+    with torch.no_grad():
+        for seed, linear in enumerate((attention.wq, attention.wk, feed_forward.w1, feed_forward.w3)):
+            linear.weight.copy_(_q41_weight(linear.out_features, linear.in_features, seed)[0])
+    # wv stays off the grid, as a Q6_K projection beside Q4_K ones in a Q4_K_M file
+    separate = copy.deepcopy(model)
+    tokens = torch.randint(0, 64, (1, 12))
+    with torch.no_grad():
+        want = model(tokens)
+        recipe = program.quantize_module(model, "int4")
+        monkeypatch.setattr(program, "_same_route", lambda precision, group_size: lambda parts: False)
+        separate_recipe = program.quantize_module(separate, "int4")
+        joined_logits, separate_logits = model(tokens), separate(tokens)
+    assert hasattr(feed_forward, "w13") and not hasattr(feed_forward, "w1")
+    assert not hasattr(attention, "wqkv") and hasattr(attention, "wv")
+    assert recipe["joined_linears"].startswith("1 groups") and "joined_linears" not in separate_recipe
+    # the codes kept: wq, wk and the joined gate/up; separately wq, wk, w1, w3
+    assert (recipe["gguf_4bit_blocks_kept"], separate_recipe["gguf_4bit_blocks_kept"]) == (3, 4)
+    # the linears off the grid (wv, wo, w2: the file gave them more bits) are int8, not int4
+    assert "the 3 it stores in more bits in int8" in recipe["linears"]
+    assert int(attention.wv.weight.qdata.abs().max()) > 8 >= int(feed_forward.w13.linear.main.weight.qdata.abs().max())
+    torch.testing.assert_close(joined_logits, separate_logits, rtol=1e-5, atol=1e-5)
+    assert float((joined_logits - want).abs().mean()) < 0.05 * float(want.abs().mean())
+
+
+def test_joined_linears_compute_the_parts_of_every_family():
+    from edgekit.llm.models.gemma import Gemma3
+    from edgekit.llm.models.llama import Llama, join_shared_inputs
+    from edgekit.llm.models.qwen import Qwen2
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 64, (1, 10))
+    for family in (Llama, Qwen2, Gemma3):  # Qwen2: the query/key/value biases join too; Gemma 3: GELU gate
+        model = family(vocab_size=64, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=96).eval()
+        with torch.no_grad():
+            want = model(tokens)
+            assert join_shared_inputs(model) == 4
+            torch.testing.assert_close(model(tokens), want, rtol=1e-5, atol=1e-6)
+            model.reset_cache()
+            stepped = model.step(tokens, torch.arange(10))
+        torch.testing.assert_close(stepped, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_grid_linear_keeps_its_bias():
+    from edgekit.llm.grid_int4 import replace_grid_linears
+
+    w, _, _ = _q41_weight()
+    model = torch.nn.Sequential(torch.nn.Linear(96, 48))  # Qwen2's query/key/value projections have biases
+    with torch.no_grad():
+        model[0].weight.copy_(w)
+        model[0].bias.copy_(torch.linspace(-3, 3, 48))
+        x = torch.randn(4, 96, generator=torch.Generator().manual_seed(2))
+        want = model(x)
+        assert replace_grid_linears(model) == 1
+        got = model(x)
+    assert float((got - want).abs().max()) < 0.05 * float(want.abs().max())
+    assert float((got - want).mean(0).abs().max()) < 0.05  # the bias itself is not lost or doubled
+
+
+def test_a_model_with_no_4bit_blocks_is_int4_throughout():
+    from edgekit.llm import program
+    from edgekit.llm.models.llama import Llama
+
+    program.load_kernels()
+    torch.manual_seed(0)
+    model = Llama(vocab_size=64, dim=64, n_layers=1, n_heads=4, n_kv_heads=2, hidden_dim=96).eval()  # float weights
+    with torch.no_grad():
+        recipe = program.quantize_module(model, "int4")
+    assert "gguf_4bit_blocks_kept" not in recipe and recipe["linears"].startswith("int4 weights in groups of 32")
+    layer = model.layers[0]
+    for linear in (layer.attention.wqkv.linear, layer.attention.wo, layer.feed_forward.w13.linear,
+                   layer.feed_forward.w2):
+        assert int(linear.weight.qdata.abs().max()) <= 8

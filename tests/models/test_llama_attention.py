@@ -12,20 +12,27 @@ import math
 import pytest
 import torch
 
-from edgekit.llm.models.llama import Llama, rotate_pairs
+from edgekit.llm.models.llama import Llama, rotary_tables
+
+
+def textbook_rotate_pairs(x, cos, sin):
+    """x (N, T, H, D): each pair (x[2i], x[2i+1]) turned by its (T, D/2) angle."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
 def reference_logits(model: Llama, tokens: torch.Tensor) -> torch.Tensor:
     model = model.double()
     n, t = tokens.shape
-    cos, sin = model.rope_cos[:t].double(), model.rope_sin[:t].double()
+    cos, sin = (table.double() for table in rotary_tables(t, model.head_dim, 10000.0))
     x = model.tok_embeddings(tokens)
     causal = torch.ones(t, t, dtype=torch.bool).tril()
     for layer in model.layers:
         att = layer.attention
         h = layer.attention_norm(x)
-        q = rotate_pairs(att.wq(h).view(n, t, att.n_heads, att.head_dim), cos, sin).transpose(1, 2)
-        k = rotate_pairs(att.wk(h).view(n, t, att.n_kv_heads, att.head_dim), cos, sin).transpose(1, 2)
+        q = textbook_rotate_pairs(att.wq(h).view(n, t, att.n_heads, att.head_dim), cos, sin).transpose(1, 2)
+        k = textbook_rotate_pairs(att.wk(h).view(n, t, att.n_kv_heads, att.head_dim), cos, sin).transpose(1, 2)
         v = att.wv(h).view(n, t, att.n_kv_heads, att.head_dim).transpose(1, 2)
         groups = att.n_heads // att.n_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)

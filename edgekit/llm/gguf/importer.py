@@ -100,7 +100,8 @@ def int4_codes(quant_types: dict) -> str:
     if kept:
         parts.append(f"{', '.join(kept)} codes kept exactly (each 32 values m + d*q, q in 0..15)")
     if other:
-        parts.append(f"{', '.join(other)} dequantized here and re-quantized to int4 for an int4 program")
+        parts.append(f"{', '.join(other)} in int8 per output channel (the file gives them more than 4 bits)" if kept
+                     else f"{', '.join(other)} dequantized here and re-quantized to int4 for an int4 program")
     return "; ".join(parts) or "float weights: an int4 program quantizes them"
 
 

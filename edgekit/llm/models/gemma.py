@@ -18,18 +18,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgekit.llm.models.llama import Llama, RMSNorm, hidden_scores, rotary_tables, rotate_halves
+from edgekit.llm.models.llama import HALVES, FeedForward, Llama, RMSNorm, hidden_scores, rotary_tables
 
 
-class GeluFeedForward(nn.Module):
-    def __init__(self, dim: int, hidden_dim: int):
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)  # gate
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)  # up
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
-
-    def forward(self, x):
-        return self.w2(F.gelu(self.w1(x), approximate="tanh") * self.w3(x))
+class GeluFeedForward(FeedForward):
+    def activate(self, gate):
+        return F.gelu(gate, approximate="tanh")
 
 
 class GemmaBlock(nn.Module):
@@ -58,7 +52,7 @@ class GemmaBlock(nn.Module):
 class Gemma3(Llama):
     name = "llama"  # the zoo entry every cached decoder family shares
     qk_norm = True
-    rotate = staticmethod(rotate_halves)
+    rotary = HALVES
 
     def __init__(self, vocab_size: int = 256, dim: int = 64, n_layers: int = 2, n_heads: int = 4,
                  n_kv_heads: int = 2, hidden_dim: int = 128, head_dim: int = 0, rope_theta: float = 1e6,
@@ -74,11 +68,11 @@ class Gemma3(Llama):
         # layer i is global when (i + 1) % pattern == 0 (llama.cpp's and transformers' rule)
         self.layer_kinds = ["global" if (i + 1) % sliding_pattern == 0 else "local" for i in range(n_layers)]
         cos, sin = rotary_tables(max_len, self.head_dim, rope_theta, scale=float(rope_linear_factor))
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope_cos", self.rotary.widen(cos), persistent=False)
+        self.register_buffer("rope_sin", self.rotary.widen(sin), persistent=False)
         cos, sin = rotary_tables(max_len, self.head_dim, rope_local_theta)
-        self.register_buffer("local_cos", cos, persistent=False)
-        self.register_buffer("local_sin", sin, persistent=False)
+        self.register_buffer("local_cos", self.rotary.widen(cos), persistent=False)
+        self.register_buffer("local_sin", self.rotary.widen(sin), persistent=False)
         self.embed_scale = math.sqrt(dim)
 
     def make_block(self, dim, hidden_dim, norm_eps, attention) -> nn.Module:

@@ -17,7 +17,7 @@ so GGUF weights load as they are. Llama 3.x's rope scaling is ``rope_freq_factor
 ``rope_freqs`` tensor: each pair's frequency divided by its factor).
 
 The other families (``edgekit.llm.models.qwen``, ``edgekit.llm.models.gemma``) are subclasses that change
-parts: the class attributes ``attention_bias``, ``qk_norm`` and ``rotate``, the block, the
+parts: the class attributes ``attention_bias``, ``qk_norm`` and ``rotary``, the block, the
 embedding, and which layers see which positions (``layer_kinds``, ``attention_views``).
 ``config["family"]`` picks the class (``edgekit.llm.models.families``, where the zoo entry ``llama``
 is registered for all of them).
@@ -56,21 +56,42 @@ def rotary_tables(max_len: int, head_dim: int, theta: float, factors=(), scale: 
     return angles.cos().float(), angles.sin().float()
 
 
-def rotate_pairs(x, cos, sin):
-    """x (N, T, H, D) rotated pairwise by the (T, D/2) angles."""
-    pairs = x.float().unflatten(-1, (-1, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # one angle per position, for every head
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2).to(x.dtype)
+class RotaryLayout:
+    """Which two features of a head turn together as a rotary pair: ``PAIRS``, (x[2i], x[2i+1]), or
+    ``HALVES``, (x[i], x[i + D/2]) (GPT-NeoX's layout, which Qwen, Gemma and Phi-3 GGUFs keep).
+
+    A head is rotated as ``x * cos + swapped(x) * sin`` (``rotate``), with the tables widened to
+    the head (each pair's angle at both its features) and ``swapped`` a fixed (D, D) linear that
+    puts each feature in its partner's place, one of the two negated: exact (one nonzero per row),
+    and, in a lowered program, products XNNPACK runs where taking the pairs apart was ExecuTorch's
+    portable copies, one call per 4-byte feature (2 % of a decode step on the Pi 5's core)."""
+
+    def __init__(self, widen, partners):
+        self._widen, self._partners = widen, partners
+
+    def widen(self, table):
+        """(positions, D/2) -> (positions, D): each pair's value at both its features."""
+        return self._widen(table).contiguous()
+
+    def swap(self, head_dim: int):
+        """(D, D): ``F.linear(x, swap)`` is x with each pair's features exchanged, the first negated."""
+        first, second = self._partners(head_dim)
+        matrix = torch.zeros(head_dim, head_dim)
+        matrix[first, second] = -1.0
+        matrix[second, first] = 1.0
+        return matrix
 
 
-def rotate_halves(x, cos, sin):
-    """x (N, T, H, D) rotated by the (T, D/2) angles, pairing x[i] with x[i + D/2] (GPT-NeoX's
-    layout, which Qwen and Gemma GGUFs keep)."""
-    first, second = x.float().chunk(2, dim=-1)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1).to(x.dtype)
+PAIRS = RotaryLayout(lambda table: table.repeat_interleave(2, dim=-1),
+                     lambda d: (torch.arange(0, d, 2), torch.arange(1, d, 2)))
+HALVES = RotaryLayout(lambda table: torch.cat((table, table), dim=-1),
+                      lambda d: (torch.arange(d // 2), torch.arange(d // 2, d)))
+
+
+def rotate(x, cos, sin, swap):
+    """x (N, T, H, D) rotated by the (T, D) widened angles (``RotaryLayout``)."""
+    x32 = x.float()
+    return (x32 * cos.unsqueeze(1) + F.linear(x32, swap.to(x32.dtype)) * sin.unsqueeze(1)).to(x.dtype)
 
 
 def hidden_scores(seen, dtype, groups: int):
@@ -81,6 +102,44 @@ def hidden_scores(seen, dtype, groups: int):
     return hidden.unsqueeze(1).expand(t, groups, s).reshape(t * groups, s)
 
 
+class JoinedLinear(nn.Module):
+    """Linears that read one input, as one product whose output is split back into theirs
+    (``join_shared_inputs``): a lowered program then quantizes and packs that input once, in one
+    kernel call, where it did so per linear. Each output row keeps its own weights (and, quantized,
+    its own scales), so the result is the parts' exactly."""
+
+    def __init__(self, parts):
+        super().__init__()
+        self.sizes = [part.out_features for part in parts]
+        self.linear = nn.Linear(parts[0].in_features, sum(self.sizes), bias=parts[0].bias is not None,
+                                device=parts[0].weight.device)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.cat([part.weight for part in parts]))
+            if self.linear.bias is not None:
+                self.linear.bias.copy_(torch.cat([part.bias for part in parts]))
+
+    def forward(self, x):
+        return self.linear(x).split(self.sizes, dim=-1)
+
+
+def join_shared_inputs(model, joinable=lambda parts: True) -> int:
+    """Replace each layer's query, key and value projections, and its gate and up projections, by
+    one ``JoinedLinear`` each, where ``joinable(parts)``; how many were joined."""
+    joined = 0
+    for layer in model.layers:
+        for owner, names, name in ((layer.attention, ("wq", "wk", "wv"), "wqkv"),
+                                   (layer.feed_forward, ("w1", "w3"), "w13")):
+            parts = [getattr(owner, part, None) for part in names]
+            if not all(isinstance(part, nn.Linear) for part in parts) or \
+                    len({(part.in_features, part.bias is None) for part in parts}) != 1 or not joinable(parts):
+                continue
+            for part in names:
+                delattr(owner, part)
+            setattr(owner, name, JoinedLinear(parts))
+            joined += 1
+    return joined
+
+
 class Attention(nn.Module):
     """Grouped-query attention; ``cached`` keeps this layer's keys and values in its own cache
     buffers: (kv_heads, max_len, head_dim), where a head's keys so far are one contiguous block
@@ -88,7 +147,7 @@ class Attention(nn.Module):
     (1, max_len, kv_heads, head_dim), the layout ExecuTorch's LLM kernels take."""
 
     def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int, bias: bool = False,
-                 qk_norm_eps: float | None = None, rotate=rotate_pairs):
+                 qk_norm_eps: float | None = None, rotary: RotaryLayout = PAIRS):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim, self.max_len = n_heads, n_kv_heads, head_dim, max_len
         self.wq = nn.Linear(dim, n_heads * head_dim, bias=bias)
@@ -98,7 +157,7 @@ class Attention(nn.Module):
         # Qwen3 and Gemma 3 normalize each head's query and key before rotating them
         self.q_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps else None
         self.k_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps else None
-        self.rotate = rotate
+        self.register_buffer("rotary_swap", rotary.swap(head_dim), persistent=False)
         self.make_cache(fused=False)
 
     def make_cache(self, fused: bool) -> None:
@@ -108,19 +167,21 @@ class Attention(nn.Module):
         # would otherwise have to tell apart (narrow returns the cache itself)
         shape = (1, self.max_len, self.n_kv_heads, self.head_dim) if fused else \
             (self.n_kv_heads, self.max_len + 1, self.head_dim)
-        device = self.wq.weight.device
+        device = self.wo.weight.device
         self.register_buffer("k_cache", torch.zeros(shape, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, device=device), persistent=False)
 
     def _project(self, x, cos, sin):
         """q, k, v as (N, T, heads, head_dim), q and k rotated."""
         n, t, _ = x.shape
-        q = self.wq(x).view(n, t, self.n_heads, self.head_dim)
-        k = self.wk(x).view(n, t, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(n, t, self.n_kv_heads, self.head_dim)
+        joined = getattr(self, "wqkv", None)
+        q, k, v = joined(x) if joined is not None else (self.wq(x), self.wk(x), self.wv(x))
+        q = q.view(n, t, self.n_heads, self.head_dim)
+        k = k.view(n, t, self.n_kv_heads, self.head_dim)
+        v = v.view(n, t, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        return self.rotate(q, cos, sin), self.rotate(k, cos, sin), v
+        return rotate(q, cos, sin, self.rotary_swap), rotate(k, cos, sin, self.rotary_swap), v
 
     def _attend(self, q, k, v, hidden):
         """(N, T, H, D) queries over (N * KV, S, D) keys and values; ``hidden`` (T * groups, S,
@@ -173,7 +234,12 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)  # down
 
     def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        joined = getattr(self, "w13", None)
+        gate, up = joined(x) if joined is not None else (self.w1(x), self.w3(x))
+        return self.w2(self.activate(gate) * up)
+
+    def activate(self, gate):
+        return F.silu(gate)
 
 
 class Block(nn.Module):
@@ -199,7 +265,7 @@ class Llama(nn.Module):
     name = "llama"
     attention_bias = False  # biases on the query, key and value projections (Qwen2)
     qk_norm = False  # an RMSNorm over each head's query and key (Qwen3, Gemma 3)
-    rotate = staticmethod(rotate_pairs)
+    rotary = PAIRS
 
     def __init__(self, vocab_size: int = 256, dim: int = 64, n_layers: int = 2, n_heads: int = 4,
                  n_kv_heads: int = 2, hidden_dim: int = 128, head_dim: int = 0, rope_theta: float = 10000.0,
@@ -220,7 +286,7 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(
             self.make_block(dim, hidden_dim, norm_eps, Attention(
                 dim, n_heads, n_kv_heads, head_dim, max_len, bias=self.attention_bias,
-                qk_norm_eps=norm_eps if self.qk_norm else None, rotate=self.rotate))
+                qk_norm_eps=norm_eps if self.qk_norm else None, rotary=self.rotary))
             for _ in range(n_layers))
         self.layer_kinds = ["global"] * n_layers  # which positions and rotary table each layer uses
         self.norm = RMSNorm(dim, norm_eps)
@@ -228,8 +294,8 @@ class Llama(nn.Module):
         if tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         cos, sin = rotary_tables(max_len, head_dim, rope_theta, rope_freq_factors)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope_cos", self.rotary.widen(cos), persistent=False)
+        self.register_buffer("rope_sin", self.rotary.widen(sin), persistent=False)
         self.fused_kernels = False  # set by the .pte export (edgekit.llm.program): ExecuTorch's LLM kernels
 
     def make_block(self, dim, hidden_dim, norm_eps, attention) -> nn.Module:

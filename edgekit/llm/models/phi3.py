@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import math
 
-from edgekit.llm.models.llama import Llama, hidden_scores, rotate_halves
+from edgekit.llm.models.llama import HALVES, Llama, hidden_scores
 
 
 class Phi3(Llama):
     name = "llama"  # the zoo entry every cached decoder family shares
-    rotate = staticmethod(rotate_halves)
+    rotary = HALVES
 
     def __init__(self, vocab_size: int = 256, dim: int = 64, n_layers: int = 2, n_heads: int = 4,
                  n_kv_heads: int = 2, hidden_dim: int = 128, head_dim: int = 0, rope_theta: float = 10000.0,

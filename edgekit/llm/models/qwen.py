@@ -5,16 +5,16 @@ from width / heads."""
 
 from __future__ import annotations
 
-from edgekit.llm.models.llama import Llama, rotate_halves
+from edgekit.llm.models.llama import HALVES, Llama
 
 
 class Qwen2(Llama):
     name = "llama"  # the zoo entry every cached decoder family shares
     attention_bias = True
-    rotate = staticmethod(rotate_halves)
+    rotary = HALVES
 
 
 class Qwen3(Llama):
     name = "llama"
     qk_norm = True
-    rotate = staticmethod(rotate_halves)
+    rotary = HALVES
