@@ -112,7 +112,7 @@ class JoinedLinear(nn.Module):
         super().__init__()
         self.sizes = [part.out_features for part in parts]
         self.linear = nn.Linear(parts[0].in_features, sum(self.sizes), bias=parts[0].bias is not None,
-                                device=parts[0].weight.device)
+                                device=parts[0].weight.device, dtype=parts[0].weight.dtype)
         with torch.no_grad():
             self.linear.weight.copy_(torch.cat([part.weight for part in parts]))
             if self.linear.bias is not None:
